@@ -1,0 +1,26 @@
+# Two entry points, each self-sufficient on a fresh machine:
+#   make demo   build .venv with the pinned set, then quantize a digits CNN and print the results
+#   make test   build .venv with the pinned set, then run the test suite
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml requirements/lock.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c requirements/lock.txt -e ".[all,test]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/digits_ptq.py
+
+test: $(STAMP)
+	$(PY) -m pytest -n 2 --dist loadfile tests
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""AMD Quark's quantization config API, executed on Brevitas."""

@@ -1,0 +1,204 @@
+"""Config of AMD Quark's Brevitas extension: Backend, QuantType, ParamType, QuantizationSpec, ...
+
+Same names, fields and defaults as ``quark.torch.extensions.brevitas.config`` in AMD Quark, so
+scripts written for it run unchanged. Importable without Brevitas. The newer names
+``QLayerConfig`` / ``QTensorConfig`` are silent aliases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from pathlib import Path
+from typing import Any, ClassVar
+
+from quark.torch.quantization.config._fields import (
+    check_type,
+    check_unknown_keys,
+    coerce_enum,
+    enum_to_json,
+    read_file,
+    write_file,
+)
+from quark.torch.quantization.config.config import QuantizationConfig as _MainQuantizationConfig
+from quark.torch.quantization.config.type import QSchemeType, ScaleType
+
+__all__ = [
+    "Backend",
+    "QuantType",
+    "ParamType",
+    "QuantizationSpec",
+    "QuantizationConfig",
+    "Config",
+    "QTensorConfig",
+    "QLayerConfig",
+]
+
+#: bit widths the extension accepts; weights and activations are further limited to 2..16.
+MIN_BIT_WIDTH, MAX_BIT_WIDTH = 2, 32
+
+
+class Backend(Enum):
+    """How the model is rewritten: ``layerwise`` swaps supported layers for Brevitas layers."""
+
+    layerwise = "layerwise"
+
+
+class QuantType(Enum):
+    """Integer or minifloat elements."""
+
+    int_quant = "int_quant"
+    float_quant = "float_quant"
+
+
+class ParamType(Enum):
+    """How scales are found: from statistics of the tensor, or by minimising the quantization MSE."""
+
+    stats = "stats"
+    mse = "mse"
+
+
+@dataclass(eq=True, frozen=True)
+class QuantizationSpec:
+    """How one tensor is quantized (Brevitas extension flavour).
+
+    Args:
+        qscheme: per_tensor or per_channel (per_group with the main API's spec).
+        symmetric: zero point fixed at 0 (signed grid) when True; unsigned grid with a zero
+            point when False.
+        scale_type: float or pof2 (also float16 / bfloat16 / float32).
+        quant_type: int_quant; float_quant arrives with the minifloat formats.
+        param_type: stats (weights: abs-max / min-max; activations: the 99.999th percentile,
+            as Brevitas' defaults) or mse.
+        bit_width: element bits, 2..16 for weights and activations, up to 32 for bias.
+        exponent_bit_width, mantissa_bit_width: minifloat layout (float_quant only).
+    """
+
+    qscheme: QSchemeType = QSchemeType.per_tensor
+    symmetric: bool = True
+    scale_type: ScaleType = ScaleType.float
+    quant_type: QuantType = QuantType.int_quant
+    param_type: ParamType = ParamType.stats
+    bit_width: int = 8
+    exponent_bit_width: int | None = None
+    mantissa_bit_width: int | None = None
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        coerced = {
+            "qscheme": coerce_enum(owner, "qscheme", self.qscheme, QSchemeType, optional=False),
+            "scale_type": coerce_enum(owner, "scale_type", self.scale_type, ScaleType, optional=False),
+            "quant_type": coerce_enum(owner, "quant_type", self.quant_type, QuantType, optional=False),
+            "param_type": coerce_enum(owner, "param_type", self.param_type, ParamType, optional=False),
+        }
+        for name, value in coerced.items():
+            object.__setattr__(self, name, value)
+        check_type(owner, "symmetric", self.symmetric, bool, optional=False)
+        check_type(owner, "bit_width", self.bit_width, int, optional=False)
+        check_type(owner, "exponent_bit_width", self.exponent_bit_width, int)
+        check_type(owner, "mantissa_bit_width", self.mantissa_bit_width, int)
+        if not MIN_BIT_WIDTH <= self.bit_width <= MAX_BIT_WIDTH:
+            raise ValueError(f"{owner}.bit_width={self.bit_width}: allowed {MIN_BIT_WIDTH}..{MAX_BIT_WIDTH}")
+        if self.quant_type is QuantType.int_quant and (
+            self.exponent_bit_width is not None or self.mantissa_bit_width is not None
+        ):
+            raise ValueError(
+                f"{owner}: exponent_bit_width / mantissa_bit_width are only meaningful with "
+                f"quant_type=QuantType.float_quant, got quant_type=QuantType.int_quant"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: enum_to_json(getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> QuantizationSpec:
+        check_unknown_keys(cls.__name__, data, {f.name for f in fields(cls)})
+        return cls(**data)
+
+
+@dataclass(eq=True)
+class QuantizationConfig(_MainQuantizationConfig):
+    """Specs of the tensors of a layer: input_tensors, output_tensors, weight, bias."""
+
+    input_tensors: QuantizationSpec | None = None
+    output_tensors: QuantizationSpec | None = None
+    weight: QuantizationSpec | None = None
+    bias: QuantizationSpec | None = None
+    target_device: Any = None
+
+    spec_class: ClassVar[type] = QuantizationSpec
+
+
+def _default_preprocess() -> list[Any]:
+    from quark.torch.extensions.brevitas.algos import Preprocess
+
+    return [Preprocess()]
+
+
+@dataclass(eq=True)
+class Config:
+    """Quantization of a whole model (Brevitas extension flavour).
+
+    Args:
+        global_quant_config: the :class:`QuantizationConfig` of every supported layer.
+        pre_quant_opt_config: transforms run on the float model first; by default
+            ``[Preprocess()]`` (as in Quark); ``[]`` turns it off.
+        algo_config: algorithms run after calibration (GPTQ, GPFQ, BiasCorrection, ...).
+        backend: ``Backend.layerwise``.
+    """
+
+    global_quant_config: QuantizationConfig
+    pre_quant_opt_config: list[Any] = field(default_factory=_default_preprocess)
+    algo_config: list[Any] = field(default_factory=list)
+    backend: Backend = Backend.layerwise
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        if not isinstance(self.global_quant_config, QuantizationConfig):
+            raise TypeError(
+                f"{owner}.global_quant_config: expected quark.torch.extensions.brevitas.config.QuantizationConfig, "
+                f"got {self.global_quant_config!r}"
+            )
+        self.backend = coerce_enum(owner, "backend", self.backend, Backend, optional=False)
+        for fname in ("pre_quant_opt_config", "algo_config"):
+            steps = getattr(self, fname)
+            if not isinstance(steps, list):
+                raise TypeError(f"{owner}.{fname}: expected a list of algorithms, got {type(steps).__name__}")
+            for step in steps:
+                if not (hasattr(step, "apply") and hasattr(step, "name")):
+                    raise TypeError(
+                        f"{owner}.{fname} entry {step!r}: expected an algorithm from "
+                        "quark.torch.extensions.brevitas.algos (with .name and .apply)"
+                    )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "global_quant_config": self.global_quant_config.to_dict(),
+            "pre_quant_opt_config": [step.to_dict() for step in self.pre_quant_opt_config],
+            "algo_config": [step.to_dict() for step in self.algo_config],
+            "backend": self.backend.value,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Config:
+        from quark.torch.extensions.brevitas.algos import algo_from_dict
+
+        check_unknown_keys(cls.__name__, data, {f.name for f in fields(cls)})
+        kwargs: dict[str, Any] = {"global_quant_config": QuantizationConfig.from_dict(data["global_quant_config"])}
+        for fname in ("pre_quant_opt_config", "algo_config"):
+            if fname in data:
+                kwargs[fname] = [algo_from_dict(d) for d in data[fname]]
+        if "backend" in data:
+            kwargs["backend"] = data["backend"]
+        return cls(**kwargs)
+
+    def save(self, path: str | Path) -> None:
+        write_file(self.to_dict(), path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Config:
+        return cls.from_dict(read_file(path))
+
+
+QTensorConfig = QuantizationSpec
+QLayerConfig = QuantizationConfig

@@ -1,0 +1,1 @@
+"""Quantization configs: pure dataclasses and enums, importable without Brevitas, ONNX or QONNX."""

@@ -1,0 +1,86 @@
+"""Field coercion and serialisation helpers shared by both config flavours.
+
+Configs accept enum members or their value / name as a string (what JSON and YAML files hold);
+anything else is rejected with an error naming the class, the field, the value and the allowed
+values. Kept free of torch and Brevitas imports.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Any, TypeVar
+
+E = TypeVar("E", bound=Enum)
+
+
+def coerce_enum(owner: str, field: str, value: Any, enum_cls: type[E], optional: bool = True) -> E | None:
+    """Return ``value`` as a member of ``enum_cls``; accept members, values and names."""
+    if value is None:
+        if optional:
+            return None
+        raise ValueError(f"{owner}.{field} is required; allowed: {allowed(enum_cls)}")
+    if isinstance(value, enum_cls):
+        return value
+    for member in enum_cls:
+        if value == member.value or (isinstance(value, str) and value in (member.name, member.name.lstrip("_"))):
+            return member
+    raise ValueError(f"{owner}.{field}={value!r} is not valid; allowed: {allowed(enum_cls)}")
+
+
+def allowed(enum_cls: type[Enum]) -> str:
+    return ", ".join(f"{enum_cls.__name__}.{name}" for name in enum_cls.__members__)
+
+
+def check_type(owner: str, field: str, value: Any, types: type | tuple[type, ...], optional: bool = True) -> None:
+    if value is None and optional:
+        return
+    # bool is an int subclass; an int field must not accept True/False silently.
+    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+        raise TypeError(f"{owner}.{field}={value!r}: expected {_type_names(types)}")
+    if not isinstance(value, types):
+        raise TypeError(f"{owner}.{field}={value!r}: expected {_type_names(types)}, got {type(value).__name__}")
+
+
+def _type_names(types: type | tuple[type, ...]) -> str:
+    return " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
+
+
+def enum_to_json(value: Any) -> Any:
+    return value.value if isinstance(value, Enum) else value
+
+
+def check_unknown_keys(owner: str, data: dict[str, Any], known: set[str]) -> None:
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"{owner}: unknown keys {unknown}; allowed: {sorted(known)}")
+
+
+def write_file(data: dict[str, Any], path: str | Path) -> None:
+    """Write ``data`` as JSON or YAML, chosen by the file suffix."""
+    path = Path(path)
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+    elif path.suffix == ".json":
+        path.write_text(json.dumps(data, indent=2))
+    else:
+        raise ValueError(f"config file {str(path)!r}: suffix must be .json, .yaml or .yml")
+
+
+def read_file(path: str | Path) -> dict[str, Any]:
+    """Read a JSON or YAML config file (YAML with the safe loader: no object construction)."""
+    path = Path(path)
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        data = yaml.safe_load(path.read_text())
+    elif path.suffix == ".json":
+        data = json.loads(path.read_text())
+    else:
+        raise ValueError(f"config file {str(path)!r}: suffix must be .json, .yaml or .yml")
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {str(path)!r}: top level must be a mapping, got {type(data).__name__}")
+    return data

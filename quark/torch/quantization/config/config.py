@@ -1,0 +1,350 @@
+"""AMD Quark's PyTorch quantization config: Config, QuantizationConfig, QuantizationSpec.
+
+Field names, order and defaults follow Quark, so Quark scripts build the same objects here.
+Quark's newer names ``QConfig`` / ``QLayerConfig`` / ``QTensorConfig`` are plain aliases.
+
+Each dataclass checks its own fields on construction (types, enum values, ranges) and raises a
+``ValueError`` / ``TypeError`` naming the field, the value and what is allowed. Rules that need the
+model (a name that matches no module, a group size that does not divide a weight) are checked
+when the config is applied, before the model is touched.
+
+Configs round-trip through ``to_dict`` / ``from_dict`` and JSON / YAML files (``save`` / ``load``).
+Layer types serialise by class name; observers by their registered name (see
+:func:`quark.torch.quantization.observer.register_observer`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, ClassVar
+
+from quark.torch.quantization.config._fields import (
+    check_type,
+    check_unknown_keys,
+    coerce_enum,
+    enum_to_json,
+    read_file,
+    write_file,
+)
+from quark.torch.quantization.config.type import (
+    DeviceType,
+    Dtype,
+    QSchemeType,
+    QuantizationMode,
+    RoundType,
+    ScaleType,
+    ZeroPointType,
+)
+from quark.torch.quantization.observer import OBSERVERS, ObserverBase
+
+__all__ = [
+    "Config",
+    "QuantizationConfig",
+    "QuantizationSpec",
+    "QConfig",
+    "QLayerConfig",
+    "QTensorConfig",
+    "AlgoConfig",
+    "SmoothQuantConfig",
+    "AWQConfig",
+    "GPTQConfig",
+]
+
+CONFIG_VERSION = 1
+
+
+@dataclass(eq=True)
+class QuantizationSpec:
+    """How one tensor is quantized.
+
+    Args:
+        dtype: element type (:class:`Dtype`).
+        observer_cls: statistic that sets the range (an observer class from
+            :mod:`quark.torch.quantization.observer`). None: MinMax of the qscheme.
+        is_dynamic: compute the scale from each tensor at run time instead of from calibration.
+        qscheme: per_tensor, per_channel or per_group. None: per_tensor.
+        ch_axis: the channel axis (per_channel) or the axis split into groups (per_group).
+        group_size: elements per group along ``ch_axis`` (per_group).
+        symmetric: zero point fixed at 0 when True. None: True.
+        round_method: rounding to the integer grid. None: half_even.
+        scale_type: representation of the scale. None: float.
+        zero_point_type: int32 (rounded) or float32 zero point of asymmetric quantization.
+    """
+
+    dtype: Dtype
+    observer_cls: type[ObserverBase] | None = None
+    is_dynamic: bool | None = None
+    qscheme: QSchemeType | None = None
+    ch_axis: int | None = None
+    group_size: int | None = None
+    symmetric: bool | None = None
+    round_method: RoundType | None = None
+    scale_type: ScaleType | None = None
+    zero_point_type: ZeroPointType | None = ZeroPointType.int32
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        self.dtype = coerce_enum(owner, "dtype", self.dtype, Dtype, optional=False)
+        self.qscheme = coerce_enum(owner, "qscheme", self.qscheme, QSchemeType)
+        self.round_method = coerce_enum(owner, "round_method", self.round_method, RoundType)
+        self.scale_type = coerce_enum(owner, "scale_type", self.scale_type, ScaleType)
+        self.zero_point_type = coerce_enum(owner, "zero_point_type", self.zero_point_type, ZeroPointType)
+        if isinstance(self.observer_cls, str):
+            self.observer_cls = _observer_from_name(self.observer_cls)
+        if self.observer_cls is not None and not (
+            isinstance(self.observer_cls, type) and issubclass(self.observer_cls, ObserverBase)
+        ):
+            raise TypeError(
+                f"{owner}.observer_cls={self.observer_cls!r}: expected an observer class, one of {sorted(OBSERVERS)}"
+            )
+        check_type(owner, "is_dynamic", self.is_dynamic, bool)
+        check_type(owner, "symmetric", self.symmetric, bool)
+        check_type(owner, "ch_axis", self.ch_axis, int)
+        check_type(owner, "group_size", self.group_size, int)
+        if self.group_size is not None and self.group_size <= 0:
+            raise ValueError(f"{owner}.group_size={self.group_size}: must be a positive integer")
+        if self.qscheme in (QSchemeType.per_channel, QSchemeType.per_group) and self.ch_axis is None:
+            raise ValueError(f"{owner}.ch_axis is required with qscheme={self.qscheme.name}")
+        if self.qscheme is QSchemeType.per_group and self.group_size is None:
+            raise ValueError(f"{owner}.group_size is required with qscheme=per_group")
+        if self.group_size is not None and self.qscheme is not QSchemeType.per_group:
+            raise ValueError(
+                f"{owner}.group_size={self.group_size} is only meaningful with qscheme=per_group, "
+                f"got qscheme={self.qscheme.name if self.qscheme else None}"
+            )
+        if self.observer_cls is not None and self.qscheme is not None:
+            obs_scheme = self.observer_cls.qscheme
+            if self.qscheme is not QSchemeType.per_group and obs_scheme is not self.qscheme:
+                raise ValueError(
+                    f"{owner}.observer_cls={self.observer_cls.__name__} observes {obs_scheme.name} "
+                    f"but qscheme={self.qscheme.name}; use an observer of the same granularity"
+                )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: enum_to_json(getattr(self, f.name)) for f in fields(self)}
+        d["observer_cls"] = self.observer_cls.__name__ if self.observer_cls else None
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> QuantizationSpec:
+        check_unknown_keys(cls.__name__, data, {f.name for f in fields(cls)})
+        return cls(**data)
+
+
+def _observer_from_name(name: str) -> type[ObserverBase]:
+    try:
+        return OBSERVERS[name]
+    except KeyError:
+        raise ValueError(
+            f"QuantizationSpec.observer_cls={name!r} is not a registered observer; allowed: {sorted(OBSERVERS)} "
+            "(register your own with quark.torch.quantization.observer.register_observer)"
+        ) from None
+
+
+_ROLES = ("input_tensors", "output_tensors", "weight", "bias")
+
+
+@dataclass(eq=True)
+class QuantizationConfig:
+    """Specs of the tensors of one layer; a role left None is not quantized (or inherited, see Config).
+
+    Args:
+        input_tensors, output_tensors, weight, bias: :class:`QuantizationSpec` of each role.
+        target_device: deployment target; ``DeviceType.IPU`` is checked at export.
+    """
+
+    input_tensors: QuantizationSpec | None = None
+    output_tensors: QuantizationSpec | None = None
+    weight: QuantizationSpec | None = None
+    bias: QuantizationSpec | None = None
+    target_device: DeviceType | None = None
+
+    spec_class: ClassVar[type] = QuantizationSpec
+    roles: ClassVar[tuple[str, ...]] = _ROLES
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        for role in self.roles:
+            value = getattr(self, role)
+            if isinstance(value, dict):
+                setattr(self, role, self.spec_class.from_dict(value))
+            elif value is not None and not isinstance(value, self.spec_class):
+                raise TypeError(
+                    f"{owner}.{role}={value!r}: expected {self.spec_class.__module__}.{self.spec_class.__name__} or None"
+                )
+        self.target_device = coerce_enum(owner, "target_device", self.target_device, DeviceType)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {r: (getattr(self, r).to_dict() if getattr(self, r) else None) for r in self.roles}
+        d["target_device"] = enum_to_json(self.target_device)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> QuantizationConfig:
+        check_unknown_keys(cls.__name__, data, {f.name for f in fields(cls)})
+        return cls(**data)
+
+
+@dataclass(eq=True)
+class AlgoConfig:
+    """Base of the algorithm configs; ``name`` identifies the algorithm in serialised configs."""
+
+    name: ClassVar[str] = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **{f.name: getattr(self, f.name) for f in fields(self)}}
+
+
+@dataclass(eq=True)
+class SmoothQuantConfig(AlgoConfig):
+    """SmoothQuant (Xiao et al. 2022): migrate activation outliers into weights by per-channel scaling."""
+
+    name: ClassVar[str] = "smooth"
+    alpha: float = 1.0
+    scale_clamp_min: float = 1e-3
+    scaling_layers: list[dict[str, Any]] | None = None
+    model_decoder_layers: str | None = None
+    num_attention_heads: int = -1
+    num_key_value_heads: int = -1
+
+
+@dataclass(eq=True)
+class AWQConfig(AlgoConfig):
+    """AWQ (Lin et al. 2023): activation-aware weight scaling searched per layer group."""
+
+    name: ClassVar[str] = "awq"
+    scaling_layers: list[dict[str, Any]] | None = None
+    model_decoder_layers: str | None = None
+    num_attention_heads: int = -1
+    num_key_value_heads: int = -1
+
+
+@dataclass(eq=True)
+class GPTQConfig(AlgoConfig):
+    """GPTQ (Frantar et al. 2022): second-order weight rounding with error feedback."""
+
+    name: ClassVar[str] = "gptq"
+    damp_percent: float = 0.01
+    desc_act: bool = True
+    static_groups: bool = True
+    true_sequential: bool = True
+    inside_layer_modules: list[str] | None = None
+    model_decoder_layers: str | None = None
+    block_size: int = 128
+
+
+ALGO_CONFIGS: dict[str, type[AlgoConfig]] = {c.name: c for c in (SmoothQuantConfig, AWQConfig, GPTQConfig)}
+
+
+def _algo_from_dict(data: dict[str, Any]) -> AlgoConfig:
+    data = dict(data)
+    name = data.pop("name", None)
+    if name not in ALGO_CONFIGS:
+        raise ValueError(f"algo_config name={name!r} is not known; allowed: {sorted(ALGO_CONFIGS)}")
+    cls = ALGO_CONFIGS[name]
+    check_unknown_keys(cls.__name__, data, {f.name for f in fields(cls)})
+    return cls(**data)
+
+
+@dataclass(eq=True)
+class Config:
+    """Quantization of a whole model.
+
+    For every module and tensor role the effective spec is ``layer_quant_config`` (by name,
+    wildcards allowed) over ``layer_type_quant_config`` (by class or class name) over
+    ``global_quant_config``; a role left None at a level inherits from the level below it.
+    Modules matched by ``exclude`` (names, wildcards allowed) stay float.
+
+    Args:
+        global_quant_config: default for every supported layer.
+        layer_type_quant_config: per layer type, keyed by ``nn.Module`` subclass or class name.
+        layer_quant_config: per module name pattern (``fnmatch`` wildcards).
+        exclude: module name patterns left unquantized.
+        algo_config: algorithms to run after calibration (SmoothQuant, AWQ, GPTQ).
+        pre_quant_opt_config: pre-quantization transforms.
+        quant_mode: eager (module swap) or graph mode.
+    """
+
+    global_quant_config: QuantizationConfig
+    layer_type_quant_config: dict[Any, QuantizationConfig] = field(default_factory=dict)
+    layer_quant_config: dict[str, QuantizationConfig] = field(default_factory=dict)
+    exclude: list[str] = field(default_factory=list)
+    algo_config: list[AlgoConfig] | None = None
+    pre_quant_opt_config: list[Any] = field(default_factory=list)
+    quant_mode: QuantizationMode = QuantizationMode.eager_mode
+    version: int = CONFIG_VERSION
+
+    layer_config_class: ClassVar[type] = QuantizationConfig
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        layer_cls = self.layer_config_class
+        if not isinstance(self.global_quant_config, layer_cls):
+            raise TypeError(f"{owner}.global_quant_config: expected {layer_cls.__name__}, got {self.global_quant_config!r}")
+        for fname in ("layer_type_quant_config", "layer_quant_config"):
+            mapping = getattr(self, fname)
+            if not isinstance(mapping, dict):
+                raise TypeError(f"{owner}.{fname}: expected a dict, got {type(mapping).__name__}")
+            for key, value in mapping.items():
+                if not isinstance(value, layer_cls):
+                    raise TypeError(f"{owner}.{fname}[{key!r}]: expected {layer_cls.__name__}, got {value!r}")
+                if fname == "layer_type_quant_config" and not (isinstance(key, str) or isinstance(key, type)):
+                    raise TypeError(f"{owner}.{fname} key {key!r}: expected an nn.Module class or class name")
+                if fname == "layer_quant_config" and not isinstance(key, str):
+                    raise TypeError(f"{owner}.{fname} key {key!r}: expected a module name pattern (str)")
+        if isinstance(self.exclude, str) or not all(isinstance(e, str) for e in self.exclude):
+            raise TypeError(f"{owner}.exclude={self.exclude!r}: expected a list of module name patterns")
+        if self.algo_config is not None:
+            if isinstance(self.algo_config, AlgoConfig):
+                self.algo_config = [self.algo_config]  # Quark < 0.8 took a single algorithm
+            for algo in self.algo_config:
+                if not isinstance(algo, AlgoConfig):
+                    raise TypeError(f"{owner}.algo_config entry {algo!r}: expected one of {sorted(ALGO_CONFIGS)} configs")
+        self.quant_mode = coerce_enum(owner, "quant_mode", self.quant_mode, QuantizationMode, optional=False)
+
+    # -- serialisation -------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        if self.pre_quant_opt_config:
+            raise ValueError(f"{type(self).__name__}.pre_quant_opt_config is not serialisable yet; save it separately")
+        return {
+            "global_quant_config": self.global_quant_config.to_dict(),
+            "layer_type_quant_config": {
+                (k if isinstance(k, str) else k.__name__): v.to_dict() for k, v in self.layer_type_quant_config.items()
+            },
+            "layer_quant_config": {k: v.to_dict() for k, v in self.layer_quant_config.items()},
+            "exclude": list(self.exclude),
+            "algo_config": [a.to_dict() for a in self.algo_config] if self.algo_config is not None else None,
+            "quant_mode": self.quant_mode.name,
+            "version": self.version,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Config:
+        check_unknown_keys(cls.__name__, data, {f.name for f in fields(cls)} | {"quant_method"})
+        layer = cls.layer_config_class
+        algos = data.get("algo_config")
+        return cls(
+            global_quant_config=layer.from_dict(data["global_quant_config"]),
+            layer_type_quant_config={k: layer.from_dict(v) for k, v in (data.get("layer_type_quant_config") or {}).items()},
+            layer_quant_config={k: layer.from_dict(v) for k, v in (data.get("layer_quant_config") or {}).items()},
+            exclude=list(data.get("exclude") or []),
+            algo_config=[_algo_from_dict(a) for a in algos] if algos is not None else None,
+            quant_mode=QuantizationMode[data.get("quant_mode", "eager_mode")],
+            version=data.get("version", CONFIG_VERSION),
+        )
+
+    def save(self, path: str | Path) -> None:
+        """Write the config to a ``.json`` or ``.yaml`` file."""
+        write_file(self.to_dict(), path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Config:
+        """Read a config written by :meth:`save` (or by hand)."""
+        return cls.from_dict(read_file(path))
+
+
+# Quark >= 0.10 names; plain aliases, no deprecation warnings.
+QConfig = Config
+QLayerConfig = QuantizationConfig
+QTensorConfig = QuantizationSpec

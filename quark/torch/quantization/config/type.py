@@ -1,0 +1,145 @@
+"""Enums of AMD Quark's PyTorch quantization config API.
+
+Member names and values follow ``quark.torch.quantization.config.type`` in AMD Quark, so configs
+serialised by Quark load here and vice versa. This module imports nothing but the standard
+library: configs can be built and validated on machines without torch or Brevitas.
+"""
+
+from __future__ import annotations
+
+from enum import Enum, auto
+
+__all__ = [
+    "QSchemeType",
+    "ZeroPointType",
+    "Dtype",
+    "ScaleType",
+    "RoundType",
+    "DeviceType",
+    "QuantizationMode",
+    "TQTThresholdInitMeth",
+]
+
+
+class QSchemeType(Enum):
+    """Granularity of quantization parameters.
+
+    - ``per_tensor``: one scale (and zero point) for the whole tensor.
+    - ``per_channel``: one per index of ``ch_axis``.
+    - ``per_group``: one per ``group_size`` consecutive elements along ``ch_axis``.
+    """
+
+    per_tensor = "per_tensor"
+    per_channel = "per_channel"
+    per_group = "per_group"
+
+
+class ZeroPointType(Enum):
+    """Type of the zero point of asymmetric quantization: rounded to an integer, or kept as float."""
+
+    int32 = "int32"
+    float32 = "float32"
+
+
+class Dtype(Enum):
+    """Element data types.
+
+    Integers: ``int8`` [-128, 127], ``uint8`` [0, 255], ``int4`` [-8, 7], ``uint4`` [0, 15].
+    Floats and block formats: ``bfloat16``, ``float16``, ``fp8_e4m3``, ``fp8_e5m2``, ``fp6_e3m2``,
+    ``fp6_e2m3``, ``fp4`` (e2m1), ``mx`` (OCP microscaling), ``mx6`` / ``mx9`` (shared
+    micro-exponents).
+    """
+
+    int8 = "int8"
+    uint8 = "uint8"
+    int4 = "int4"
+    uint4 = "uint4"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+    fp8_e4m3 = "fp8_e4m3"
+    fp8_e5m2 = "fp8_e5m2"
+    fp6_e3m2 = "fp6_e3m2"
+    fp6_e2m3 = "fp6_e2m3"
+    fp4 = "fp4"
+    mx = "mx"
+    mx6 = "mx6"
+    mx9 = "mx9"
+
+    @property
+    def is_integer(self) -> bool:
+        return self in _INTEGER_DTYPES
+
+    @property
+    def bit_width(self) -> int | None:
+        """Bits per element for integer dtypes, None for the others."""
+        return _INTEGER_DTYPES.get(self, (None, None))[0]
+
+    @property
+    def signed(self) -> bool | None:
+        """Signedness for integer dtypes, None for the others."""
+        return _INTEGER_DTYPES.get(self, (None, None))[1]
+
+
+# dtype -> (bit width, signed)
+_INTEGER_DTYPES = {
+    Dtype.int8: (8, True),
+    Dtype.uint8: (8, False),
+    Dtype.int4: (4, True),
+    Dtype.uint4: (4, False),
+}
+
+
+class ScaleType(Enum):
+    """Representation of scale factors.
+
+    - ``float``: floating point, in the precision of the model.
+    - ``pof2``: powers of two, 2^round(log2(s)) as in Quark.
+    - ``float32`` / ``float16`` / ``bfloat16``: floating point, stored and applied in that precision.
+    """
+
+    float = "float"
+    pof2 = "pof2"
+    float32 = "float32"
+    float16 = "float16"
+    bfloat16 = "bfloat16"
+
+
+class RoundType(Enum):
+    """Rounding of scaled values to the integer grid.
+
+    - ``round``: to nearest, ties away from zero (C ``round``; 2.5 -> 3, -2.5 -> -3).
+    - ``floor``: towards minus infinity (2.5 -> 2, -2.5 -> -3).
+    - ``half_even``: to nearest, ties to even (2.5 -> 2, 3.5 -> 4; ONNX QuantizeLinear).
+    """
+
+    round = 2
+    floor = 3
+    half_even = 8
+
+
+class DeviceType(Enum):
+    """Deployment target."""
+
+    CPU = "cpu"
+    IPU = "ipu"
+
+
+class QuantizationMode(Enum):
+    """How the model is rewritten: module swap (eager) or on a traced graph."""
+
+    eager_mode = auto()
+    fx_graph_mode = auto()
+
+
+class TQTThresholdInitMeth(Enum):
+    """Threshold initialisation of TQT (Jain et al., arXiv 1903.08066, Table 2).
+
+    - ``_3SD``: |mean| + 3 standard deviations of the tensor.
+    - ``_LL_J``: Algorithm 1 of Settle et al. (arXiv 1805.07941), the threshold minimising the
+      symmetric (Jeffreys) KL divergence. Current Quark spells it ``_KL_J``; both names denote the
+      same member.
+    """
+
+    _3SD = "_3sd"
+    _LL_J = "_kl_j"
+    _KL_J = "_kl_j"  # alias of _LL_J (same value), Quark's current spelling

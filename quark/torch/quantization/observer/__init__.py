@@ -1,0 +1,237 @@
+"""Calibration observers, usable as ``QuantizationSpec.observer_cls``.
+
+Each observer accumulates a statistic of the tensors it sees during calibration and reports the
+range to quantize: ``calculate_range() -> (lo, hi)``, with ``lo <= 0 <= hi`` so that zero is
+always representable. Weights use the same statistic, computed on the weight itself by Brevitas
+at every forward (so it tracks the weight during QAT); observers are what static activations use.
+
+Why our own accumulators: Brevitas' runtime-statistics scaling averages per-batch statistics,
+which is not the MinMax of the calibration set that the Quark config asks for.
+
+=============================== ======================================================
+observer                        range over all calibration data
+=============================== ======================================================
+PerTensorMinMaxObserver         min / max
+PerChannelMinMaxObserver        min / max per index of ``ch_axis``
+PerTensorPercentileObserver     the ``percentile`` of |x| (symmetric) or the central
+                                ``percentile`` interval of x (asymmetric), from a histogram
+PerTensorMSEObserver            the clipping range minimising the quantization MSE of the
+                                histogram on the integer grid of the spec
+=============================== ======================================================
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from quark.torch.quantization.config.type import QSchemeType
+
+__all__ = [
+    "ObserverBase",
+    "PerTensorMinMaxObserver",
+    "PerChannelMinMaxObserver",
+    "PerTensorPercentileObserver",
+    "PerTensorMSEObserver",
+    "OBSERVERS",
+    "register_observer",
+]
+
+
+class ObserverBase(nn.Module):
+    """Base of all observers.
+
+    Args:
+        symmetric: whether the quantizer is symmetric (the statistic is then taken on |x|).
+        qmin, qmax: integer grid of the quantizer (used by the MSE search).
+        ch_axis: channel axis of per-channel observers.
+    """
+
+    qscheme: ClassVar[QSchemeType] = QSchemeType.per_tensor
+    statistic: ClassVar[str] = ""
+
+    def __init__(self, symmetric: bool = True, qmin: int = -128, qmax: int = 127, ch_axis: int | None = None):
+        super().__init__()
+        self.symmetric = symmetric
+        self.qmin, self.qmax = qmin, qmax
+        self.ch_axis = ch_axis
+        self.num_batches = 0
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.numel():
+            self._observe(x.detach().float())
+            self.num_batches += 1
+        return x
+
+    def _observe(self, x: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def calculate_range(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Range ``(lo, hi)`` to quantize, with ``lo <= 0 <= hi``."""
+        if not self.num_batches:
+            raise RuntimeError(f"{type(self).__name__} saw no data; run calibration batches through the model first")
+        lo, hi = self._range()
+        lo, hi = torch.clamp(lo, max=0.0), torch.clamp(hi, min=0.0)
+        if self.symmetric:
+            amax = torch.maximum(-lo, hi)
+            lo, hi = -amax, amax
+        return lo, hi
+
+    def _range(self) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+
+class PerTensorMinMaxObserver(ObserverBase):
+    """Running minimum and maximum over all calibration batches."""
+
+    statistic = "minmax"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register_buffer("min_val", torch.tensor(float("inf")), persistent=False)
+        self.register_buffer("max_val", torch.tensor(float("-inf")), persistent=False)
+
+    def _observe(self, x: torch.Tensor) -> None:
+        lo, hi = torch.aminmax(self._view(x), dim=-1)
+        if self.min_val.shape != lo.shape:  # first batch of a per-channel observer
+            self.min_val, self.max_val = lo, hi
+        else:
+            torch.minimum(self.min_val, lo, out=self.min_val)
+            torch.maximum(self.max_val, hi, out=self.max_val)
+
+    def _view(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(-1)
+
+    def _range(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.min_val.clone(), self.max_val.clone()
+
+
+class PerChannelMinMaxObserver(PerTensorMinMaxObserver):
+    """Running minimum and maximum per index of ``ch_axis``."""
+
+    qscheme = QSchemeType.per_channel
+
+    def _view(self, x: torch.Tensor) -> torch.Tensor:
+        if self.ch_axis is None:
+            raise ValueError("PerChannelMinMaxObserver needs ch_axis")
+        return x.movedim(self.ch_axis, 0).reshape(x.shape[self.ch_axis], -1)
+
+
+class _HistogramObserver(ObserverBase):
+    """Histogram of x (or |x| when symmetric) whose range doubles when data exceeds it.
+
+    Doubling the range merges pairs of bins exactly, so the histogram stays an exact count of the
+    data at the final resolution, independent of batch order.
+    """
+
+    num_bins: ClassVar[int] = 2048
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register_buffer("hist", torch.zeros(0), persistent=False)
+        self.bound = 0.0  # histogram covers [0, bound] (symmetric) or [-bound, bound]
+
+    def _observe(self, x: torch.Tensor) -> None:
+        if self.symmetric:
+            x = x.abs()
+        amax = float(x.abs().max())
+        if not self.hist.numel():
+            self.bound = amax if amax > 0 else 1.0
+            self.hist = torch.zeros(self.num_bins, device=x.device)
+        while amax > self.bound:
+            self._double_range()
+        lo = 0.0 if self.symmetric else -self.bound
+        self.hist += torch.histc(x, bins=self.num_bins, min=lo, max=self.bound)
+
+    def _double_range(self) -> None:
+        merged = self.hist.view(-1, 2).sum(dim=1)
+        new = torch.zeros_like(self.hist)
+        if self.symmetric:  # [0, b] -> [0, 2b]: old bins land in the lower half
+            new[: merged.numel()] = merged
+        else:  # [-b, b] -> [-2b, 2b]: old bins land in the middle half
+            start = self.num_bins // 4
+            new[start : start + merged.numel()] = merged
+        self.hist = new
+        self.bound *= 2
+
+    def _edges(self) -> torch.Tensor:
+        lo = 0.0 if self.symmetric else -self.bound
+        return torch.linspace(lo, self.bound, self.num_bins + 1, device=self.hist.device)
+
+
+class PerTensorPercentileObserver(_HistogramObserver):
+    """Percentile of |x| (symmetric) or central interval of x (asymmetric), to one bin.
+
+    ``percentile`` defaults to Quark's 99.99999999; subclass to change it::
+
+        class Percentile999(PerTensorPercentileObserver):
+            percentile = 99.9
+    """
+
+    statistic = "percentile"
+    percentile: ClassVar[float] = 99.99999999
+
+    def _range(self) -> tuple[torch.Tensor, torch.Tensor]:
+        cdf = torch.cumsum(self.hist, 0) / self.hist.sum()
+        edges = self._edges()
+        if self.symmetric:
+            hi_idx = torch.searchsorted(cdf, torch.tensor(self.percentile / 100, device=cdf.device))
+            hi = edges[torch.clamp(hi_idx + 1, max=self.num_bins)]
+            return -hi, hi
+        tail = (100 - self.percentile) / 200
+        lo_idx = torch.searchsorted(cdf, torch.tensor(tail, device=cdf.device), right=True)
+        hi_idx = torch.searchsorted(cdf, torch.tensor(1 - tail, device=cdf.device))
+        return edges[lo_idx], edges[torch.clamp(hi_idx + 1, max=self.num_bins)]
+
+
+class PerTensorMSEObserver(_HistogramObserver):
+    """Clipping range minimising the mean squared quantization error over the histogram.
+
+    Candidates are the histogram's bin edges (symmetric: amax; asymmetric: the observed range
+    shrunk by a common factor). Each candidate is evaluated on the spec's integer grid with
+    round-half-even, the error of every bin measured at its centre, weighted by its count.
+    """
+
+    statistic = "mse"
+    num_candidates: ClassVar[int] = 512
+
+    def _range(self) -> tuple[torch.Tensor, torch.Tensor]:
+        edges = self._edges()
+        centers = (edges[1:] + edges[:-1]) / 2
+        if self.symmetric:
+            nonzero = torch.nonzero(self.hist).flatten()
+            top = edges[int(nonzero[-1]) + 1] if nonzero.numel() else edges[-1]
+            frac = torch.linspace(1 / self.num_candidates, 1, self.num_candidates, device=edges.device)
+            amax = (top * frac)[:, None]
+            scale = amax / ((self.qmax - self.qmin) / 2) if self.qmin < 0 else amax / self.qmax
+            q = torch.clamp(torch.round(centers[None] / scale), self.qmin, self.qmax) * scale
+            best = amax[torch.argmin(((q - centers[None]) ** 2 * self.hist[None]).sum(1)), 0]
+            return -best, best
+        nonzero = torch.nonzero(self.hist).flatten()
+        lo0 = torch.clamp(edges[int(nonzero[0])], max=0.0)
+        hi0 = torch.clamp(edges[int(nonzero[-1]) + 1], min=0.0)
+        frac = torch.linspace(1 / self.num_candidates, 1, self.num_candidates, device=edges.device)[:, None]
+        lo, hi = lo0 * frac, hi0 * frac
+        scale = torch.clamp((hi - lo) / (self.qmax - self.qmin), min=torch.finfo(torch.float32).tiny)
+        zp = self.qmin - torch.round(lo / scale)
+        q = (torch.clamp(torch.round(centers[None] / scale) + zp, self.qmin, self.qmax) - zp) * scale
+        i = torch.argmin(((q - centers[None]) ** 2 * self.hist[None]).sum(1))
+        return lo[i, 0], hi[i, 0]
+
+
+#: name -> class, for serialisation and for the translation tables.
+OBSERVERS: dict[str, type[ObserverBase]] = {
+    cls.__name__: cls
+    for cls in (PerTensorMinMaxObserver, PerChannelMinMaxObserver, PerTensorPercentileObserver, PerTensorMSEObserver)
+}
+
+
+def register_observer(cls: type[ObserverBase]) -> type[ObserverBase]:
+    """Make a custom observer (e.g. a percentile subclass) usable by name in serialised configs."""
+    if not (isinstance(cls, type) and issubclass(cls, ObserverBase)):
+        raise TypeError(f"register_observer: expected a subclass of ObserverBase, got {cls!r}")
+    OBSERVERS[cls.__name__] = cls
+    return cls

@@ -1,0 +1,359 @@
+"""The resolved plan: for every module and tensor role, the effective normalised spec.
+
+Both config flavours (the main Quark API and the Brevitas extension) are normalised into
+:class:`TensorQuant`, so every later stage (translation onto Brevitas, calibration, export checks,
+the summary table) is written once. Pure data; no Brevitas import.
+
+Resolution, for every module of a supported type and every role (input_tensors, output_tensors,
+weight, bias): ``layer_quant_config`` (name pattern) > ``layer_type_quant_config`` > ``global``;
+a role left None inherits from the level below; modules whose name (or an ancestor's) matches
+``exclude`` stay float. A pattern or type that matches nothing is an error listing what exists.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from torch import nn
+
+from quark.torch.extensions.brevitas import config as ext
+from quark.torch.quantization.config import config as main
+from quark.torch.quantization.config.type import Dtype, QSchemeType, RoundType, ScaleType, ZeroPointType
+from quark.torch.quantization.observer import (
+    ObserverBase,
+    PerChannelMinMaxObserver,
+    PerTensorMinMaxObserver,
+    PerTensorMSEObserver,
+    PerTensorPercentileObserver,
+)
+
+ROLES = ("input_tensors", "output_tensors", "weight", "bias")
+ACTIVATION_ROLES = ("input_tensors", "output_tensors")
+
+#: bit widths of weights and activations; bias goes up to 32.
+MIN_BITS, MAX_BITS, MAX_BIAS_BITS = 2, 16, 32
+
+#: integer dtypes of the main API: dtype -> (bit width, signed)
+INT_DTYPES: dict[Dtype, tuple[int, bool]] = {
+    Dtype.int8: (8, True),
+    Dtype.uint8: (8, False),
+    Dtype.int4: (4, True),
+    Dtype.uint4: (4, False),
+}
+#: dtypes that will be mapped with the float / block formats.
+NOT_YET_SUPPORTED_DTYPES = tuple(d for d in Dtype if d not in INT_DTYPES)
+
+#: the Brevitas extension's stats-based activation statistic (Brevitas' default, as in Quark).
+EXT_ACT_PERCENTILE = 99.999
+
+
+@dataclass(frozen=True)
+class TensorQuant:
+    """Normalised quantization of one tensor.
+
+    ``ch_axis`` None means the layer's natural channel axis (output channels of a weight,
+    axis 1 of an activation), resolved when the layer is known. ``observer`` is the statistic's
+    class: activations instantiate it for calibration, weights compute the same statistic on the
+    weight at every forward.
+    """
+
+    bit_width: int
+    signed: bool
+    symmetric: bool = True
+    qscheme: QSchemeType = QSchemeType.per_tensor
+    ch_axis: int | None = None
+    group_size: int | None = None
+    scale_type: ScaleType = ScaleType.float
+    round_method: RoundType = RoundType.half_even
+    zero_point_type: ZeroPointType = ZeroPointType.int32
+    observer: type[ObserverBase] = PerTensorMinMaxObserver
+    percentile: float | None = None
+    is_dynamic: bool = False
+    bias_scale_from_product: bool = False  # bias: scale = input scale x weight scale
+
+    @property
+    def statistic(self) -> str:
+        return self.observer.statistic
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """Integer grid (qmin, qmax). Asymmetric tensors use the unsigned grid with a zero point."""
+        if self.symmetric and self.signed:
+            return -(2 ** (self.bit_width - 1)), 2 ** (self.bit_width - 1) - 1
+        return 0, 2**self.bit_width - 1
+
+    def describe(self) -> str:
+        """Short human description, used by the summary table."""
+        kind = f"{'int' if self.signed else 'uint'}{self.bit_width}"
+        parts = [kind, "sym" if self.symmetric else "asym", self.qscheme.name]
+        if self.qscheme is not QSchemeType.per_tensor and self.ch_axis is not None:
+            parts.append(f"axis={self.ch_axis}")
+        if self.group_size:
+            parts.append(f"g={self.group_size}")
+        parts.append(self.scale_type.name)
+        if self.bias_scale_from_product:
+            parts.append("scale=s_in*s_w")
+        else:
+            stat = self.statistic + (f"{self.percentile:g}" if self.percentile else "")
+            parts.append("dynamic" if self.is_dynamic else stat)
+        if self.round_method is not RoundType.half_even:
+            parts.append(self.round_method.name)
+        if not self.symmetric and self.zero_point_type is ZeroPointType.float32:
+            parts.append("zp=float")
+        return " ".join(parts)
+
+
+def _fail(where: str, message: str) -> ValueError:
+    return ValueError(f"{where}: {message}")
+
+
+# -- normalisation of the main API's QuantizationSpec -------------------------------------------
+
+
+def _from_main(spec: main.QuantizationSpec, role: str, where: str) -> TensorQuant:
+    if spec.dtype not in INT_DTYPES:
+        raise _fail(
+            where,
+            f"dtype=Dtype.{spec.dtype.name} is not yet supported (float and block formats are a separate "
+            f"feature); supported: {', '.join('Dtype.' + d.name for d in INT_DTYPES)}",
+        )
+    bits, signed = INT_DTYPES[spec.dtype]
+    qscheme = spec.qscheme or QSchemeType.per_tensor
+    observer = spec.observer_cls or (PerTensorMinMaxObserver if qscheme is QSchemeType.per_tensor else PerChannelMinMaxObserver)
+    if qscheme is QSchemeType.per_group and observer is not PerChannelMinMaxObserver:
+        raise _fail(where, f"qscheme=per_group takes observer_cls=PerChannelMinMaxObserver, got {observer.__name__}")
+    symmetric = True if spec.symmetric is None else spec.symmetric
+    tq = TensorQuant(
+        bit_width=bits,
+        signed=signed,
+        symmetric=symmetric,
+        qscheme=qscheme,
+        ch_axis=spec.ch_axis,
+        group_size=spec.group_size,
+        scale_type=spec.scale_type or ScaleType.float,
+        round_method=spec.round_method or RoundType.half_even,
+        zero_point_type=spec.zero_point_type or ZeroPointType.int32,
+        observer=observer,
+        percentile=getattr(observer, "percentile", None),
+        is_dynamic=bool(spec.is_dynamic),
+        bias_scale_from_product=role == "bias" and spec.observer_cls is None,
+    )
+    return _check_role(tq, role, where)
+
+
+# -- normalisation of the Brevitas extension's QuantizationSpec ---------------------------------
+
+_EXT_OBSERVERS: dict[tuple[ext.ParamType, bool, QSchemeType], type[ObserverBase]] = {
+    # (param_type, is activation, qscheme) -> statistic
+    (ext.ParamType.stats, False, QSchemeType.per_tensor): PerTensorMinMaxObserver,
+    (ext.ParamType.stats, False, QSchemeType.per_channel): PerChannelMinMaxObserver,
+    (ext.ParamType.stats, True, QSchemeType.per_tensor): PerTensorPercentileObserver,
+    (ext.ParamType.mse, False, QSchemeType.per_tensor): PerTensorMSEObserver,
+    (ext.ParamType.mse, False, QSchemeType.per_channel): PerTensorMSEObserver,
+    (ext.ParamType.mse, True, QSchemeType.per_tensor): PerTensorMSEObserver,
+}
+
+
+def _from_ext(spec: ext.QuantizationSpec, role: str, where: str) -> TensorQuant:
+    if spec.quant_type is not ext.QuantType.int_quant:
+        raise _fail(
+            where,
+            "quant_type=QuantType.float_quant is not yet supported (minifloat formats are a separate feature); "
+            "supported: QuantType.int_quant",
+        )
+    if role == "bias":
+        return _check_role(
+            TensorQuant(bit_width=spec.bit_width, signed=True, bias_scale_from_product=True, scale_type=spec.scale_type),
+            role,
+            where,
+        )
+    key = (spec.param_type, role in ACTIVATION_ROLES, spec.qscheme)
+    if key not in _EXT_OBSERVERS:
+        allowed = sorted(f"{p.name}/{q.name}" for p, act, q in _EXT_OBSERVERS if act == key[1])
+        raise _fail(
+            where,
+            f"param_type={spec.param_type.name} with qscheme={spec.qscheme.name} is not supported for "
+            f"{role}; supported param_type/qscheme: {allowed}",
+        )
+    observer = _EXT_OBSERVERS[key]
+    tq = TensorQuant(
+        bit_width=spec.bit_width,
+        signed=spec.symmetric,  # the extension quantizes asymmetric tensors on an unsigned grid
+        symmetric=spec.symmetric,
+        qscheme=spec.qscheme,
+        scale_type=spec.scale_type,
+        observer=observer,
+        percentile=EXT_ACT_PERCENTILE if observer is PerTensorPercentileObserver else None,
+    )
+    return _check_role(tq, role, where)
+
+
+# -- rules every normalised spec obeys -----------------------------------------------------------
+
+SUPPORTED_SCALE_TYPES = (ScaleType.float, ScaleType.pof2, ScaleType.float32, ScaleType.float16, ScaleType.bfloat16)
+
+
+def _check_role(tq: TensorQuant, role: str, where: str) -> TensorQuant:
+    max_bits = MAX_BIAS_BITS if role == "bias" else MAX_BITS
+    if not MIN_BITS <= tq.bit_width <= max_bits:
+        raise _fail(where, f"bit width {tq.bit_width} is not supported for {role}; allowed {MIN_BITS}..{max_bits}")
+    if tq.scale_type not in SUPPORTED_SCALE_TYPES:
+        raise _fail(where, f"scale_type={tq.scale_type} not supported; allowed {[s.name for s in SUPPORTED_SCALE_TYPES]}")
+    if role == "weight" and tq.is_dynamic:
+        raise _fail(where, "is_dynamic=True applies to activations; weights are always quantized from their own values")
+    if role in ACTIVATION_ROLES and tq.qscheme is QSchemeType.per_group:
+        raise _fail(where, f"qscheme=per_group is supported for weights only, not for {role}")
+    if role in ACTIVATION_ROLES and tq.is_dynamic and tq.qscheme is not QSchemeType.per_tensor:
+        raise _fail(where, f"is_dynamic=True is supported with qscheme=per_tensor, got {tq.qscheme.name}")
+    if role == "bias":
+        if not tq.symmetric:
+            raise _fail(where, "bias quantization must be symmetric (symmetric=True)")
+        if tq.qscheme is not QSchemeType.per_tensor and not tq.bias_scale_from_product:
+            raise _fail(where, "a bias with its own observer must be per_tensor")
+        if tq.is_dynamic:
+            raise _fail(where, "is_dynamic=True does not apply to bias")
+    if not tq.symmetric and not tq.signed and tq.bit_width and role == "bias":
+        raise _fail(where, "bias must be signed")
+    return tq
+
+
+NORMALISERS: dict[type, Callable[[Any, str, str], TensorQuant]] = {
+    main.QuantizationSpec: _from_main,
+    ext.QuantizationSpec: _from_ext,
+}
+
+
+def normalise(spec: Any, role: str, where: str) -> TensorQuant:
+    """Normalise a spec of either flavour; ``where`` names it in error messages."""
+    try:
+        normaliser = NORMALISERS[type(spec)]
+    except KeyError:
+        raise TypeError(f"{where}: expected a QuantizationSpec, got {type(spec).__name__}") from None
+    return normaliser(spec, role, where)
+
+
+# -- the plan ---------------------------------------------------------------------------------
+
+
+@dataclass
+class LayerPlan:
+    """Effective quantization of one module: spec per role and where each came from."""
+
+    name: str
+    module_type: type[nn.Module]
+    specs: dict[str, TensorQuant | None]
+    sources: dict[str, str] = field(default_factory=dict)
+    target_device: Any = None
+
+    @property
+    def quantized(self) -> bool:
+        return any(self.specs.values())
+
+
+@dataclass
+class ConfigView:
+    """The parts of either Config flavour that resolution needs."""
+
+    global_config: Any
+    type_configs: dict[Any, Any]
+    name_configs: dict[str, Any]
+    exclude: list[str]
+
+    @classmethod
+    def of(cls, config: Any) -> ConfigView:
+        if isinstance(config, main.Config):
+            return cls(config.global_quant_config, config.layer_type_quant_config, config.layer_quant_config, config.exclude)
+        if isinstance(config, ext.Config):
+            return cls(config.global_quant_config, {}, {}, [])
+        raise TypeError(
+            f"expected quark.torch.quantization.config.config.Config or "
+            f"quark.torch.extensions.brevitas.config.Config, got {type(config).__name__}"
+        )
+
+
+def _type_name(key: Any) -> str:
+    return key if isinstance(key, str) else key.__name__
+
+
+def resolve(model: nn.Module, config: Any, supported: tuple[type[nn.Module], ...]) -> list[LayerPlan]:
+    """Resolve ``config`` over ``model``: one :class:`LayerPlan` per module of a supported type.
+
+    Raises ``ValueError`` (before anything is changed) when a name pattern, exclude pattern or
+    layer type matches nothing, or a spec cannot be honoured.
+    """
+    view = ConfigView.of(config)
+    names = [n for n, _ in model.named_modules() if n]
+    types_present = {type(m).__name__: type(m) for m in model.modules()}
+    supported_names = {t.__name__ for t in supported}
+
+    for key in view.type_configs:
+        tname = _type_name(key)
+        if tname not in supported_names:
+            raise ValueError(
+                f"layer_type_quant_config[{tname!r}]: {tname} is not a quantizable layer type; "
+                f"supported: {sorted(supported_names)}"
+            )
+        if tname not in types_present or (not isinstance(key, str) and types_present[tname] is not key):
+            present = sorted(supported_names & set(types_present))
+            raise ValueError(
+                f"layer_type_quant_config[{tname!r}] matches no module of the model; quantizable types present: {present}"
+            )
+    for label, patterns in (("layer_quant_config", list(view.name_configs)), ("exclude", view.exclude)):
+        for pattern in patterns:
+            if not any(fnmatch.fnmatchcase(n, pattern) for n in names):
+                raise ValueError(f"{label} pattern {pattern!r} matches no module; modules: {_preview(names)}")
+
+    plans: list[LayerPlan] = []
+    skip_prefixes: list[str] = []
+    for name, module in model.named_modules():
+        if not name or any(name.startswith(p) for p in skip_prefixes):
+            continue
+        if type(module) not in supported:
+            continue
+        skip_prefixes.append(name + ".")  # never quantize inside a quantized (or excluded) layer
+        if _excluded(name, view.exclude):
+            continue
+        plans.append(_plan_layer(name, module, view))
+    return plans
+
+
+def _excluded(name: str, patterns: list[str]) -> bool:
+    parts = name.split(".")
+    ancestors = [".".join(parts[: i + 1]) for i in range(len(parts))]
+    return any(fnmatch.fnmatchcase(a, p) for a in ancestors for p in patterns)
+
+
+def _plan_layer(name: str, module: nn.Module, view: ConfigView) -> LayerPlan:
+    levels: list[tuple[str, Any]] = []
+    exact = view.name_configs.get(name)
+    if exact is not None:
+        levels.append((f"layer_quant_config[{name!r}]", exact))
+    else:
+        for pattern, cfg in view.name_configs.items():
+            if fnmatch.fnmatchcase(name, pattern):
+                levels.append((f"layer_quant_config[{pattern!r}]", cfg))
+                break
+    for key, cfg in view.type_configs.items():
+        if _type_name(key) == type(module).__name__:
+            levels.append((f"layer_type_quant_config[{_type_name(key)!r}]", cfg))
+    levels.append(("global_quant_config", view.global_config))
+
+    specs: dict[str, TensorQuant | None] = {}
+    sources: dict[str, str] = {}
+    for role in ROLES:
+        specs[role] = None
+        for label, cfg in levels:
+            spec = getattr(cfg, role)
+            if spec is not None:
+                specs[role] = normalise(spec, role, f"{label}.{role} (module {name!r})")
+                sources[role] = label
+                break
+    target = next((cfg.target_device for _, cfg in levels if getattr(cfg, "target_device", None)), None)
+    return LayerPlan(name, type(module), specs, sources, target)
+
+
+def _preview(names: list[str], limit: int = 30) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
