@@ -357,3 +357,15 @@ def _plan_layer(name: str, module: nn.Module, view: ConfigView) -> LayerPlan:
 def _preview(names: list[str], limit: int = 30) -> str:
     shown = ", ".join(names[:limit])
     return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
+
+
+def format_plan(plans: list[LayerPlan]) -> str:
+    """Plain-text table: one row per layer, one column per role, '-' where a role stays float."""
+    headers = ("layer", "type", *ROLES)
+    rows = [
+        (p.name, p.module_type.__name__, *((p.specs[r].describe() if p.specs[r] else "-") for r in ROLES))
+        for p in plans
+    ]
+    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(headers), line("-" * w for w in widths), *map(line, rows)])

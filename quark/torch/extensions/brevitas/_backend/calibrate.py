@@ -1,0 +1,153 @@
+"""Calibration: observe static activation quantizers' inputs, then set their scales and zero points.
+
+Every static activation proxy built by :mod:`.mapping` carries its normalised spec; calibration
+attaches that spec's observer to the proxy's input, runs the batches through the model with
+activation quantization disabled (weights stay quantized), and writes the observed range into the
+proxy's learned scale (and zero point), from which Brevitas computes Quark's scale.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from brevitas.proxy.runtime_quant import ActQuantProxyFromInjector, DynamicActQuantProxyFromInjector
+from torch import nn
+from tqdm.auto import tqdm
+
+from quark.torch.quantization.plan import TensorQuant
+
+logger = logging.getLogger(__name__)
+
+
+def static_act_proxies(model: nn.Module) -> list[tuple[str, ActQuantProxyFromInjector, TensorQuant]]:
+    """Static activation quantizers of ``model`` built from a Quark spec, with their specs."""
+    found = []
+    for name, proxy in model.named_modules():
+        if isinstance(proxy, ActQuantProxyFromInjector) and not isinstance(proxy, DynamicActQuantProxyFromInjector):
+            spec = getattr(proxy.quant_injector, "quark_spec", None) if proxy.is_quant_enabled else None
+            if spec is not None:
+                found.append((name, proxy, spec))
+    return found
+
+
+def calibrate(
+    model: nn.Module, batches: Iterable[Any], num_batches: int | None = None, progress: bool = True
+) -> int:
+    """Run ``batches`` through ``model`` and initialise every static activation quantizer.
+
+    Returns the number of batches used. Raises ``ValueError`` when no batch arrived or a
+    quantizer saw no data (its layer was never called).
+    """
+    proxies = static_act_proxies(model)
+    observers = {}
+    hooks = []
+    for name, proxy, spec in proxies:
+        qmin, qmax = spec.grid
+        observer = spec.observer(symmetric=spec.symmetric, qmin=qmin, qmax=qmax, ch_axis=spec.ch_axis)
+        observers[name] = observer
+        hooks.append(proxy.register_forward_pre_hook(lambda _m, args, obs=observer: obs(args[0])))
+        proxy.disable_quant = True
+    was_training = model.training
+    model.eval()
+    used = 0
+    try:
+        with torch.no_grad():
+            for batch in _progress(batches, num_batches, progress):
+                run_batch(model, batch)
+                used += 1
+    finally:
+        for hook in hooks:
+            hook.remove()
+        for _, proxy, _ in proxies:
+            proxy.disable_quant = False
+        model.train(was_training)
+    if not used:
+        raise ValueError("calibration received no batch: the calibration data is empty")
+    silent = [name for name, obs in observers.items() if not obs.num_batches]
+    if silent:
+        raise ValueError(f"these activation quantizers saw no data during calibration (layer never called): {silent}")
+    for name, proxy, spec in proxies:
+        set_range(proxy, spec, *observers[name].calculate_range())
+    logger.info("calibrated %d activation quantizers on %d batches", len(proxies), used)
+    return used
+
+
+def set_range(proxy: ActQuantProxyFromInjector, spec: TensorQuant, lo: torch.Tensor, hi: torch.Tensor) -> None:
+    """Write the range [lo, hi] into the proxy's learned threshold (and zero point)."""
+    tensor_quant = proxy.fused_activation_quant_proxy.tensor_quant
+    if spec.symmetric:
+        threshold = hi if not spec.signed else torch.maximum(-lo, hi)
+    else:
+        threshold = hi - lo
+        zero_point = tensor_quant.zero_point_impl.value
+        zero_point.data.copy_((-lo).to(zero_point).expand_as(zero_point))
+    threshold = torch.clamp(threshold, min=torch.finfo(torch.float32).tiny)
+    value = tensor_quant.scaling_impl.value
+    value.data.copy_(threshold.to(value).expand_as(value))
+
+
+def _progress(batches: Iterable[Any], num_batches: int | None, enabled: bool) -> Iterable[Any]:
+    if num_batches is not None:
+        batches = itertools.islice(batches, num_batches)
+    try:
+        total = len(batches)  # type: ignore[arg-type]
+    except TypeError:
+        total = None
+    if total is not None and num_batches is not None:
+        total = min(total, num_batches)
+    elif total is None:
+        total = num_batches
+    return tqdm(batches, total=total, desc="calibration", disable=not enabled, leave=False)
+
+
+def run_batch(model: nn.Module, batch: Any) -> Any:
+    """Call ``model`` on one batch of any of the accepted forms.
+
+    - a tensor: the single input;
+    - a tuple or list: as many leading elements as ``forward`` has required positional inputs (a
+      classifier's ``(inputs, targets)`` gives ``inputs``), all of them when it takes ``*args``;
+    - a dict: keyword arguments, restricted to those ``forward`` accepts unless it takes ``**kwargs``.
+
+    Tensors move to the model's device; floating tensors take the model's floating dtype,
+    integer tensors (token ids) stay integer.
+    """
+    device, dtype = _device_dtype(model)
+    batch = _to(batch, device, dtype)
+    if isinstance(batch, torch.Tensor):
+        return model(batch)
+    params = inspect.signature(model.forward).parameters.values()
+    if isinstance(batch, Mapping):
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            accepted = {p.name for p in params}
+            batch = {k: v for k, v in batch.items() if k in accepted}
+        return model(**batch)
+    if isinstance(batch, (tuple, list)):
+        if any(p.kind is p.VAR_POSITIONAL for p in params):
+            return model(*batch)
+        required = sum(
+            p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty for p in params
+        )
+        return model(*batch[: max(required, 1)])
+    raise TypeError(f"calibration batch of type {type(batch).__name__}: expected a tensor, tuple, list or dict")
+
+
+def _device_dtype(model: nn.Module) -> tuple[torch.device, torch.dtype]:
+    for p in itertools.chain(model.parameters(), model.buffers()):
+        if p.is_floating_point():
+            return p.device, p.dtype
+    return torch.device("cpu"), torch.float32
+
+
+def _to(obj: Any, device: torch.device, dtype: torch.dtype) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device=device, dtype=dtype if obj.is_floating_point() else None)
+    if isinstance(obj, Mapping):
+        return {k: _to(v, device, dtype) for k, v in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_to(v, device, dtype) for v in obj)
+    return obj

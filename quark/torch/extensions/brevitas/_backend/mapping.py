@@ -1,0 +1,289 @@
+"""Translation of the resolved plan onto Brevitas: tables, not if-chains.
+
+A :class:`~quark.torch.quantization.plan.TensorQuant` becomes a Brevitas quantizer injector in
+three steps, each a table lookup:
+
+1. a stock Brevitas quantizer chosen by (role kind, symmetric, statistic) -> ``*_BASES``;
+2. overrides that make its numbers Quark's: bit width, full integer range, Quark's integer
+   threshold, rounding (``ROUND_IMPLS``), scale representation (``SCALE_RESTRICTS``), zero point;
+3. granularity (per tensor / channel / group) from ``GRANULARITY``.
+
+``LAYERS`` maps each supported float layer to its Brevitas layer and the keyword arguments that
+receive each role's quantizer. The normalised spec travels inside the injector as ``quark_spec``
+so that calibration and the summary can read it back from the built proxies.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from brevitas import config as brevitas_config
+from brevitas.core.function_wrapper import FloorSte, RoundSte
+from brevitas.core.stats import NegativePercentileOrZero
+from brevitas.core.zero_point import ParameterZeroPoint
+from brevitas.graph.base import ModuleToModuleByInstance
+from brevitas.inject.enum import ScalingImplType, ScalingPerOutputType, StatsOp
+from brevitas.proxy.groupwise_int_parameter_quant import GroupwiseWeightQuantProxyFromInjector
+from brevitas.proxy.runtime_quant import DynamicActQuantProxyFromInjector
+from brevitas.quant.scaled_int import (
+    Int8ActPerTensorFloat,
+    Int8BiasPerTensorFloatInternalScaling,
+    Int8WeightPerTensorFloat,
+    Int8WeightPerTensorFloatMSE,
+    IntBias,
+)
+from brevitas.quant.shifted_scaled_int import (
+    ShiftedUint8ActPerTensorFloat,
+    ShiftedUint8WeightPerTensorFloat,
+    ShiftedUint8WeightPerTensorFloatMSE,
+)
+import brevitas.nn as qnn
+from torch import nn
+
+from quark.torch.extensions.brevitas._backend.quantizers import (
+    CastScale,
+    DynamicScaling,
+    DynamicZeroPoint,
+    Pof2Scale,
+    QuarkIntScaling,
+    RoundHalfAwayFromZeroSte,
+)
+from quark.torch.quantization.config.type import QSchemeType, RoundType, ScaleType, ZeroPointType
+from quark.torch.quantization.plan import LayerPlan, TensorQuant
+
+ROUND_IMPLS: dict[RoundType, type[nn.Module]] = {
+    RoundType.half_even: RoundSte,  # torch.round: ties to even
+    RoundType.floor: FloorSte,
+    RoundType.round: RoundHalfAwayFromZeroSte,
+}
+
+#: ScaleType -> (restriction module applied to the scale, its keyword arguments); None: unrestricted.
+SCALE_RESTRICTS: dict[ScaleType, tuple[type[nn.Module], dict[str, Any]] | None] = {
+    ScaleType.float: None,
+    ScaleType.float32: (CastScale, {"scale_dtype": torch.float32}),
+    ScaleType.float16: (CastScale, {"scale_dtype": torch.float16}),
+    ScaleType.bfloat16: (CastScale, {"scale_dtype": torch.bfloat16}),
+    ScaleType.pof2: (Pof2Scale, {}),
+}
+
+#: weights: (symmetric, statistic) -> stock quantizer computing that statistic on the weight.
+WEIGHT_BASES: dict[tuple[bool, str], Any] = {
+    (True, "minmax"): Int8WeightPerTensorFloat,  # abs-max
+    (False, "minmax"): ShiftedUint8WeightPerTensorFloat,  # min/max with zero point
+    (True, "percentile"): Int8WeightPerTensorFloat.let(scaling_stats_op=StatsOp.PERCENTILE),
+    (False, "percentile"): ShiftedUint8WeightPerTensorFloat.let(
+        scaling_stats_op=StatsOp.PERCENTILE_INTERVAL, zero_point_stats_impl=NegativePercentileOrZero
+    ),
+    (True, "mse"): Int8WeightPerTensorFloatMSE,
+    (False, "mse"): ShiftedUint8WeightPerTensorFloatMSE,
+}
+
+#: static activations: a learned scale (and zero point) initialised by calibration observers.
+STATIC_ACT_BASES: dict[bool, Any] = {
+    True: Int8ActPerTensorFloat.let(scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0),
+    False: ShiftedUint8ActPerTensorFloat.let(
+        scaling_impl_type=ScalingImplType.PARAMETER,
+        scaling_init=1.0,
+        zero_point_impl=ParameterZeroPoint,
+        zero_point_init=0.0,
+    ),
+}
+
+#: dynamic activations: scale (and zero point) from each tensor at run time.
+DYNAMIC_ACT_BASES: dict[bool, Any] = {
+    True: Int8ActPerTensorFloat.let(proxy_class=DynamicActQuantProxyFromInjector, scaling_impl=DynamicScaling),
+    False: ShiftedUint8ActPerTensorFloat.let(
+        proxy_class=DynamicActQuantProxyFromInjector, scaling_impl=DynamicScaling, zero_point_impl=DynamicZeroPoint
+    ),
+}
+
+#: layer type -> axis of its weight holding output channels.
+OUTPUT_CHANNEL_AXIS: dict[type[nn.Module], int] = {
+    nn.ConvTranspose1d: 1,
+    nn.ConvTranspose2d: 1,
+    nn.ConvTranspose3d: 1,
+}
+
+_WBIOL_ROLES = {
+    "input_tensors": ("input_quant",),
+    "output_tensors": ("output_quant",),
+    "weight": ("weight_quant",),
+    "bias": ("bias_quant",),
+}
+_MHA_ROLES = {
+    "input_tensors": ("in_proj_input_quant", "out_proj_input_quant"),
+    "output_tensors": ("out_proj_output_quant",),
+    "weight": ("in_proj_weight_quant", "out_proj_weight_quant"),
+    "bias": ("in_proj_bias_quant", "out_proj_bias_quant"),
+}
+#: quantizers of Brevitas' MultiheadAttention that no Quark role covers: kept float.
+_MHA_FLOAT = ("softmax_input_quant", "attn_output_weights_quant", "q_scaled_quant", "k_transposed_quant", "v_quant")
+
+#: float layer -> (Brevitas layer, role -> keyword arguments that receive the role's quantizer)
+LAYERS: dict[type[nn.Module], tuple[type[nn.Module], dict[str, tuple[str, ...]]]] = {
+    nn.Linear: (qnn.QuantLinear, _WBIOL_ROLES),
+    nn.Conv1d: (qnn.QuantConv1d, _WBIOL_ROLES),
+    nn.Conv2d: (qnn.QuantConv2d, _WBIOL_ROLES),
+    nn.Conv3d: (qnn.QuantConv3d, _WBIOL_ROLES),
+    nn.ConvTranspose1d: (qnn.QuantConvTranspose1d, _WBIOL_ROLES),
+    nn.ConvTranspose2d: (qnn.QuantConvTranspose2d, _WBIOL_ROLES),
+    nn.ConvTranspose3d: (qnn.QuantConvTranspose3d, _WBIOL_ROLES),
+    nn.MultiheadAttention: (qnn.QuantMultiheadAttention, _MHA_ROLES),
+}
+SUPPORTED_LAYERS: tuple[type[nn.Module], ...] = tuple(LAYERS)
+
+
+def _common(tq: TensorQuant) -> dict[str, Any]:
+    """Overrides every integer quantizer gets: Quark's grid, threshold, rounding and scale type."""
+    kwargs: dict[str, Any] = {
+        "quark_spec": tq,
+        "bit_width": tq.bit_width,
+        "narrow_range": False,
+        "signed": tq.symmetric and tq.signed,
+        "int_scaling_impl": QuarkIntScaling,
+        "float_to_int_impl": ROUND_IMPLS[tq.round_method],
+        "restrict_scale_threshold_impl": None,
+    }
+    restrict = SCALE_RESTRICTS[tq.scale_type]
+    if restrict is not None:
+        kwargs["restrict_scale_threshold_impl"], extra = restrict
+        kwargs.update(extra)
+    if not tq.symmetric:
+        kwargs["quantize_zero_point"] = tq.zero_point_type is ZeroPointType.int32
+    return kwargs
+
+
+def _percentile_kwargs(tq: TensorQuant) -> dict[str, Any]:
+    if tq.statistic != "percentile":
+        return {}
+    if tq.symmetric:
+        return {"high_percentile_q": tq.percentile}
+    tail = (100 - tq.percentile) / 2  # Quark: the central `percentile` interval
+    return {"low_percentile_q": tail, "high_percentile_q": 100 - tail}
+
+
+def weight_quant(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
+    """Injector of a weight quantizer for ``weight`` of ``module``."""
+    inj = WEIGHT_BASES[(tq.symmetric, tq.statistic)].let(**_common(tq), **_percentile_kwargs(tq))
+    return GRANULARITY[tq.qscheme](inj, tq, module, weight)
+
+
+def _per_tensor(inj: Any, tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
+    return inj.let(scaling_per_output_type=ScalingPerOutputType.TENSOR)
+
+
+def _per_channel(inj: Any, tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
+    axis = _axis(tq, module, weight)
+    return inj.let(
+        scaling_per_output_type=ScalingPerOutputType.CHANNEL, output_channel_dim=axis, out_channels=weight.shape[axis]
+    )
+
+
+def _per_group(inj: Any, tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
+    axis = _axis(tq, module, weight)
+    return inj.let(
+        proxy_class=GroupwiseWeightQuantProxyFromInjector,
+        scaling_per_output_type=ScalingPerOutputType.GROUP,
+        group_size=tq.group_size,
+        group_dim=axis,
+    )
+
+
+GRANULARITY: dict[QSchemeType, Callable[..., Any]] = {
+    QSchemeType.per_tensor: _per_tensor,
+    QSchemeType.per_channel: _per_channel,
+    QSchemeType.per_group: _per_group,
+}
+
+
+def _axis(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> int:
+    axis = OUTPUT_CHANNEL_AXIS.get(type(module), 0) if tq.ch_axis is None else tq.ch_axis
+    return axis % weight.dim()
+
+
+def act_quant(tq: TensorQuant) -> Any:
+    """Injector of an activation quantizer (static: learned scale set by calibration; or dynamic)."""
+    bases = DYNAMIC_ACT_BASES if tq.is_dynamic else STATIC_ACT_BASES
+    kwargs = _common(tq)
+    if tq.is_dynamic:
+        kwargs["symmetric"] = tq.symmetric
+    return bases[tq.symmetric].let(**kwargs)
+
+
+def bias_quant(tq: TensorQuant) -> Any:
+    """Injector of a bias quantizer: scale = input scale x weight scale, or its own abs-max scale."""
+    if tq.bias_scale_from_product:
+        return IntBias.let(
+            quark_spec=tq, bit_width=tq.bit_width, narrow_range=False, float_to_int_impl=ROUND_IMPLS[tq.round_method]
+        )
+    return Int8BiasPerTensorFloatInternalScaling.let(**_common(tq))
+
+
+def check_layer(plan: LayerPlan, module: nn.Module) -> None:
+    """Rules that need the module: raise before anything is built."""
+    where = f"module {plan.name!r} ({type(module).__name__})"
+    specs = plan.specs
+    bias = specs["bias"]
+    if bias is not None and bias.bias_scale_from_product and (specs["input_tensors"] is None or specs["weight"] is None):
+        raise ValueError(
+            f"{where}: bias with scale = input scale x weight scale needs input_tensors and weight quantized "
+            "too; quantize them, or give the bias spec its own observer_cls"
+        )
+    if bias is not None and specs["input_tensors"] is not None and specs["input_tensors"].is_dynamic and bias.bias_scale_from_product:
+        raise ValueError(f"{where}: a bias scaled by the input scale needs a static input_tensors spec, got is_dynamic=True")
+    if bias is not None and bias.bias_scale_from_product and bias.scale_type is ScaleType.pof2:
+        for role in ("input_tensors", "weight"):
+            if specs[role].scale_type is not ScaleType.pof2:
+                raise ValueError(
+                    f"{where}: bias scale_type=pof2 needs pof2 {role} scales (its scale is their product), "
+                    f"got {role} scale_type={specs[role].scale_type.name}"
+                )
+    weight = specs["weight"]
+    if weight is not None:
+        for tensor_name, tensor in _weights(module):
+            if weight.ch_axis is not None and not -tensor.dim() <= weight.ch_axis < tensor.dim():
+                raise ValueError(f"{where}: weight ch_axis={weight.ch_axis} is out of range for {tensor_name} of shape {tuple(tensor.shape)}")
+            if weight.qscheme is QSchemeType.per_group:
+                axis = _axis(weight, module, tensor)
+                if tensor.shape[axis] % weight.group_size:
+                    raise ValueError(
+                        f"{where}: weight group_size={weight.group_size} does not divide axis {axis} of "
+                        f"{tensor_name} (shape {tuple(tensor.shape)}); choose a group_size dividing {tensor.shape[axis]}"
+                    )
+    if bias is not None and getattr(module, "bias", None) is None and not isinstance(module, nn.MultiheadAttention):
+        plan.specs["bias"] = None  # nothing to quantize; the summary shows '-'
+
+
+def _weights(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    if isinstance(module, nn.MultiheadAttention):
+        if module.in_proj_weight is None:
+            return [("q_proj_weight", module.q_proj_weight), ("out_proj.weight", module.out_proj.weight)]
+        return [("in_proj_weight", module.in_proj_weight), ("out_proj.weight", module.out_proj.weight)]
+    return [("weight", module.weight)]
+
+
+ROLE_BUILDERS: dict[str, Callable[..., Any]] = {
+    "input_tensors": lambda tq, module, weight: act_quant(tq),
+    "output_tensors": lambda tq, module, weight: act_quant(tq),
+    "weight": weight_quant,
+    "bias": lambda tq, module, weight: bias_quant(tq),
+}
+
+
+def build_layer(plan: LayerPlan, module: nn.Module) -> nn.Module:
+    """The Brevitas layer that replaces ``module`` according to ``plan`` (``module`` is not modified)."""
+    quant_cls, roles = LAYERS[type(module)]
+    kwargs: dict[str, Any] = {"return_quant_tensor": False}
+    if isinstance(module, nn.MultiheadAttention):
+        kwargs.update(dict.fromkeys(_MHA_FLOAT))
+    for role, names in roles.items():
+        tq = plan.specs[role]
+        for name, weight in zip(names, [w for _, w in _weights(module)] * 2):
+            kwargs[name] = ROLE_BUILDERS[role](tq, module, weight) if tq is not None else None
+    # The float layer has no quantizer state: its state_dict lacks their keys by construction.
+    previous, brevitas_config.IGNORE_MISSING_KEYS = brevitas_config.IGNORE_MISSING_KEYS, True
+    try:
+        return ModuleToModuleByInstance(module, quant_cls, **kwargs).init_new_module(module)
+    finally:
+        brevitas_config.IGNORE_MISSING_KEYS = previous

@@ -1,0 +1,92 @@
+"""Brevitas building blocks that Brevitas does not ship, each plugged into stock injectors.
+
+- :class:`QuarkIntScaling`: Quark's integer threshold. Quark divides a symmetric range by
+  (qmax - qmin) / 2 (127.5 for int8), Brevitas by 2^(b-1); the integer grid is the same.
+- :class:`Pof2Scale`, :class:`CastScale`: restrictions applied to the *scale itself* (Brevitas'
+  power-of-two restriction rounds the threshold and the integer range separately, which is not
+  Quark's 2^round(log2(scale))).
+- :class:`RoundHalfAwayFromZeroSte`: ``RoundType.round``; Brevitas has half-even, floor, ceil and
+  the DPU's half-up, but no half away from zero.
+- :class:`DynamicScaling`, :class:`DynamicZeroPoint`: per-tensor scale and zero point computed
+  from each tensor at run time; Brevitas core ships dynamic scaling per group only.
+"""
+
+from __future__ import annotations
+
+import torch
+from brevitas.core.zero_point import _ScaleShiftZeroPoint
+from brevitas.function.ops_ste import round_ste
+from torch import Tensor, nn
+
+
+class QuarkIntScaling(nn.Module):
+    """Integer threshold of Quark's formulas: (2^b - 1) / 2 for a signed symmetric grid, 2^b - 1 else."""
+
+    def __init__(self, signed: bool):
+        super().__init__()
+        self.signed = signed
+
+    def forward(self, bit_width: Tensor) -> Tensor:
+        levels = 2.0**bit_width - 1
+        return levels / 2 if self.signed else levels
+
+
+class Pof2Scale(nn.Module):
+    """scale -> 2^round(log2(scale)), with a straight-through gradient in the log domain."""
+
+    def __init__(self) -> None:  # explicit: Brevitas' injector rejects *args/**kwargs
+        super().__init__()
+
+    def forward(self, scale: Tensor) -> Tensor:
+        return torch.exp2(round_ste(torch.log2(scale)))
+
+
+class CastScale(nn.Module):
+    """scale -> scale rounded to ``dtype`` (float16 / bfloat16 / float32), straight-through gradient."""
+
+    def __init__(self, dtype: torch.dtype):
+        super().__init__()
+        self.dtype = dtype
+
+    def forward(self, scale: Tensor) -> Tensor:
+        return scale + (scale.to(self.dtype).to(scale.dtype) - scale).detach()
+
+
+class RoundHalfAwayFromZeroSte(nn.Module):
+    """Round to nearest, ties away from zero (2.5 -> 3, -2.5 -> -3), straight-through gradient."""
+
+    def __init__(self) -> None:  # explicit: Brevitas' injector rejects *args/**kwargs
+        super().__init__()
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = torch.sign(x) * torch.floor(torch.abs(x) + 0.5)
+        return x + (y - x).detach()
+
+
+class DynamicScaling(nn.Module):
+    """Per-tensor scale from each input: max|x| (symmetric) or max(x,0) - min(x,0), over the threshold."""
+
+    def __init__(self, symmetric: bool, scale_restrict: nn.Module | None = None, scaling_min_val: float = 1e-10):
+        super().__init__()
+        self.symmetric = symmetric
+        self.scale_restrict = scale_restrict if scale_restrict is not None else nn.Identity()
+        self.scaling_min_val = scaling_min_val
+
+    def forward(self, x: Tensor, threshold: Tensor) -> Tensor:
+        x = x.detach()
+        if self.symmetric:
+            stat = x.abs().max()
+        else:
+            stat = torch.clamp(x.max(), min=0) - torch.clamp(x.min(), max=0)
+        return self.scale_restrict(torch.clamp(stat, min=self.scaling_min_val) / threshold)
+
+
+class DynamicZeroPoint(nn.Module):
+    """Per-tensor zero point from each input: -min(x, 0) / scale, rounded when ``quantize_zero_point``."""
+
+    def __init__(self, int_quant: nn.Module, quantize_zero_point: bool):
+        super().__init__()
+        self.scale_shift_zero_point = _ScaleShiftZeroPoint(int_quant, quantize_zero_point)
+
+    def forward(self, x: Tensor, scale: Tensor, bit_width: Tensor) -> Tensor:
+        return self.scale_shift_zero_point(-torch.clamp(x.detach().min(), max=0), scale, bit_width)
