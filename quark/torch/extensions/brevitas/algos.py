@@ -7,6 +7,7 @@ without Brevitas, ``apply`` imports it.
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
@@ -52,16 +53,18 @@ class Preprocess(_Algo):
         from brevitas.graph.quantize import preprocess_for_quantize
 
         try:
-            return preprocess_for_quantize(
-                model,
-                trace_model=self.trace_model,
-                relu6_to_relu=False,
-                equalize_iters=self.equalize_iterations,
-                equalize_merge_bias=self.equalize_merge_bias,
-                merge_bn=self.merge_batch_norm,
-                channel_splitting_ratio=self.channel_splitting_ratio,
-                channel_splitting_split_input=self.channel_splitting_split_input,
-            )
+            with warnings.catch_warnings():  # torch.fx internals deprecations, not actionable by users
+                warnings.simplefilter("ignore", FutureWarning)
+                return preprocess_for_quantize(
+                    model,
+                    trace_model=self.trace_model,
+                    relu6_to_relu=False,
+                    equalize_iters=self.equalize_iterations,
+                    equalize_merge_bias=self.equalize_merge_bias,
+                    merge_bn=self.merge_batch_norm,
+                    channel_splitting_ratio=self.channel_splitting_ratio,
+                    channel_splitting_split_input=self.channel_splitting_split_input,
+                )
         except Exception as err:  # torch.fx raises many types; add what the user can do about it
             raise RuntimeError(
                 f"Preprocess could not prepare {type(model).__name__}: {err}. "

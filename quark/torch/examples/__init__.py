@@ -1,0 +1,1 @@
+"""Small real workloads used by the examples, benchmarks and tests (no downloads)."""

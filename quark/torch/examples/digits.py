@@ -1,0 +1,86 @@
+"""scikit-learn's ``load_digits()``: 1,797 real 8x8 handwritten digits, and a small CNN for them.
+
+Deterministic: the split and the training depend only on ``seed``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+@dataclass
+class DigitsData:
+    train: TensorDataset
+    test: TensorDataset
+
+    def loader(self, split: str = "train", batch_size: int = 64, shuffle: bool = False, seed: int = 0) -> DataLoader:
+        data = {"train": self.train, "test": self.test}[split]
+        generator = torch.Generator().manual_seed(seed)
+        return DataLoader(data, batch_size=batch_size, shuffle=shuffle, generator=generator)
+
+
+def load(seed: int = 0, test_fraction: float = 0.2) -> DigitsData:
+    """Digits as float images in [0, 1] of shape (N, 1, 8, 8) and int64 labels, split train/test."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    y = torch.tensor(digits.target, dtype=torch.int64)
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
+    n_test = int(len(x) * test_fraction)
+    test, train = order[:n_test], order[n_test:]
+    return DigitsData(TensorDataset(x[train], y[train]), TensorDataset(x[test], y[test]))
+
+
+def cnn() -> nn.Module:
+    """Conv-BN-ReLU x2, max-pool, two fully connected layers (36k parameters)."""
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * 4 * 4, 64),
+        nn.ReLU(),
+        nn.Linear(64, 10),
+    )
+
+
+def train(model: nn.Module, data: DigitsData, epochs: int = 30, lr: float = 3e-3, seed: int = 0) -> nn.Module:
+    """Plain Adam + cross-entropy training loop; works for float and quantized models alike."""
+    torch.manual_seed(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    for _ in range(epochs):
+        for x, y in data.loader("train", shuffle=True, seed=seed):
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+    return model.eval()
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, data: DigitsData, split: str = "test") -> float:
+    """Top-1 accuracy in percent."""
+    was_training = model.training
+    model.eval()
+    correct = total = 0
+    for x, y in data.loader(split, batch_size=256):
+        correct += int((model(x).argmax(dim=1) == y).sum())
+        total += len(y)
+    model.train(was_training)
+    return 100.0 * correct / total
+
+
+def trained_cnn(seed: int = 0, epochs: int = 30) -> tuple[nn.Module, DigitsData]:
+    """A CNN trained on the digits training split, and the data."""
+    data = load(seed)
+    torch.manual_seed(seed)
+    return train(cnn(), data, epochs=epochs, seed=seed), data
