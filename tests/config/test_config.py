@@ -394,11 +394,11 @@ def test_quantization_config_role_type_error():
     [
         (
             {"global_quant_config": None},
-            r"Config\.global_quant_config: expected QuantizationConfig, got None",
+            r"Config\.global_quant_config: expected quark\.torch\.quantization\.config\.config\.QuantizationConfig, got None",
         ),
         (
             {"global_quant_config": QuantizationSpec(dtype="int8")},
-            r"Config\.global_quant_config: expected QuantizationConfig, got QuantizationSpec\(",
+            r"Config\.global_quant_config: expected quark\.torch\.quantization\.config\.config\.QuantizationConfig, got QuantizationSpec\(",
         ),
         ({"layer_type_quant_config": [1]}, r"Config\.layer_type_quant_config: expected a dict, got list"),
         (
@@ -615,79 +615,42 @@ def test_pre_quant_opt_config_not_serialisable():
         config.to_dict()
 
 
-DID_NOT_RAISE = pytest.fail.Exception  # what pytest.raises raises when nothing was raised
+# -- regressions: bugs found in review, fixed -----------------------------------------------------
 
 
-# -- known issues (reproductions; non-strict xfail so a fix shows up as XPASS) --------------------------
-
-
-@pytest.mark.xfail(
-    raises=DID_NOT_RAISE,
-    reason="BUG: observer granularity is only checked when qscheme is given; qscheme=None means "
-    "per_tensor, yet a per-channel observer is accepted (and normalised to per_tensor + PerChannelMinMaxObserver)",
-)
-def test_known_issue_per_channel_observer_with_default_qscheme():
-    with pytest.raises(ValueError, match=r"observer_cls=PerChannelMinMaxObserver observes per_channel"):
+def test_regression_per_channel_observer_with_default_qscheme():
+    with pytest.raises(ValueError, match=r"observer_cls=PerChannelMinMaxObserver observes per_channel but qscheme=None"):
         QuantizationSpec(dtype="int8", observer_cls=PerChannelMinMaxObserver)
 
 
-@pytest.mark.xfail(
-    raises=DID_NOT_RAISE,
-    reason="BUG: coerce_enum compares by value and QuantizationMode values are auto() ints, so "
-    "quant_mode=True (== 1) is silently accepted as eager_mode",
-)
-def test_known_issue_quant_mode_bool_accepted():
+def test_regression_quant_mode_bool_accepted():
     with pytest.raises((TypeError, ValueError), match=r"quant_mode=True"):
         Config(QuantizationConfig(), quant_mode=True)
 
 
-@pytest.mark.xfail(
-    raises=KeyError,
-    reason="BUG: Config.from_dict looks quant_mode up with QuantizationMode[...] and raises a bare "
-    "KeyError('lazy') instead of the ValueError naming field and allowed values",
-)
-def test_known_issue_from_dict_bad_quant_mode():
+def test_regression_from_dict_bad_quant_mode():
     with pytest.raises(ValueError, match=r"quant_mode='lazy'.*allowed"):
         Config.from_dict({"global_quant_config": {}, "quant_mode": "lazy"})
 
 
-@pytest.mark.xfail(
-    raises=DID_NOT_RAISE,
-    reason="BUG: Config.from_dict does list(data['exclude']), so a string 'fc1' becomes "
-    "['f', 'c', '1'] instead of the TypeError that Config(exclude='fc1') raises",
-)
-def test_known_issue_from_dict_exclude_string():
+def test_regression_from_dict_exclude_string():
     with pytest.raises(TypeError, match=r"Config\.exclude='fc1'"):
         Config.from_dict({"global_quant_config": {}, "exclude": "fc1"})
 
 
-@pytest.mark.xfail(
-    raises=DID_NOT_RAISE,
-    reason="BUG: a class key and a name key of the same type are both accepted, and to_dict() "
-    "silently keeps only the last one (both serialise to 'Linear')",
-)
-def test_known_issue_layer_type_class_and_name_key_collide():
-    config = Config(
-        QuantizationConfig(),
-        layer_type_quant_config={
-            nn.Linear: QuantizationConfig(weight=INT8_PT_POF2),
-            "Linear": QuantizationConfig(weight=INT4_GROUP),
-        },
-    )
-    with pytest.raises(ValueError, match="Linear"):
-        config.to_dict()
+def test_regression_layer_type_class_and_name_key_collide():
+    with pytest.raises(ValueError, match=r"names the same layer type twice: \['Linear'\]"):
+        Config(
+            QuantizationConfig(),
+            layer_type_quant_config={
+                nn.Linear: QuantizationConfig(weight=INT8_PT_POF2),
+                "Linear": QuantizationConfig(weight=INT4_GROUP),
+            },
+        )
 
 
-@pytest.mark.xfail(
-    raises=ValueError,
-    reason="BUG: the extension QuantizationConfig subclasses the main one, so the main Config "
-    "accepts it; its to_dict() then does not load back (unknown keys bit_width, param_type, ...)",
-)
-def test_known_issue_main_config_accepts_extension_layer_config():
+def test_regression_main_config_accepts_extension_layer_config():
     from quark.torch.extensions.brevitas import config as ext
 
-    try:
-        config = Config(ext.QuantizationConfig(weight=ext.QuantizationSpec()))
-    except TypeError:
-        return  # rejecting the mix is a fix too
-    assert Config.from_dict(config.to_dict()) == config
+    with pytest.raises(TypeError, match=r"Config\.global_quant_config: expected quark\.torch\.quantization"):
+        Config(ext.QuantizationConfig(weight=ext.QuantizationSpec()))

@@ -87,9 +87,11 @@ def test_empty_global_plans_unquantized_layers(net):
 
 def test_multihead_attention_out_proj_never_planned_separately(net):
     assert isinstance(net.attn.out_proj, nn.Linear)  # a Linear subclass ...
+    targeted = Config(QuantizationConfig(weight=INT8), layer_quant_config={"attn.out_proj": QuantizationConfig(weight=INT4)})
+    with pytest.raises(ValueError, match=r"'attn\.out_proj' matches no quantizable module; quantizable modules: .*attn"):
+        resolve(net, targeted, SUPPORTED)
     config = Config(
         QuantizationConfig(weight=INT8),
-        layer_quant_config={"attn.out_proj": QuantizationConfig(weight=INT4)},
         layer_type_quant_config={nn.Linear: QuantizationConfig(weight=UINT4)},
     )
     plans = resolve(net, config, SUPPORTED)
@@ -232,7 +234,7 @@ def test_exact_name_beats_wildcard(net, exact_first):
 
 
 def test_name_patterns_are_case_sensitive(net):
-    with pytest.raises(ValueError, match=r"layer_quant_config pattern 'FC1' matches no module"):
+    with pytest.raises(ValueError, match=r"layer_quant_config pattern 'FC1' matches no quantizable module"):
         resolve(
             net, Config(QuantizationConfig(), layer_quant_config={"FC1": QuantizationConfig()}), SUPPORTED
         )
@@ -276,8 +278,8 @@ def test_unknown_name_pattern_lists_modules(net):
     config = Config(QuantizationConfig(), layer_quant_config={"decoder.*": QuantizationConfig(weight=INT8)})
     with pytest.raises(
         ValueError,
-        match=r"layer_quant_config pattern 'decoder\.\*' matches no module; modules: conv, bn, fc1, fc2, attn, "
-        r"attn\.out_proj, head, head\.0, head\.1, head\.2$",
+        match=r"layer_quant_config pattern 'decoder\.\*' matches no quantizable module; quantizable modules: conv, fc1, fc2, attn, "
+        r"head\.0, head\.2$",
     ):
         resolve(net, config, SUPPORTED)
 
@@ -439,7 +441,7 @@ def test_extension_normalise_errors(spec, role, pattern):
         (
             S("fp8_e4m3"),
             "weight",
-            r"w: dtype=Dtype\.fp8_e4m3 is not yet supported .*supported: Dtype\.int8, Dtype\.uint8, Dtype\.int4, Dtype\.uint4",
+            r"w: dtype=Dtype\.fp8_e4m3 is not yet supported .*supported: Dtype\.int8, Dtype\.uint8, Dtype\.int16",
         ),
         (S("mx"), "input_tensors", r"w: dtype=Dtype\.mx is not yet supported"),
         (S("bfloat16"), "weight", r"w: dtype=Dtype\.bfloat16 is not yet supported"),
@@ -471,16 +473,16 @@ def test_extension_normalise_errors(spec, role, pattern):
             "bias",
             r"a bias with its own observer must be per_tensor",
         ),
-        (
-            S(qscheme="per_group", ch_axis=1, group_size=8, observer_cls=PerTensorMinMaxObserver),
-            "weight",
-            r"qscheme=per_group takes observer_cls=PerChannelMinMaxObserver, got PerTensorMinMaxObserver",
-        ),
     ],
 )
 def test_normalise_errors(spec, role, pattern):
     with pytest.raises(ValueError, match=pattern):
         normalise(spec, role, "w")
+
+
+def test_per_group_with_a_per_tensor_observer_is_rejected_on_construction():
+    with pytest.raises(ValueError, match=r"observer_cls=PerTensorMinMaxObserver: qscheme=per_group takes"):
+        S(qscheme="per_group", ch_axis=1, group_size=8, observer_cls=PerTensorMinMaxObserver)
 
 
 def test_normalise_rejects_non_spec():
@@ -580,28 +582,15 @@ def test_describe():
     )
 
 
-DID_NOT_RAISE = pytest.fail.Exception  # what pytest.raises raises when nothing was raised
+# -- regressions: bugs found in review, fixed -----------------------------------------------------
 
 
-# -- known issues (reproductions; non-strict xfail so a fix shows up as XPASS) --------------------------
-
-
-@pytest.mark.xfail(
-    raises=DID_NOT_RAISE,
-    reason="BUG: a symmetric uint8/uint4 bias normalises to an unsigned bias (grid 0..255); "
-    "the 'bias must be signed' check in _check_role is unreachable (needs symmetric=False, rejected earlier)",
-)
 @pytest.mark.parametrize("dtype", ["uint8", "uint4"])
-def test_known_issue_unsigned_bias_accepted(dtype):
-    with pytest.raises(ValueError, match=r"bias must be signed"):
+def test_regression_unsigned_bias_accepted(dtype):
+    with pytest.raises(ValueError, match=r"bias quantization must use a signed dtype"):
         normalise(S(dtype, symmetric=True), "bias", "b")
 
 
-@pytest.mark.xfail(
-    raises=DID_NOT_RAISE,
-    reason="BUG: the extension's bias spec ignores symmetric=False (and qscheme/param_type): "
-    "it silently becomes a symmetric per-tensor bias, while the main flavour rejects an asymmetric bias",
-)
-def test_known_issue_extension_asymmetric_bias_silently_symmetric():
-    with pytest.raises(ValueError, match=r"symmetric"):
+def test_regression_extension_asymmetric_bias_silently_symmetric():
+    with pytest.raises(ValueError, match=r"a bias spec sets bit_width \(and scale_type\) only.*symmetric=False"):
         normalise(ext.QuantizationSpec(symmetric=False), "bias", "b")

@@ -25,8 +25,13 @@ EXPECTED = {
         for n in (
             "int8",
             "uint8",
+            "int16",
+            "uint16",
+            "int32",
             "int4",
             "uint4",
+            "int3",
+            "int2",
             "bfloat16",
             "float16",
             "fp8_e4m3",
@@ -96,12 +101,22 @@ def test_tqt_threshold_members_and_alias():
 
 def test_dtype_no_duplicate_values():
     values = [m.value for m in Dtype]
-    assert len(values) == len(set(values)) == 14
+    assert len(values) == len(set(values)) == 19
 
 
 @pytest.mark.parametrize(
     "dtype,bits,signed",
-    [(Dtype.int8, 8, True), (Dtype.uint8, 8, False), (Dtype.int4, 4, True), (Dtype.uint4, 4, False)],
+    [
+        (Dtype.int8, 8, True),
+        (Dtype.uint8, 8, False),
+        (Dtype.int16, 16, True),
+        (Dtype.uint16, 16, False),
+        (Dtype.int32, 32, True),
+        (Dtype.int4, 4, True),
+        (Dtype.uint4, 4, False),
+        (Dtype.int3, 3, True),
+        (Dtype.int2, 2, True),
+    ],
 )
 def test_integer_dtype_properties(dtype, bits, signed):
     assert dtype.is_integer
@@ -109,7 +124,7 @@ def test_integer_dtype_properties(dtype, bits, signed):
     assert dtype.signed is signed
 
 
-@pytest.mark.parametrize("dtype", [d for d in Dtype if d.name not in ("int8", "uint8", "int4", "uint4")])
+@pytest.mark.parametrize("dtype", [d for d in Dtype if not d.name.startswith(("int", "uint"))])
 def test_non_integer_dtype_properties(dtype):
     assert not dtype.is_integer
     assert dtype.bit_width is None

@@ -36,12 +36,7 @@ ACTIVATION_ROLES = ("input_tensors", "output_tensors")
 MIN_BITS, MAX_BITS, MAX_BIAS_BITS = 2, 16, 32
 
 #: integer dtypes of the main API: dtype -> (bit width, signed)
-INT_DTYPES: dict[Dtype, tuple[int, bool]] = {
-    Dtype.int8: (8, True),
-    Dtype.uint8: (8, False),
-    Dtype.int4: (4, True),
-    Dtype.uint4: (4, False),
-}
+INT_DTYPES: dict[Dtype, tuple[int, bool]] = {d: (d.bit_width, d.signed) for d in Dtype if d.is_integer}
 #: dtypes that will be mapped with the float / block formats.
 NOT_YET_SUPPORTED_DTYPES = tuple(d for d in Dtype if d not in INT_DTYPES)
 
@@ -122,8 +117,6 @@ def _from_main(spec: main.QuantizationSpec, role: str, where: str) -> TensorQuan
     bits, signed = INT_DTYPES[spec.dtype]
     qscheme = spec.qscheme or QSchemeType.per_tensor
     observer = spec.observer_cls or (PerTensorMinMaxObserver if qscheme is QSchemeType.per_tensor else PerChannelMinMaxObserver)
-    if qscheme is QSchemeType.per_group and observer is not PerChannelMinMaxObserver:
-        raise _fail(where, f"qscheme=per_group takes observer_cls=PerChannelMinMaxObserver, got {observer.__name__}")
     symmetric = True if spec.symmetric is None else spec.symmetric
     tq = TensorQuant(
         bit_width=bits,
@@ -164,6 +157,16 @@ def _from_ext(spec: ext.QuantizationSpec, role: str, where: str) -> TensorQuant:
             "supported: QuantType.int_quant",
         )
     if role == "bias":
+        # The extension's bias takes scale = input scale x weight scale: only bit_width and
+        # scale_type (checked against the product) apply; other fields must keep their defaults.
+        defaults = ext.QuantizationSpec()
+        changed = [f for f in ("qscheme", "symmetric", "param_type") if getattr(spec, f) != getattr(defaults, f)]
+        if changed:
+            raise _fail(
+                where,
+                f"a bias spec sets bit_width (and scale_type) only; its scale is input scale x weight scale, "
+                f"so {', '.join(f'{f}={getattr(spec, f)}' for f in changed)} cannot be honoured",
+            )
         return _check_role(
             TensorQuant(bit_width=spec.bit_width, signed=True, bias_scale_from_product=True, scale_type=spec.scale_type),
             role,
@@ -210,12 +213,12 @@ def _check_role(tq: TensorQuant, role: str, where: str) -> TensorQuant:
     if role == "bias":
         if not tq.symmetric:
             raise _fail(where, "bias quantization must be symmetric (symmetric=True)")
+        if not tq.signed:
+            raise _fail(where, "bias quantization must use a signed dtype (int8, int4, ...), got an unsigned one")
         if tq.qscheme is not QSchemeType.per_tensor and not tq.bias_scale_from_product:
             raise _fail(where, "a bias with its own observer must be per_tensor")
         if tq.is_dynamic:
             raise _fail(where, "is_dynamic=True does not apply to bias")
-    if not tq.symmetric and not tq.signed and tq.bit_width and role == "bias":
-        raise _fail(where, "bias must be signed")
     return tq
 
 
@@ -300,10 +303,16 @@ def resolve(model: nn.Module, config: Any, supported: tuple[type[nn.Module], ...
             raise ValueError(
                 f"layer_type_quant_config[{tname!r}] matches no module of the model; quantizable types present: {present}"
             )
-    for label, patterns in (("layer_quant_config", list(view.name_configs)), ("exclude", view.exclude)):
-        for pattern in patterns:
-            if not any(fnmatch.fnmatchcase(n, pattern) for n in names):
-                raise ValueError(f"{label} pattern {pattern!r} matches no module; modules: {_preview(names)}")
+    quantizable = [n for n, m in model.named_modules() if n and type(m) in supported]
+    for pattern in view.name_configs:
+        if not any(fnmatch.fnmatchcase(n, pattern) for n in quantizable):
+            raise ValueError(
+                f"layer_quant_config pattern {pattern!r} matches no quantizable module; "
+                f"quantizable modules: {_preview(quantizable)}"
+            )
+    for pattern in view.exclude:
+        if not any(fnmatch.fnmatchcase(n, pattern) for n in names):
+            raise ValueError(f"exclude pattern {pattern!r} matches no module; modules: {_preview(names)}")
 
     plans: list[LayerPlan] = []
     skip_prefixes: list[str] = []

@@ -76,6 +76,8 @@ ALGOS: dict[str, type[_Algo]] = {c.name: c for c in (Preprocess,)}
 
 
 def algo_from_dict(data: dict[str, Any]) -> _Algo:
+    if not isinstance(data, dict):
+        raise TypeError(f"algorithm entry {data!r}: expected a mapping with a 'name'")
     data = dict(data)
     name = data.pop("name", None)
     if name not in ALGOS:

@@ -16,11 +16,12 @@ from quark.torch.quantization.config._fields import (
     check_type,
     check_unknown_keys,
     coerce_enum,
+    require_mapping,
     enum_to_json,
     read_file,
     write_file,
 )
-from quark.torch.quantization.config.config import QuantizationConfig as _MainQuantizationConfig
+from quark.torch.quantization.config.config import LayerConfigBase
 from quark.torch.quantization.config.type import QSchemeType, ScaleType
 
 __all__ = [
@@ -112,12 +113,13 @@ class QuantizationSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> QuantizationSpec:
+        require_mapping(cls.__name__, data)
         check_unknown_keys(cls.__name__, data, {f.name for f in fields(cls)})
         return cls(**data)
 
 
 @dataclass(eq=True)
-class QuantizationConfig(_MainQuantizationConfig):
+class QuantizationConfig(LayerConfigBase):
     """Specs of the tensors of a layer: input_tensors, output_tensors, weight, bias."""
 
     input_tensors: QuantizationSpec | None = None
@@ -154,7 +156,7 @@ class Config:
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
-        if not isinstance(self.global_quant_config, QuantizationConfig):
+        if type(self.global_quant_config) is not QuantizationConfig:
             raise TypeError(
                 f"{owner}.global_quant_config: expected quark.torch.extensions.brevitas.config.QuantizationConfig, "
                 f"got {self.global_quant_config!r}"
@@ -183,10 +185,13 @@ class Config:
     def from_dict(cls, data: dict[str, Any]) -> Config:
         from quark.torch.extensions.brevitas.algos import algo_from_dict
 
+        require_mapping(cls.__name__, data, required=("global_quant_config",))
         check_unknown_keys(cls.__name__, data, {f.name for f in fields(cls)})
         kwargs: dict[str, Any] = {"global_quant_config": QuantizationConfig.from_dict(data["global_quant_config"])}
         for fname in ("pre_quant_opt_config", "algo_config"):
             if fname in data:
+                if not isinstance(data[fname], list):
+                    raise TypeError(f"{cls.__name__}.from_dict: {fname} must be a list, got {type(data[fname]).__name__}")
                 kwargs[fname] = [algo_from_dict(d) for d in data[fname]]
         if "backend" in data:
             kwargs["backend"] = data["backend"]

@@ -24,7 +24,10 @@ def coerce_enum(owner: str, field: str, value: Any, enum_cls: type[E], optional:
     if isinstance(value, enum_cls):
         return value
     for member in enum_cls:
-        if value == member.value or (isinstance(value, str) and value in (member.name, member.name.lstrip("_"))):
+        # type must match exactly: True == 1 and 2.0 == 2 must not select a member
+        if type(value) is type(member.value) and value == member.value:
+            return member
+        if isinstance(value, str) and value in (member.name, member.name.lstrip("_")):
             return member
     raise ValueError(f"{owner}.{field}={value!r} is not valid; allowed: {allowed(enum_cls)}")
 
@@ -38,7 +41,7 @@ def check_type(owner: str, field: str, value: Any, types: type | tuple[type, ...
         return
     # bool is an int subclass; an int field must not accept True/False silently.
     if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
-        raise TypeError(f"{owner}.{field}={value!r}: expected {_type_names(types)}")
+        raise TypeError(f"{owner}.{field}={value!r}: expected {_type_names(types)}, got bool")
     if not isinstance(value, types):
         raise TypeError(f"{owner}.{field}={value!r}: expected {_type_names(types)}, got {type(value).__name__}")
 
@@ -84,3 +87,12 @@ def read_file(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"config file {str(path)!r}: top level must be a mapping, got {type(data).__name__}")
     return data
+
+
+def require_mapping(owner: str, data: Any, required: tuple[str, ...] = ()) -> None:
+    """``from_dict`` input must be a mapping holding the required keys."""
+    if not isinstance(data, dict):
+        raise TypeError(f"{owner}.from_dict: expected a mapping, got {type(data).__name__}")
+    missing = [k for k in required if data.get(k) is None]
+    if missing:
+        raise ValueError(f"{owner}.from_dict: missing required {missing}")

@@ -15,6 +15,7 @@ Layer types serialise by class name; observers by their registered name (see
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
@@ -23,6 +24,7 @@ from quark.torch.quantization.config._fields import (
     check_type,
     check_unknown_keys,
     coerce_enum,
+    require_mapping,
     enum_to_json,
     read_file,
     write_file,
@@ -113,12 +115,24 @@ class QuantizationSpec:
                 f"{owner}.group_size={self.group_size} is only meaningful with qscheme=per_group, "
                 f"got qscheme={self.qscheme.name if self.qscheme else None}"
             )
-        if self.observer_cls is not None and self.qscheme is not None:
+        qscheme = self.qscheme or QSchemeType.per_tensor  # None means per_tensor
+        if self.ch_axis is not None and qscheme is QSchemeType.per_tensor:
+            raise ValueError(
+                f"{owner}.ch_axis={self.ch_axis} is only meaningful with qscheme=per_channel or per_group, "
+                f"got qscheme={self.qscheme.name if self.qscheme else None} (per_tensor)"
+            )
+        if self.observer_cls is not None:
             obs_scheme = self.observer_cls.qscheme
-            if self.qscheme is not QSchemeType.per_group and obs_scheme is not self.qscheme:
+            if qscheme is QSchemeType.per_group and obs_scheme is not QSchemeType.per_channel:
+                raise ValueError(
+                    f"{owner}.observer_cls={self.observer_cls.__name__}: qscheme=per_group takes "
+                    "observer_cls=PerChannelMinMaxObserver (min/max per group)"
+                )
+            if qscheme is not QSchemeType.per_group and obs_scheme is not qscheme:
                 raise ValueError(
                     f"{owner}.observer_cls={self.observer_cls.__name__} observes {obs_scheme.name} "
-                    f"but qscheme={self.qscheme.name}; use an observer of the same granularity"
+                    f"but qscheme={self.qscheme.name if self.qscheme else None} ({qscheme.name}); "
+                    "use an observer of the same granularity or set qscheme accordingly"
                 )
 
     def to_dict(self) -> dict[str, Any]:
@@ -128,6 +142,7 @@ class QuantizationSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> QuantizationSpec:
+        require_mapping(cls.__name__, data)
         check_unknown_keys(cls.__name__, data, {f.name for f in fields(cls)})
         return cls(**data)
 
@@ -145,22 +160,10 @@ def _observer_from_name(name: str) -> type[ObserverBase]:
 _ROLES = ("input_tensors", "output_tensors", "weight", "bias")
 
 
-@dataclass(eq=True)
-class QuantizationConfig:
-    """Specs of the tensors of one layer; a role left None is not quantized (or inherited, see Config).
+class LayerConfigBase:
+    """Shared behaviour of the layer configs of both flavours (each checks its own spec class)."""
 
-    Args:
-        input_tensors, output_tensors, weight, bias: :class:`QuantizationSpec` of each role.
-        target_device: deployment target; ``DeviceType.IPU`` is checked at export.
-    """
-
-    input_tensors: QuantizationSpec | None = None
-    output_tensors: QuantizationSpec | None = None
-    weight: QuantizationSpec | None = None
-    bias: QuantizationSpec | None = None
-    target_device: DeviceType | None = None
-
-    spec_class: ClassVar[type] = QuantizationSpec
+    spec_class: ClassVar[type]
     roles: ClassVar[tuple[str, ...]] = _ROLES
 
     def __post_init__(self) -> None:
@@ -181,9 +184,28 @@ class QuantizationConfig:
         return d
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> QuantizationConfig:
+    def from_dict(cls, data: dict[str, Any]) -> Any:
+        require_mapping(cls.__name__, data)
         check_unknown_keys(cls.__name__, data, {f.name for f in fields(cls)})
         return cls(**data)
+
+
+@dataclass(eq=True)
+class QuantizationConfig(LayerConfigBase):
+    """Specs of the tensors of one layer; a role left None is not quantized (or inherited, see Config).
+
+    Args:
+        input_tensors, output_tensors, weight, bias: :class:`QuantizationSpec` of each role.
+        target_device: deployment target; ``DeviceType.IPU`` is checked at export.
+    """
+
+    input_tensors: QuantizationSpec | None = None
+    output_tensors: QuantizationSpec | None = None
+    weight: QuantizationSpec | None = None
+    bias: QuantizationSpec | None = None
+    target_device: DeviceType | None = None
+
+    spec_class: ClassVar[type] = QuantizationSpec
 
 
 @dataclass(eq=True)
@@ -193,7 +215,7 @@ class AlgoConfig:
     name: ClassVar[str] = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, **{f.name: getattr(self, f.name) for f in fields(self)}}
+        return copy.deepcopy({"name": self.name, **{f.name: getattr(self, f.name) for f in fields(self)}})
 
 
 @dataclass(eq=True)
@@ -238,6 +260,7 @@ ALGO_CONFIGS: dict[str, type[AlgoConfig]] = {c.name: c for c in (SmoothQuantConf
 
 
 def _algo_from_dict(data: dict[str, Any]) -> AlgoConfig:
+    require_mapping("algo_config entry", data)
     data = dict(data)
     name = data.pop("name", None)
     if name not in ALGO_CONFIGS:
@@ -280,20 +303,27 @@ class Config:
     def __post_init__(self) -> None:
         owner = type(self).__name__
         layer_cls = self.layer_config_class
-        if not isinstance(self.global_quant_config, layer_cls):
-            raise TypeError(f"{owner}.global_quant_config: expected {layer_cls.__name__}, got {self.global_quant_config!r}")
+        if type(self.global_quant_config) is not layer_cls:
+            raise TypeError(
+                f"{owner}.global_quant_config: expected {layer_cls.__module__}.{layer_cls.__name__}, "
+                f"got {self.global_quant_config!r}"
+            )
         for fname in ("layer_type_quant_config", "layer_quant_config"):
             mapping = getattr(self, fname)
             if not isinstance(mapping, dict):
                 raise TypeError(f"{owner}.{fname}: expected a dict, got {type(mapping).__name__}")
             for key, value in mapping.items():
-                if not isinstance(value, layer_cls):
+                if type(value) is not layer_cls:
                     raise TypeError(f"{owner}.{fname}[{key!r}]: expected {layer_cls.__name__}, got {value!r}")
                 if fname == "layer_type_quant_config" and not (isinstance(key, str) or isinstance(key, type)):
                     raise TypeError(f"{owner}.{fname} key {key!r}: expected an nn.Module class or class name")
                 if fname == "layer_quant_config" and not isinstance(key, str):
                     raise TypeError(f"{owner}.{fname} key {key!r}: expected a module name pattern (str)")
-        if isinstance(self.exclude, str) or not all(isinstance(e, str) for e in self.exclude):
+        type_names = [k if isinstance(k, str) else getattr(k, "__name__", k) for k in self.layer_type_quant_config]
+        duplicates = sorted({n for n in type_names if type_names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"{owner}.layer_type_quant_config names the same layer type twice: {duplicates}")
+        if not isinstance(self.exclude, list) or not all(isinstance(e, str) for e in self.exclude):
             raise TypeError(f"{owner}.exclude={self.exclude!r}: expected a list of module name patterns")
         if self.algo_config is not None:
             if isinstance(self.algo_config, AlgoConfig):
@@ -321,17 +351,24 @@ class Config:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Config:
-        check_unknown_keys(cls.__name__, data, {f.name for f in fields(cls)} | {"quant_method"})
+        owner = cls.__name__
+        require_mapping(owner, data, required=("global_quant_config",))
+        check_unknown_keys(owner, data, {f.name for f in fields(cls)} | {"quant_method"})
         layer = cls.layer_config_class
         algos = data.get("algo_config")
+        if algos is not None and not isinstance(algos, list):
+            raise TypeError(f"{owner}.from_dict: algo_config must be a list of algorithm dicts, got {type(algos).__name__}")
+        version = data.get("version", CONFIG_VERSION)
+        if version != CONFIG_VERSION:
+            raise ValueError(f"{owner}.from_dict: version={version!r} is not supported; this release reads version {CONFIG_VERSION}")
         return cls(
             global_quant_config=layer.from_dict(data["global_quant_config"]),
             layer_type_quant_config={k: layer.from_dict(v) for k, v in (data.get("layer_type_quant_config") or {}).items()},
             layer_quant_config={k: layer.from_dict(v) for k, v in (data.get("layer_quant_config") or {}).items()},
-            exclude=list(data.get("exclude") or []),
+            exclude=data.get("exclude") if data.get("exclude") is not None else [],
             algo_config=[_algo_from_dict(a) for a in algos] if algos is not None else None,
-            quant_mode=QuantizationMode[data.get("quant_mode", "eager_mode")],
-            version=data.get("version", CONFIG_VERSION),
+            quant_mode=coerce_enum(owner, "quant_mode", data.get("quant_mode", "eager_mode"), QuantizationMode),
+            version=version,
         )
 
     def save(self, path: str | Path) -> None:

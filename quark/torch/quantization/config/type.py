@@ -2,7 +2,7 @@
 
 Member names and values follow ``quark.torch.quantization.config.type`` in AMD Quark, so configs
 serialised by Quark load here and vice versa. This module imports nothing but the standard
-library: configs can be built and validated on machines without torch or Brevitas.
+library.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ class ZeroPointType(Enum):
 class Dtype(Enum):
     """Element data types.
 
-    Integers: ``int8`` [-128, 127], ``uint8`` [0, 255], ``int4`` [-8, 7], ``uint4`` [0, 15].
+    Integers: ``int8`` [-128, 127], ``uint8`` [0, 255], ``int16``, ``uint16``, ``int32`` (bias),
+    ``int4`` [-8, 7], ``uint4`` [0, 15], ``int3`` [-4, 3], ``int2`` [-2, 1].
     Floats and block formats: ``bfloat16``, ``float16``, ``fp8_e4m3``, ``fp8_e5m2``, ``fp6_e3m2``,
     ``fp6_e2m3``, ``fp4`` (e2m1), ``mx`` (OCP microscaling), ``mx6`` / ``mx9`` (shared
     micro-exponents).
@@ -52,8 +53,13 @@ class Dtype(Enum):
 
     int8 = "int8"
     uint8 = "uint8"
+    int16 = "int16"
+    uint16 = "uint16"
+    int32 = "int32"
     int4 = "int4"
     uint4 = "uint4"
+    int3 = "int3"
+    int2 = "int2"
     bfloat16 = "bfloat16"
     float16 = "float16"
     fp8_e4m3 = "fp8_e4m3"
@@ -84,8 +90,13 @@ class Dtype(Enum):
 _INTEGER_DTYPES = {
     Dtype.int8: (8, True),
     Dtype.uint8: (8, False),
+    Dtype.int16: (16, True),
+    Dtype.uint16: (16, False),
+    Dtype.int32: (32, True),
     Dtype.int4: (4, True),
     Dtype.uint4: (4, False),
+    Dtype.int3: (3, True),
+    Dtype.int2: (2, True),
 }
 
 

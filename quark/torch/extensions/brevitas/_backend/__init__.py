@@ -21,8 +21,11 @@ if _installed.split(".")[:2] != TESTED_BREVITAS.split(".")[:2]:
 
 import warnings
 
-# Brevitas warns at import when an optional CUDA kernel package is absent; importing this
-# package must stay silent (the pure-PyTorch fallback is what runs on CPU anyway).
+# Brevitas warns at import about an absent optional CUDA kernel package and about its own
+# internal use of brevitas.fx; neither is actionable by users, and importing this package must
+# stay silent. Import those modules once here, with exactly these warnings filtered.
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="fast_hadamard_transform package not found")
+    warnings.filterwarnings("ignore", message="brevitas.fx is deprecated", category=DeprecationWarning)
+    import brevitas.graph.base  # noqa: F401,E402
     import brevitas.graph.equalize  # noqa: F401,E402

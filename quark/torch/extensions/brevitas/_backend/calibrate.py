@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
+from brevitas.proxy.parameter_quant import BiasQuantProxyFromInjector
 from brevitas.proxy.runtime_quant import ActQuantProxyFromInjector, DynamicActQuantProxyFromInjector
 from torch import nn
 from tqdm.auto import tqdm
@@ -44,6 +45,8 @@ def calibrate(
     quantizer saw no data (its layer was never called).
     """
     proxies = static_act_proxies(model)
+    # Bias scales derive from input scales, which are off during calibration: bias quant is too.
+    biases = [m for m in model.modules() if isinstance(m, BiasQuantProxyFromInjector) and m.is_quant_enabled]
     observers = {}
     hooks = []
     for name, proxy, spec in proxies:
@@ -52,6 +55,8 @@ def calibrate(
         observers[name] = observer
         hooks.append(proxy.register_forward_pre_hook(lambda _m, args, obs=observer: obs(args[0])))
         proxy.disable_quant = True
+    for bias in biases:
+        bias.disable_quant = True
     was_training = model.training
     model.eval()
     used = 0
@@ -63,7 +68,7 @@ def calibrate(
     finally:
         for hook in hooks:
             hook.remove()
-        for _, proxy, _ in proxies:
+        for proxy in [p for _, p, _ in proxies] + biases:
             proxy.disable_quant = False
         model.train(was_training)
     if not used:

@@ -240,6 +240,15 @@ def check_layer(plan: LayerPlan, module: nn.Module) -> None:
                     f"got {role} scale_type={specs[role].scale_type.name}"
                 )
     weight = specs["weight"]
+    if bias is not None and bias.bias_scale_from_product and weight is not None and weight.qscheme is not QSchemeType.per_tensor:
+        out_axis = OUTPUT_CHANNEL_AXIS.get(type(module), 0)
+        axis = _axis(weight, module, _weights(module)[0][1])
+        if weight.qscheme is QSchemeType.per_group or axis != out_axis:
+            raise ValueError(
+                f"{where}: a bias scaled by input scale x weight scale needs one weight scale per output channel "
+                f"(per_tensor, or per_channel with ch_axis={out_axis}); got weight qscheme={weight.qscheme.name} "
+                f"ch_axis={weight.ch_axis}"
+            )
     if weight is not None:
         for tensor_name, tensor in _weights(module):
             if weight.ch_axis is not None and not -tensor.dim() <= weight.ch_axis < tensor.dim():

@@ -1,0 +1,322 @@
+"""ModelQuantizer end to end: client code, data forms, model ownership, errors, training."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import quark.torch.extensions.brevitas.api as brevitas_api
+import quark.torch.extensions.brevitas.config as brevitas_config
+from quark.torch.quantization.config.config import Config, GPTQConfig, QuantizationConfig, QuantizationSpec
+from quark.torch.quantization.config.type import Dtype, QSchemeType, ScaleType
+from quark.torch.quantization.observer import PerChannelMinMaxObserver, PerTensorMinMaxObserver
+
+torch.manual_seed(0)
+
+A8 = QuantizationSpec(dtype=Dtype.int8, observer_cls=PerTensorMinMaxObserver, symmetric=True)
+W8 = QuantizationSpec(dtype=Dtype.int8, observer_cls=PerChannelMinMaxObserver, qscheme=QSchemeType.per_channel, ch_axis=0)
+W8A8 = Config(global_quant_config=QuantizationConfig(weight=W8, input_tensors=A8))
+WEIGHT_ONLY = Config(global_quant_config=QuantizationConfig(weight=W8))
+
+
+def mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 4))
+
+
+def loader(n_batches: int = 4, batch: int = 8) -> DataLoader:
+    x = torch.randn(n_batches * batch, 12)
+    y = torch.randint(0, 4, (n_batches * batch,))
+    return DataLoader(TensorDataset(x, y), batch_size=batch)
+
+
+def quantize(config, model, data=None, **kw):
+    return brevitas_api.ModelQuantizer(config).quantize_model(model, data, progress=False, **kw)
+
+
+def test_extension_client_code_runs_unchanged():
+    """Script shape of AMD Quark's Brevitas extension, with a classification DataLoader."""
+    model = mlp()
+    config = brevitas_config.Config(
+        global_quant_config=brevitas_config.QuantizationConfig(
+            weight=brevitas_config.QuantizationSpec(), input_tensors=brevitas_config.QuantizationSpec()
+        )
+    )
+    qmodel = brevitas_api.ModelQuantizer(config).quantize_model(model, loader())
+    assert not qmodel.training
+    x = torch.randn(5, 12)
+    out, ref = qmodel(x), model(x)
+    assert out.shape == ref.shape
+    assert torch.nn.functional.cosine_similarity(out.flatten(), ref.flatten(), dim=0) > 0.99
+    assert type(getattr(qmodel, "0")).__name__ == "QuantLinear"  # Preprocess returns an fx GraphModule
+
+
+def test_callers_model_is_not_modified():
+    model = mlp()
+    before = copy.deepcopy(model.state_dict())
+    qmodel = quantize(W8A8, model, loader())
+    assert qmodel is not model
+    assert all(type(m) in (nn.Sequential, nn.Linear, nn.ReLU) for m in model.modules())
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, before[key], atol=0, rtol=0)
+
+
+def test_inplace_modifies_and_returns_the_model():
+    model = mlp()
+    qmodel = quantize(W8A8, model, loader(), inplace=True)
+    assert qmodel is model
+    assert type(model[0]).__name__ == "QuantLinear"
+
+
+def test_failed_config_leaves_model_untouched_even_inplace():
+    model = mlp()
+    before = copy.deepcopy(model)
+    bad = Config(global_quant_config=QuantizationConfig(weight=W8), layer_quant_config={"missing": QuantizationConfig()})
+    with pytest.raises(ValueError, match="'missing' matches no quantizable module"):
+        quantize(bad, model, loader(), inplace=True)
+    assert [type(m) for m in model.modules()] == [type(m) for m in before.modules()]
+
+
+class TwoInputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(6, 8)
+        self.b = nn.Linear(3, 8)
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x, y):
+        return self.head(torch.relu(self.a(x) + self.b(y)))
+
+
+def test_model_with_two_inputs_takes_leading_batch_elements():
+    model = TwoInputs()
+    batches = [(torch.randn(4, 6), torch.randn(4, 3), torch.zeros(4)) for _ in range(3)]
+    qmodel = quantize(W8A8, model, batches)
+    x, y = torch.randn(2, 6), torch.randn(2, 3)
+    assert qmodel(x, y).shape == (2, 2)
+
+
+class TokenModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 16)
+        self.proj = nn.Linear(16, 16)
+        self.out = nn.Linear(16, 3)
+
+    def forward(self, input_ids, attention_mask=None):
+        h = self.proj(self.embed(input_ids))
+        if attention_mask is not None:
+            h = h * attention_mask.unsqueeze(-1)
+        return self.out(h.mean(dim=1))
+
+
+def test_dict_batches_are_keyword_inputs_and_token_ids_stay_integer():
+    model = TokenModel()
+    batches = [
+        {"input_ids": torch.randint(0, 50, (2, 7)), "attention_mask": torch.ones(2, 7), "labels": torch.zeros(2)}
+        for _ in range(3)
+    ]
+    qmodel = quantize(W8A8, model, batches)  # 'labels' is not a forward argument: it is dropped
+    ids = torch.randint(0, 50, (1, 7))
+    torch.testing.assert_close(qmodel(ids), qmodel(input_ids=ids, attention_mask=None))
+
+
+def test_token_id_tensor_batches_and_one_element_tuples():
+    model = TokenModel()
+    qmodel = quantize(W8A8, model, [torch.randint(0, 50, (2, 5)) for _ in range(2)])
+    assert qmodel(torch.randint(0, 50, (1, 5))).shape == (1, 3)
+    quantize(W8A8, model, [(torch.randint(0, 50, (2, 5)),) for _ in range(2)])
+
+
+def test_num_calib_batches_caps_consumption():
+    consumed = []
+
+    def batches():
+        for i in range(10):
+            consumed.append(i)
+            yield torch.randn(4, 12)
+
+    quantize(W8A8, mlp(), batches(), num_calib_batches=3)
+    assert consumed == [0, 1, 2]
+
+
+def test_progress_bar_can_be_switched_off(capsys):
+    quantize(W8A8, mlp(), loader())
+    assert capsys.readouterr().err == ""
+    brevitas_api.ModelQuantizer(W8A8).quantize_model(mlp(), loader(), progress=True)
+    assert "calibration" in capsys.readouterr().err
+
+
+def test_weight_only_needs_no_data_and_static_activations_do():
+    assert quantize(WEIGHT_ONLY, mlp())(torch.randn(2, 12)).shape == (2, 4)
+    with pytest.raises(ValueError, match="needs calibration data; pass calib_loader"):
+        quantize(W8A8, mlp())
+
+
+def test_dynamic_activations_need_no_data():
+    dyn = QuantizationSpec(dtype=Dtype.int8, symmetric=False, is_dynamic=True)
+    config = Config(global_quant_config=QuantizationConfig(weight=W8, input_tensors=dyn))
+    assert quantize(config, mlp())(torch.randn(2, 12)).shape == (2, 4)
+
+
+def test_empty_calibration_data_is_an_error():
+    with pytest.raises(ValueError, match="calibration received no batch"):
+        quantize(W8A8, mlp(), [])
+
+
+def test_layer_never_called_during_calibration_is_named():
+    class Unused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used, self.unused = nn.Linear(4, 4), nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.used(x)
+
+    with pytest.raises(ValueError, match="unused"):
+        quantize(W8A8, Unused(), [torch.randn(2, 4)])
+
+
+@pytest.mark.parametrize(
+    "config, match",
+    [
+        (
+            Config(global_quant_config=QuantizationConfig(weight=W8), algo_config=[GPTQConfig()]),
+            r"algo_config=\['gptq'\]",
+        ),
+        (
+            Config(
+                global_quant_config=QuantizationConfig(
+                    weight=QuantizationSpec(dtype=Dtype.int4, qscheme=QSchemeType.per_group, ch_axis=1, group_size=5)
+                )
+            ),
+            "group_size=5 does not divide axis 1",
+        ),
+        (
+            Config(global_quant_config=QuantizationConfig(weight=W8, bias=QuantizationSpec(dtype=Dtype.int8))),
+            "bias with scale = input scale x weight scale needs input_tensors and weight",
+        ),
+        (
+            Config(
+                global_quant_config=QuantizationConfig(
+                    weight=QuantizationSpec(dtype=Dtype.int8, qscheme=QSchemeType.per_channel, ch_axis=3)
+                )
+            ),
+            "ch_axis=3 is out of range",
+        ),
+        (
+            Config(global_quant_config=QuantizationConfig(weight=QuantizationSpec(dtype=Dtype.fp8_e4m3))),
+            "Dtype.fp8_e4m3 is not yet supported",
+        ),
+    ],
+)
+def test_impossible_configs_raise_clearly(config, match):
+    with pytest.raises((ValueError, NotImplementedError), match=match):
+        quantize(config, mlp(), loader())
+
+
+def test_model_quantizer_rejects_other_config_types():
+    with pytest.raises(TypeError, match="expected quark.torch.quantization.config.config.Config"):
+        brevitas_api.ModelQuantizer({"weight": "int8"})
+
+
+def test_quantized_model_trains_in_a_plain_loop():
+    torch.manual_seed(1)
+    x = torch.randn(64, 12)
+    y = (x[:, 0] > 0).long() + 2 * (x[:, 1] > 0).long()
+    qmodel = quantize(W8A8, mlp(), [(x, y)])
+    qmodel.train()
+    optimizer = torch.optim.Adam(qmodel.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(60):
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(qmodel(x), y)
+        loss.backward()
+        losses.append(loss.item())
+        optimizer.step()
+    assert qmodel[0].weight.grad is not None and qmodel[0].weight.grad.abs().sum() > 0
+    scale = qmodel[0].input_quant.fused_activation_quant_proxy.tensor_quant.scaling_impl.value
+    assert scale.grad is not None and torch.isfinite(scale.grad).all()
+    assert losses[-1] < 0.5 * losses[0]
+
+
+@pytest.mark.parametrize(
+    "layer, shape, out_axis",
+    [
+        (nn.Conv1d(3, 6, 3), (2, 3, 10), 0),
+        (nn.Conv2d(3, 6, 3), (2, 3, 8, 8), 0),
+        (nn.Conv3d(3, 6, 3), (2, 3, 5, 5, 5), 0),
+        (nn.ConvTranspose1d(3, 6, 3), (2, 3, 10), 1),
+        (nn.ConvTranspose2d(3, 6, 3), (2, 3, 8, 8), 1),
+        (nn.ConvTranspose3d(3, 6, 3), (2, 3, 4, 4, 4), 1),
+    ],
+)
+def test_every_conv_flavour_quantizes_weights_inputs_outputs_bias(layer, shape, out_axis):
+    bias = QuantizationSpec(dtype=Dtype.int32)  # no observer: scale = input scale x weight scale
+    weight = QuantizationSpec(dtype=Dtype.int8, qscheme=QSchemeType.per_channel, ch_axis=out_axis)
+    config = Config(global_quant_config=QuantizationConfig(weight=weight, input_tensors=A8, output_tensors=A8, bias=bias))
+    model = nn.Sequential(layer)
+    data = [torch.randn(shape) for _ in range(3)]
+    qmodel = quantize(config, model, data)
+    out, ref = qmodel(data[0]), model(data[0])
+    assert out.shape == ref.shape
+    assert (out - ref).abs().max() < 0.1 * ref.abs().max()
+    assert all(qmodel[0].__getattr__(n).is_quant_enabled for n in ("input_quant", "weight_quant", "output_quant", "bias_quant"))
+
+
+def test_product_scaled_bias_needs_per_output_channel_weight_scales():
+    weight = QuantizationSpec(dtype=Dtype.int8, qscheme=QSchemeType.per_channel, ch_axis=0)  # input channels here
+    config = Config(
+        global_quant_config=QuantizationConfig(weight=weight, input_tensors=A8, bias=QuantizationSpec(dtype=Dtype.int32))
+    )
+    with pytest.raises(ValueError, match=r"'0' \(ConvTranspose2d\): a bias scaled by input scale x weight scale needs one weight scale per output channel \(per_tensor, or per_channel with ch_axis=1\)"):
+        quantize(config, nn.Sequential(nn.ConvTranspose2d(3, 6, 3)), [torch.randn(1, 3, 4, 4)])
+
+
+def test_multihead_attention_is_quantized_as_one_layer():
+    mha = nn.MultiheadAttention(16, 4, batch_first=True)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = mha
+
+        def forward(self, x):
+            return self.attn(x, x, x, need_weights=False)[0]
+
+    model = Block()
+    data = [torch.randn(2, 5, 16) for _ in range(3)]
+    quantizer = brevitas_api.ModelQuantizer(W8A8)
+    qmodel = quantizer.quantize_model(model, data, progress=False)
+    assert type(qmodel.attn).__name__ == "QuantMultiheadAttention"
+    assert [p.name for p in quantizer.plans] == ["attn"]  # out_proj is not planned on its own
+    out, ref = qmodel(data[0]), model(data[0])
+    assert torch.nn.functional.cosine_similarity(out.flatten(), ref.flatten(), dim=0) > 0.99
+
+
+def test_summary_lists_every_layer_and_its_specs():
+    config = Config(
+        global_quant_config=QuantizationConfig(weight=W8, input_tensors=A8),
+        layer_quant_config={"2": QuantizationConfig(weight=QuantizationSpec(dtype=Dtype.int4, scale_type=ScaleType.pof2))},
+    )
+    quantizer = brevitas_api.ModelQuantizer(config)
+    quantizer.quantize_model(mlp(), loader(), progress=False)
+    lines = quantizer.summary().splitlines()
+    assert lines[0].split() == ["layer", "type", "input_tensors", "output_tensors", "weight", "bias"]
+    assert lines[2].startswith("0 ") and "int8 sym per_channel" in lines[2]
+    assert lines[3].startswith("2 ") and "int4 sym per_tensor pof2" in lines[3]
+
+
+def test_importing_the_api_prints_and_warns_nothing():
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", "import quark.torch.extensions.brevitas.api"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "" and result.stderr == ""
