@@ -16,6 +16,7 @@ from torch import nn
 import quark.torch.extensions.brevitas._backend  # noqa: F401  (version check)
 from quark.torch.extensions.brevitas import config as ext
 from quark.torch.extensions.brevitas._backend.calibrate import calibrate, static_act_proxies
+from quark.torch.extensions.brevitas._backend.export import ModelExporter
 from quark.torch.extensions.brevitas._backend.mapping import SUPPORTED_LAYERS, build_layer, check_layer
 from quark.torch.quantization import plan as planning
 from quark.torch.quantization.config import config as main
@@ -130,24 +131,3 @@ def _needs_calibration(plans: list[planning.LayerPlan]) -> bool:
 def _set_submodule(root: nn.Module, name: str, module: nn.Module) -> None:
     parent_name, _, child = name.rpartition(".")
     setattr(root.get_submodule(parent_name) if parent_name else root, child, module)
-
-
-class ModelExporter:
-    """Export a quantized model to ONNX (QuantizeLinear / Clip / DequantizeLinear, as AMD Quark)."""
-
-    def __init__(self, export_path: str) -> None:
-        self.export_path = export_path
-
-    def export_onnx_model(self, model: nn.Module, args: Any) -> None:
-        """Export ``model`` traced on ``args`` (a tensor or a tuple of tensors) to ``export_path``."""
-        from brevitas.export import export_onnx_qcdq
-
-        from quark.torch.extensions.brevitas._backend.calibrate import _device_dtype, _to
-
-        device, dtype = _device_dtype(model)
-        args = _to(args, device, dtype)
-        was_training = model.training
-        try:
-            export_onnx_qcdq(model.eval(), args=args, export_path=self.export_path)
-        finally:
-            model.train(was_training)
