@@ -453,12 +453,12 @@ def test_extension_normalise_errors(spec, role, pattern):
         (
             S(qscheme="per_group", ch_axis=1, group_size=16),
             "input_tensors",
-            r"w: qscheme=per_group is supported for weights only, not for input_tensors",
+            r"w: qscheme=per_group is not supported for input_tensors \(static or dynamic\); activations are quantized per_tensor",
         ),
         (
             S(qscheme="per_group", ch_axis=1, group_size=16),
             "output_tensors",
-            r"qscheme=per_group is supported for weights only, not for output_tensors",
+            r"qscheme=per_group is not supported for output_tensors",
         ),
         (S(symmetric=False), "bias", r"w: bias quantization must be symmetric \(symmetric=True\)"),
         (S("uint8", symmetric=False), "bias", r"bias quantization must be symmetric"),
@@ -466,7 +466,7 @@ def test_extension_normalise_errors(spec, role, pattern):
         (
             S(qscheme="per_channel", ch_axis=1, is_dynamic=True),
             "input_tensors",
-            r"is_dynamic=True is supported with qscheme=per_tensor, got per_channel",
+            r"qscheme=per_channel is not supported for input_tensors \(static or dynamic\)",
         ),
         (
             S(qscheme="per_channel", ch_axis=0, observer_cls=PerChannelMinMaxObserver),
@@ -478,6 +478,12 @@ def test_extension_normalise_errors(spec, role, pattern):
 def test_normalise_errors(spec, role, pattern):
     with pytest.raises(ValueError, match=pattern):
         normalise(spec, role, "w")
+
+
+def test_static_per_channel_activation_is_rejected_not_ignored():
+    spec = S(qscheme="per_channel", ch_axis=1, observer_cls=PerChannelMinMaxObserver)
+    with pytest.raises(ValueError, match=r"qscheme=per_channel is not supported for output_tensors"):
+        normalise(spec, "output_tensors", "w")
 
 
 def test_per_group_with_a_per_tensor_observer_is_rejected_on_construction():

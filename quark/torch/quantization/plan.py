@@ -206,10 +206,12 @@ def _check_role(tq: TensorQuant, role: str, where: str) -> TensorQuant:
         raise _fail(where, f"scale_type={tq.scale_type} not supported; allowed {[s.name for s in SUPPORTED_SCALE_TYPES]}")
     if role == "weight" and tq.is_dynamic:
         raise _fail(where, "is_dynamic=True applies to activations; weights are always quantized from their own values")
-    if role in ACTIVATION_ROLES and tq.qscheme is QSchemeType.per_group:
-        raise _fail(where, f"qscheme=per_group is supported for weights only, not for {role}")
-    if role in ACTIVATION_ROLES and tq.is_dynamic and tq.qscheme is not QSchemeType.per_tensor:
-        raise _fail(where, f"is_dynamic=True is supported with qscheme=per_tensor, got {tq.qscheme.name}")
+    if role in ACTIVATION_ROLES and tq.qscheme is not QSchemeType.per_tensor:
+        raise _fail(
+            where,
+            f"qscheme={tq.qscheme.name} is not supported for {role} (static or dynamic); "
+            "activations are quantized per_tensor",
+        )
     if role == "bias":
         if not tq.symmetric:
             raise _fail(where, "bias quantization must be symmetric (symmetric=True)")
