@@ -242,6 +242,7 @@ def test_to_dict_content():
         "bit_width": 4,
         "exponent_bit_width": None,
         "mantissa_bit_width": None,
+        "qat_spec": None,
     }
     assert data["global_quant_config"]["target_device"] == "ipu"
     assert ROUND_TRIP_CONFIGS["defaults"].to_dict()["pre_quant_opt_config"][0]["name"] == "preprocess"

@@ -20,13 +20,22 @@ from torch import nn
 
 from quark.torch.extensions.brevitas import config as ext
 from quark.torch.quantization.config import config as main
-from quark.torch.quantization.config.type import Dtype, QSchemeType, RoundType, ScaleType, ZeroPointType
+from quark.torch.quantization.config.type import (
+    Dtype,
+    QSchemeType,
+    RoundType,
+    ScaleType,
+    TQTThresholdInitMeth,
+    ZeroPointType,
+)
 from quark.torch.quantization.observer import (
     ObserverBase,
     PerChannelMinMaxObserver,
     PerTensorMinMaxObserver,
     PerTensorMSEObserver,
     PerTensorPercentileObserver,
+    TQT3SDObserver,
+    TQTJeffreysObserver,
 )
 
 ROLES = ("input_tensors", "output_tensors", "weight", "bias")
@@ -67,6 +76,7 @@ class TensorQuant:
     percentile: float | None = None
     is_dynamic: bool = False
     bias_scale_from_product: bool = False  # bias: scale = input scale x weight scale
+    tqt: bool = False  # trained power-of-two threshold (TQT), initialised by ``observer``
 
     @property
     def statistic(self) -> str:
@@ -88,6 +98,8 @@ class TensorQuant:
         if self.group_size:
             parts.append(f"g={self.group_size}")
         parts.append(self.scale_type.name)
+        if self.tqt:
+            parts.append("tqt")
         if self.bias_scale_from_product:
             parts.append("scale=s_in*s_w")
         else:
@@ -118,6 +130,7 @@ def _from_main(spec: main.QuantizationSpec, role: str, where: str) -> TensorQuan
     qscheme = spec.qscheme or QSchemeType.per_tensor
     observer = spec.observer_cls or (PerTensorMinMaxObserver if qscheme is QSchemeType.per_tensor else PerChannelMinMaxObserver)
     symmetric = True if spec.symmetric is None else spec.symmetric
+    observer, tqt = _tqt_observer(spec.qat_spec, observer)
     tq = TensorQuant(
         bit_width=bits,
         signed=signed,
@@ -132,8 +145,24 @@ def _from_main(spec: main.QuantizationSpec, role: str, where: str) -> TensorQuan
         percentile=getattr(observer, "percentile", None),
         is_dynamic=bool(spec.is_dynamic),
         bias_scale_from_product=role == "bias" and spec.observer_cls is None,
+        tqt=tqt,
     )
     return _check_role(tq, role, where)
+
+
+#: TQT threshold initialisation -> the observer computing it.
+TQT_OBSERVERS: dict[TQTThresholdInitMeth, type[ObserverBase]] = {
+    TQTThresholdInitMeth._3SD: TQT3SDObserver,
+    TQTThresholdInitMeth._LL_J: TQTJeffreysObserver,
+}
+
+
+def _tqt_observer(qat_spec: Any, observer: type[ObserverBase]) -> tuple[type[ObserverBase], bool]:
+    """(observer initialising the threshold, whether TQT applies); without an init method, the spec's own."""
+    if qat_spec is None:
+        return observer, False
+    init = qat_spec.threshold_init_meth
+    return (TQT_OBSERVERS[init] if init is not None else observer), True
 
 
 # -- normalisation of the Brevitas extension's QuantizationSpec ---------------------------------
@@ -160,7 +189,9 @@ def _from_ext(spec: ext.QuantizationSpec, role: str, where: str) -> TensorQuant:
         # The extension's bias takes scale = input scale x weight scale: only bit_width and
         # scale_type (checked against the product) apply; other fields must keep their defaults.
         defaults = ext.QuantizationSpec()
-        changed = [f for f in ("qscheme", "symmetric", "param_type") if getattr(spec, f) != getattr(defaults, f)]
+        changed = [
+            f for f in ("qscheme", "symmetric", "param_type", "qat_spec") if getattr(spec, f) != getattr(defaults, f)
+        ]
         if changed:
             raise _fail(
                 where,
@@ -180,7 +211,7 @@ def _from_ext(spec: ext.QuantizationSpec, role: str, where: str) -> TensorQuant:
             f"param_type={spec.param_type.name} with qscheme={spec.qscheme.name} is not supported for "
             f"{role}; supported param_type/qscheme: {allowed}",
         )
-    observer = _EXT_OBSERVERS[key]
+    observer, tqt = _tqt_observer(spec.qat_spec, _EXT_OBSERVERS[key])
     tq = TensorQuant(
         bit_width=spec.bit_width,
         signed=spec.symmetric,  # the extension quantizes asymmetric tensors on an unsigned grid
@@ -189,6 +220,7 @@ def _from_ext(spec: ext.QuantizationSpec, role: str, where: str) -> TensorQuant:
         scale_type=spec.scale_type,
         observer=observer,
         percentile=EXT_ACT_PERCENTILE if observer is PerTensorPercentileObserver else None,
+        tqt=tqt,
     )
     return _check_role(tq, role, where)
 
@@ -213,6 +245,8 @@ def _check_role(tq: TensorQuant, role: str, where: str) -> TensorQuant:
             "activations are quantized per_tensor",
         )
     if role == "bias":
+        if tq.tqt:
+            raise _fail(where, "qat_spec=TQTSpec does not apply to bias (its scale follows input and weight scales)")
         if not tq.symmetric:
             raise _fail(where, "bias quantization must be symmetric (symmetric=True)")
         if not tq.signed:

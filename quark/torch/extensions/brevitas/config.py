@@ -21,7 +21,7 @@ from quark.torch.quantization.config._fields import (
     read_file,
     write_file,
 )
-from quark.torch.quantization.config.config import LayerConfigBase
+from quark.torch.quantization.config.config import LayerConfigBase, QATSpec, TQTSpec, check_tqt
 from quark.torch.quantization.config.type import QSchemeType, ScaleType
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "Config",
     "QTensorConfig",
     "QLayerConfig",
+    "TQTSpec",
 ]
 
 #: bit widths the extension accepts; weights and activations are further limited to 2..16.
@@ -73,6 +74,8 @@ class QuantizationSpec:
             as Brevitas' defaults) or mse.
         bit_width: element bits, 2..16 for weights and activations, up to 32 for bias.
         exponent_bit_width, mantissa_bit_width: minifloat layout (float_quant only).
+        qat_spec: ``TQTSpec(threshold_init_meth=...)`` for trained power-of-two thresholds (needs
+            ``scale_type=ScaleType.pof2`` and per-tensor symmetric quantization).
     """
 
     qscheme: QSchemeType = QSchemeType.per_tensor
@@ -83,9 +86,12 @@ class QuantizationSpec:
     bit_width: int = 8
     exponent_bit_width: int | None = None
     mantissa_bit_width: int | None = None
+    qat_spec: TQTSpec | None = None
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
+        if isinstance(self.qat_spec, dict):
+            object.__setattr__(self, "qat_spec", QATSpec.from_dict(self.qat_spec))
         coerced = {
             "qscheme": coerce_enum(owner, "qscheme", self.qscheme, QSchemeType, optional=False),
             "scale_type": coerce_enum(owner, "scale_type", self.scale_type, ScaleType, optional=False),
@@ -108,8 +114,19 @@ class QuantizationSpec:
                 f"quant_type=QuantType.float_quant, got quant_type=QuantType.int_quant"
             )
 
+        check_tqt(
+            owner,
+            self.qat_spec,
+            scale_type=self.scale_type,
+            symmetric=self.symmetric,
+            qscheme=self.qscheme,
+            is_dynamic=False,
+        )
+
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: enum_to_json(getattr(self, f.name)) for f in fields(self)}
+        d = {f.name: enum_to_json(getattr(self, f.name)) for f in fields(self)}
+        d["qat_spec"] = self.qat_spec.to_dict() if self.qat_spec else None
+        return d
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> QuantizationSpec:

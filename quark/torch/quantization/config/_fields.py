@@ -23,6 +23,8 @@ def coerce_enum(owner: str, field: str, value: Any, enum_cls: type[E], optional:
         raise ValueError(f"{owner}.{field} is required; allowed: {allowed(enum_cls)}")
     if isinstance(value, enum_cls):
         return value
+    if isinstance(value, str) and value in enum_cls.__members__:  # names, aliases included
+        return enum_cls[value]
     for member in enum_cls:
         # type must match exactly: True == 1 and 2.0 == 2 must not select a member
         if type(value) is type(member.value) and value == member.value:

@@ -36,6 +36,7 @@ from quark.torch.quantization.config.type import (
     QuantizationMode,
     RoundType,
     ScaleType,
+    TQTThresholdInitMeth,
     ZeroPointType,
 )
 from quark.torch.quantization.observer import OBSERVERS, ObserverBase
@@ -48,12 +49,72 @@ __all__ = [
     "QLayerConfig",
     "QTensorConfig",
     "AlgoConfig",
+    "QATSpec",
+    "TQTSpec",
     "SmoothQuantConfig",
     "AWQConfig",
     "GPTQConfig",
 ]
 
 CONFIG_VERSION = 1
+
+
+@dataclass(eq=True, frozen=True)
+class QATSpec:
+    """Base of quantization-aware-training specs (``QuantizationSpec.qat_spec``)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": type(self).__name__, **{f.name: enum_to_json(getattr(self, f.name)) for f in fields(self)}}
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> QATSpec:
+        require_mapping("qat_spec", data)
+        data = dict(data)
+        name = data.pop("name", None)
+        if name not in QAT_SPECS:
+            raise ValueError(f"qat_spec name={name!r} is not known; allowed: {sorted(QAT_SPECS)}")
+        cls = QAT_SPECS[name]
+        check_unknown_keys(name, data, {f.name for f in fields(cls)})
+        return cls(**data)
+
+
+@dataclass(eq=True, frozen=True)
+class TQTSpec(QATSpec):
+    """Trained Quantization Thresholds (Jain et al., arXiv 1903.08066).
+
+    A learned log2 threshold t per tensor; scale = 2^ceil(log2 t) / 2^(b-1) (signed) or / 2^b
+    (unsigned). Needs ``scale_type=pof2``, ``symmetric=True``, ``qscheme=per_tensor``, static.
+
+    Args:
+        threshold_init_meth: ``_3SD`` or ``_LL_J`` (alias ``_KL_J``); None initialises the
+            threshold from the spec's observer range (abs-max for MinMax).
+    """
+
+    threshold_init_meth: TQTThresholdInitMeth | None = None
+
+    def __post_init__(self) -> None:
+        value = coerce_enum("TQTSpec", "threshold_init_meth", self.threshold_init_meth, TQTThresholdInitMeth)
+        object.__setattr__(self, "threshold_init_meth", value)
+
+
+QAT_SPECS: dict[str, type[QATSpec]] = {"TQTSpec": TQTSpec}
+
+
+def check_tqt(owner: str, qat_spec: Any, *, scale_type: Any, symmetric: bool, qscheme: Any, is_dynamic: bool) -> None:
+    """TQT learns one power-of-two threshold per tensor: reject specs that say otherwise."""
+    if qat_spec is None:
+        return
+    if not isinstance(qat_spec, QATSpec):
+        raise TypeError(f"{owner}.qat_spec={qat_spec!r}: expected TQTSpec(...) or None")
+    problems = {
+        "scale_type": (scale_type is not ScaleType.pof2, "ScaleType.pof2"),
+        "symmetric": (not symmetric, "True"),
+        "qscheme": (qscheme not in (None, QSchemeType.per_tensor), "QSchemeType.per_tensor"),
+        "is_dynamic": (bool(is_dynamic), "False"),
+    }
+    for field_name, (bad, needed) in problems.items():
+        if bad:
+            raise ValueError(f"{owner}.qat_spec=TQTSpec needs {field_name}={needed}; TQT learns one power-of-two threshold per tensor")
 
 
 @dataclass(eq=True)
@@ -72,6 +133,7 @@ class QuantizationSpec:
         round_method: rounding to the integer grid. None: half_even.
         scale_type: representation of the scale. None: float.
         zero_point_type: int32 (rounded) or float32 zero point of asymmetric quantization.
+        qat_spec: quantization-aware-training method, ``TQTSpec(threshold_init_meth=...)``.
     """
 
     dtype: Dtype
@@ -84,9 +146,12 @@ class QuantizationSpec:
     round_method: RoundType | None = None
     scale_type: ScaleType | None = None
     zero_point_type: ZeroPointType | None = ZeroPointType.int32
+    qat_spec: QATSpec | None = None
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
+        if isinstance(self.qat_spec, dict):
+            self.qat_spec = QATSpec.from_dict(self.qat_spec)
         self.dtype = coerce_enum(owner, "dtype", self.dtype, Dtype, optional=False)
         self.qscheme = coerce_enum(owner, "qscheme", self.qscheme, QSchemeType)
         self.round_method = coerce_enum(owner, "round_method", self.round_method, RoundType)
@@ -135,9 +200,19 @@ class QuantizationSpec:
                     "use an observer of the same granularity or set qscheme accordingly"
                 )
 
+        check_tqt(
+            owner,
+            self.qat_spec,
+            scale_type=self.scale_type,
+            symmetric=self.symmetric is not False,
+            qscheme=self.qscheme,
+            is_dynamic=bool(self.is_dynamic),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: enum_to_json(getattr(self, f.name)) for f in fields(self)}
         d["observer_cls"] = self.observer_cls.__name__ if self.observer_cls else None
+        d["qat_spec"] = self.qat_spec.to_dict() if self.qat_spec else None
         return d
 
     @classmethod

@@ -22,12 +22,14 @@ PerTensorMSEObserver            the clipping range minimising the quantization M
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import torch
 from torch import nn
 
 from quark.torch.quantization.config.type import QSchemeType
+from quark.torch.quantization.tqt_init import jeffreys_threshold, three_sd
 
 __all__ = [
     "ObserverBase",
@@ -35,6 +37,8 @@ __all__ = [
     "PerChannelMinMaxObserver",
     "PerTensorPercentileObserver",
     "PerTensorMSEObserver",
+    "TQT3SDObserver",
+    "TQTJeffreysObserver",
     "OBSERVERS",
     "register_observer",
 ]
@@ -139,7 +143,8 @@ class _HistogramObserver(ObserverBase):
             x = x.abs()
         amax = float(x.abs().max())
         if not self.hist.numel():
-            self.bound = amax if amax > 0 else 1.0
+            # a power of two, so that histograms of different processes align by doubling
+            self.bound = 2.0 ** math.ceil(math.log2(amax)) if amax > 0 else 1.0
             self.hist = torch.zeros(self.num_bins, device=x.device)
         while amax > self.bound:
             self._double_range()
@@ -220,6 +225,49 @@ class PerTensorMSEObserver(_HistogramObserver):
         q = (torch.clamp(torch.round(centers[None] / scale) + zp, self.qmin, self.qmax) - zp) * scale
         i = torch.argmin(((q - centers[None]) ** 2 * self.hist[None]).sum(1))
         return lo[i, 0], hi[i, 0]
+
+
+class TQT3SDObserver(ObserverBase):
+    """TQT ``_3SD`` threshold: |mean| + 3 std of all calibration data (running moments in float64)."""
+
+    statistic = "3sd"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register_buffer("moments", torch.zeros(3, dtype=torch.float64), persistent=False)
+
+    def _observe(self, x: torch.Tensor) -> None:
+        x = x.double()
+        self.moments += torch.stack([torch.tensor(float(x.numel()), dtype=torch.float64, device=x.device), x.sum(), (x * x).sum()])
+
+    def _range(self) -> tuple[torch.Tensor, torch.Tensor]:
+        count, total, squares = self.moments
+        mean = total / count
+        std = torch.sqrt(torch.clamp(squares / count - mean * mean, min=0))
+        t = three_sd(mean, std).float()
+        return -t, t
+
+
+class TQTJeffreysObserver(_HistogramObserver):
+    """TQT ``_LL_J`` threshold: Settle et al.'s Algorithm 1 on the histogram of |x| (see tqt_init).
+
+    The search runs on the histogram merged to about sqrt(n) bins for n observed values (the
+    square-root rule, a power of two up to ``num_bins``): a finer histogram of few values is too
+    sparse for a divergence to mean anything.
+    """
+
+    statistic = "ll_j"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.symmetric = True  # the histogram is of |x|
+
+    def _range(self) -> tuple[torch.Tensor, torch.Tensor]:
+        count = float(self.hist.sum())
+        bins = min(self.num_bins, 2 ** max(0, math.ceil(math.log2(math.sqrt(count)))))
+        hist = self.hist.view(bins, -1).sum(dim=1)
+        t = jeffreys_threshold(hist, self.bound / bins, levels=self.qmax + 1)
+        return -t, t
 
 
 #: name -> class, for serialisation and for the translation tables.

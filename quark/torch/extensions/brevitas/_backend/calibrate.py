@@ -92,6 +92,8 @@ def set_range(proxy: ActQuantProxyFromInjector, spec: TensorQuant, lo: torch.Ten
         zero_point = tensor_quant.zero_point_impl.value
         zero_point.data.copy_((-lo).to(zero_point).expand_as(zero_point))
     threshold = torch.clamp(threshold, min=torch.finfo(torch.float32).tiny)
+    if spec.tqt:  # TQT learns log2 of the threshold
+        threshold = torch.log2(threshold)
     value = tensor_quant.scaling_impl.value
     value.data.copy_(threshold.to(value).expand_as(value))
 

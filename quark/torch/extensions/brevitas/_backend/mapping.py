@@ -22,10 +22,15 @@ from brevitas import config as brevitas_config
 from brevitas.core.function_wrapper import FloorSte, RoundSte
 from brevitas.core.stats import NegativePercentileOrZero
 from brevitas.core.zero_point import ParameterZeroPoint
-from brevitas.graph.base import ModuleToModuleByInstance
+from brevitas.graph.base import ModuleToModuleByInstance, load_old_module_state_dict
 from brevitas.inject.enum import ScalingImplType, ScalingPerOutputType, StatsOp
 from brevitas.proxy.groupwise_int_parameter_quant import GroupwiseWeightQuantProxyFromInjector
 from brevitas.proxy.runtime_quant import DynamicActQuantProxyFromInjector
+from brevitas.quant.fixed_point import (
+    Int8ActPerTensorFixedPoint,
+    Int8WeightPerTensorFixedPoint,
+    Uint8ActPerTensorFixedPoint,
+)
 from brevitas.quant.scaled_int import (
     Int8ActPerTensorFloat,
     Int8BiasPerTensorFloatInternalScaling,
@@ -48,6 +53,7 @@ from quark.torch.extensions.brevitas._backend.quantizers import (
     Pof2Scale,
     QuarkIntScaling,
     RoundHalfAwayFromZeroSte,
+    TQTIntScaling,
 )
 from quark.torch.quantization.config.type import QSchemeType, RoundType, ScaleType, ZeroPointType
 from quark.torch.quantization.plan import LayerPlan, TensorQuant
@@ -98,6 +104,15 @@ DYNAMIC_ACT_BASES: dict[bool, Any] = {
     ),
 }
 
+#: TQT: a learned threshold in the log2 domain; Brevitas' power-of-two restriction with CeilSte
+#: gives 2^ceil(log2 t), divided by TQTIntScaling. (weight?, signed) -> stock fixed-point quantizer.
+TQT_BASES: dict[tuple[bool, bool], Any] = {
+    (True, True): Int8WeightPerTensorFixedPoint.let(scaling_impl_type=ScalingImplType.PARAMETER),
+    (True, False): Int8WeightPerTensorFixedPoint.let(scaling_impl_type=ScalingImplType.PARAMETER, signed=False),
+    (False, True): Int8ActPerTensorFixedPoint.let(scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0),
+    (False, False): Uint8ActPerTensorFixedPoint.let(scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0),
+}
+
 #: layer type -> axis of its weight holding output channels.
 OUTPUT_CHANNEL_AXIS: dict[type[nn.Module], int] = {
     nn.ConvTranspose1d: 1,
@@ -134,6 +149,26 @@ LAYERS: dict[type[nn.Module], tuple[type[nn.Module], dict[str, tuple[str, ...]]]
 SUPPORTED_LAYERS: tuple[type[nn.Module], ...] = tuple(LAYERS)
 
 
+def _tqt(tq: TensorQuant) -> dict[str, Any]:
+    """Overrides of a TQT quantizer: bits, signedness, TQT's integer threshold, rounding."""
+    return {
+        "quark_spec": tq,
+        "bit_width": tq.bit_width,
+        "narrow_range": False,
+        "signed": tq.signed,
+        "int_scaling_impl": TQTIntScaling,
+        "float_to_int_impl": ROUND_IMPLS[tq.round_method],
+    }
+
+
+def initial_threshold(tq: TensorQuant, tensor: torch.Tensor) -> torch.Tensor:
+    """Threshold of ``tensor`` by the spec's observer (TQT weights initialise from the weight)."""
+    qmin, qmax = tq.grid
+    observer = tq.observer(symmetric=True, qmin=qmin, qmax=qmax).to(tensor.device)
+    observer(tensor.detach())
+    return observer.calculate_range()[1]
+
+
 def _common(tq: TensorQuant) -> dict[str, Any]:
     """Overrides every integer quantizer gets: Quark's grid, threshold, rounding and scale type."""
     kwargs: dict[str, Any] = {
@@ -165,6 +200,8 @@ def _percentile_kwargs(tq: TensorQuant) -> dict[str, Any]:
 
 def weight_quant(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
     """Injector of a weight quantizer for ``weight`` of ``module``."""
+    if tq.tqt:
+        return TQT_BASES[(True, tq.signed)].let(**_tqt(tq), scaling_init=float(initial_threshold(tq, weight)))
     inj = WEIGHT_BASES[(tq.symmetric, tq.statistic)].let(**_common(tq), **_percentile_kwargs(tq))
     return GRANULARITY[tq.qscheme](inj, tq, module, weight)
 
@@ -204,6 +241,8 @@ def _axis(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> int:
 
 def act_quant(tq: TensorQuant) -> Any:
     """Injector of an activation quantizer (static: learned scale set by calibration; or dynamic)."""
+    if tq.tqt:
+        return TQT_BASES[(False, tq.signed)].let(**_tqt(tq))
     bases = DYNAMIC_ACT_BASES if tq.is_dynamic else STATIC_ACT_BASES
     kwargs = _common(tq)
     if tq.is_dynamic:
@@ -290,9 +329,15 @@ def build_layer(plan: LayerPlan, module: nn.Module) -> nn.Module:
         tq = plan.specs[role]
         for name, weight in zip(names, [w for _, w in _weights(module)] * 2):
             kwargs[name] = ROLE_BUILDERS[role](tq, module, weight) if tq is not None else None
-    # The float layer has no quantizer state: its state_dict lacks their keys by construction.
+    param = next(module.parameters())
+    kwargs.update(device=param.device, dtype=param.dtype)
+    # Built on the real device (Brevitas would build on 'meta', where quantizers with an initial
+    # scale cannot be constructed), then the float weights are copied in. The float layer has no
+    # quantizer state: its state_dict lacks those keys by construction.
     previous, brevitas_config.IGNORE_MISSING_KEYS = brevitas_config.IGNORE_MISSING_KEYS, True
     try:
-        return ModuleToModuleByInstance(module, quant_cls, **kwargs).init_new_module(module)
+        new = ModuleToModuleByInstance(module, quant_cls, **kwargs).init_new_module(module, load_state_dict=False)
+        load_old_module_state_dict(module, new, False)
     finally:
         brevitas_config.IGNORE_MISSING_KEYS = previous
+    return new

@@ -1,6 +1,7 @@
 """Brevitas building blocks that Brevitas does not ship, each plugged into stock injectors.
 
-- :class:`QuarkIntScaling`: Quark's integer threshold. Quark divides a symmetric range by
+- :class:`QuarkIntScaling`, :class:`TQTIntScaling`: integer thresholds of Quark's and TQT's formulas.
+  :class:`QuarkIntScaling`: Quark's integer threshold. Quark divides a symmetric range by
   (qmax - qmin) / 2 (127.5 for int8), Brevitas by 2^(b-1); the integer grid is the same.
 - :class:`Pof2Scale`, :class:`CastScale`: restrictions applied to the *scale itself* (Brevitas'
   power-of-two restriction rounds the threshold and the integer range separately, which is not
@@ -29,6 +30,17 @@ class QuarkIntScaling(nn.Module):
     def forward(self, bit_width: Tensor) -> Tensor:
         levels = 2.0**bit_width - 1
         return levels / 2 if self.signed else levels
+
+
+class TQTIntScaling(nn.Module):
+    """Integer threshold of TQT: 2^(b-1) for a signed grid, 2^b for an unsigned one."""
+
+    def __init__(self, signed: bool):
+        super().__init__()
+        self.signed = signed
+
+    def forward(self, bit_width: Tensor) -> Tensor:
+        return 2.0 ** (bit_width - 1) if self.signed else 2.0**bit_width
 
 
 class Pof2Scale(nn.Module):
