@@ -10,9 +10,8 @@ Zero point convention (checked against the code): asymmetric quantization rounds
 ``q = clamp(R(x / s + zp), 0, 2^b - 1)``, ``dequant = (q - zp) * s``. With an integer zero point
 this is ``R(x / s) + zp``; with ``ZeroPointType.float32`` the unrounded zero point is inside R.
 
-Discrepancies between the code and the documented formulas are ``xfail(strict=True)``: the
-comment block above the ``BUG_*`` reasons gives, for each, the call, the expected and the obtained
-values; the bug-specific tests reproduce them on minimal tensors.
+Discrepancies found by these tests and since fixed are described in the comment block above the
+``BUG_*`` names; the bug-specific tests below reproduce each on minimal tensors (regressions).
 """
 
 from __future__ import annotations
@@ -52,7 +51,7 @@ QSCHEMES = {
 }
 ROUNDS = ("half_even", "floor", "round")
 
-# Known discrepancies with the documented formulas (each isolated by a test below, xfail strict):
+# Discrepancies these tests found, fixed since (each isolated by a regression test below):
 #
 # BUG_CAST_SCALE: mapping.SCALE_RESTRICTS passes ``scale_dtype=...`` but ``CastScale.__init__`` takes
 #   ``dtype``, which the Brevitas injector fills with the layer dtype (float32): the cast is a no-op.
@@ -186,13 +185,10 @@ def crafted_weight(shape, qscheme, ch_axis, group_size, bits: int, pof2: bool, s
 def _weight_grid():
     scale_types = ("float", "pof2", "float16", "bfloat16")
     for dtype, sym, qs, st, rm in itertools.product(DTYPES, (True, False), QSCHEMES, scale_types, ROUNDS):
-        marks = []
-        if st in ("float16", "bfloat16"):
-            if rm != "half_even":  # rounding is covered by float/pof2; keep one cause of failure per case
-                continue
-            marks = [pytest.mark.xfail(strict=True, reason=BUG_CAST_SCALE)]
+        if st in ("float16", "bfloat16") and rm != "half_even":
+            continue  # rounding is covered by float/pof2; keep one cause of failure per case
         case_id = f"{dtype}-{'sym' if sym else 'asym'}-{qs}-{st}-{rm}"
-        yield pytest.param(dtype, sym, qs, st, rm, marks=marks, id=case_id)
+        yield pytest.param(dtype, sym, qs, st, rm, id=case_id)
 
 
 @pytest.mark.parametrize("dtype,symmetric,qscheme,scale_type,round_method", list(_weight_grid()))
@@ -291,7 +287,6 @@ def test_conv_transpose_per_channel_axis(ch_axis, symmetric):
 # -- discrepancies of weights, each on a tensor that isolates it --------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_CAST_SCALE)
 @pytest.mark.parametrize("scale_type", ["float16", "bfloat16"])
 def test_weight_scale_cast(scale_type):
     model = nn.Sequential(nn.Linear(4, 1, bias=False))
@@ -303,7 +298,6 @@ def test_weight_scale_cast(scale_type):
     exact(qm[0].quant_weight().scale, expected)
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_ZP_ROUNDING)
 @pytest.mark.parametrize("round_method", ["floor"])
 def test_weight_zero_point_rounding(round_method):
     model = nn.Sequential(nn.Linear(4, 1, bias=False))
@@ -315,7 +309,6 @@ def test_weight_zero_point_rounding(round_method):
     exact(torch.as_tensor(qt.zero_point), torch.tensor(11.0))
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_SYM_UNSIGNED)
 @pytest.mark.parametrize("qscheme", ["per_tensor", "per_channel"])
 def test_weight_symmetric_unsigned_uses_max(qscheme):
     model = nn.Sequential(nn.Linear(4, 1, bias=False))
@@ -328,7 +321,6 @@ def test_weight_symmetric_unsigned_uses_max(qscheme):
     check_quant_tensor(qm[0].quant_weight(), w, q, deq, s, zp)
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_ALL_NEGATIVE)
 @pytest.mark.parametrize("qscheme", ["per_tensor", "per_channel", "per_group"])
 def test_weight_asymmetric_all_negative_block(qscheme):
     model = nn.Sequential(nn.Linear(4, 2, bias=False))
@@ -448,7 +440,6 @@ def test_static_input_one_sided_calibration(sign, dtype):
     check_quant_tensor(qm[0].input_quant(x), x, q, deq, s, zp)
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_ZP_ROUNDING)
 def test_static_input_zero_point_rounding_floor():
     """Range [-3, 5], uint8 asym: s = 8/255, -lo/s = 95.625: expected zp 96 (half even), floor gives 95."""
     model = nn.Sequential(nn.Linear(32, 16))
@@ -457,7 +448,6 @@ def test_static_input_zero_point_rounding_floor():
     exact(torch.as_tensor(qm[0].input_quant(probe_input()).zero_point), torch.tensor(96.0))
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_CAST_SCALE)
 def test_static_input_scale_cast():
     model = nn.Sequential(nn.Linear(32, 16))
     qm = quantize(model, main_config(input_tensors=spec("int8", scale_type="float16")), calibration_batches())
@@ -477,7 +467,7 @@ def _dynamic_inputs() -> list[torch.Tensor]:
 @pytest.mark.parametrize("zp_type", ["int32", "float32"])
 @pytest.mark.parametrize(
     "scale_type",
-    ["float", pytest.param("pof2", marks=pytest.mark.xfail(strict=True, reason=BUG_DYNAMIC_POF2))],
+    ["float", "pof2"],
 )
 def test_dynamic_input(dtype, symmetric, zp_type, scale_type):
     _, bits, signed = DTYPES[dtype]
@@ -495,7 +485,6 @@ def test_dynamic_input(dtype, symmetric, zp_type, scale_type):
     assert scales[0] != scales[1]
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_SYM_UNSIGNED)
 def test_dynamic_symmetric_unsigned_uses_max():
     model = nn.Sequential(nn.Linear(4, 1))
     qm = quantize(model, main_config(input_tensors=spec("uint8", True, is_dynamic=True)))
@@ -503,7 +492,6 @@ def test_dynamic_symmetric_unsigned_uses_max():
     exact(qm[0].input_quant(x).scale, torch.tensor(0.5 / 255))
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_DYNAMIC_POF2)
 def test_dynamic_pof2_scale():
     model = nn.Sequential(nn.Linear(4, 1))
     qm = quantize(model, main_config(input_tensors=spec("int8", True, is_dynamic=True, scale_type="pof2")))

@@ -609,10 +609,13 @@ def test_spec_defaults_follow_quark():
     assert config.pre_quant_opt_config == [] and config.algo_config is None and config.exclude == []
 
 
-def test_pre_quant_opt_config_not_serialisable():
-    config = Config(QuantizationConfig(), pre_quant_opt_config=[object()])
-    with pytest.raises(ValueError, match=r"Config\.pre_quant_opt_config is not serialisable yet"):
-        config.to_dict()
+def test_pre_quant_opt_config_round_trips_and_rejects_non_transforms():
+    from quark.torch.extensions.brevitas.algos import Preprocess
+
+    config = Config(QuantizationConfig(), pre_quant_opt_config=[Preprocess(equalize_iterations=3)])
+    assert Config.from_dict(config.to_dict()) == config
+    with pytest.raises(TypeError, match=r"Config\.pre_quant_opt_config=\[<object.*expected a list of transforms"):
+        Config(QuantizationConfig(), pre_quant_opt_config=[object()])
 
 
 # -- regressions: bugs found in review, fixed -----------------------------------------------------

@@ -32,6 +32,8 @@ EXPECTED = {
             "uint4",
             "int3",
             "int2",
+            "uint3",
+            "uint2",
             "bfloat16",
             "float16",
             "fp8_e4m3",
@@ -101,7 +103,7 @@ def test_tqt_threshold_members_and_alias():
 
 def test_dtype_no_duplicate_values():
     values = [m.value for m in Dtype]
-    assert len(values) == len(set(values)) == 19
+    assert len(values) == len(set(values)) == 21
 
 
 @pytest.mark.parametrize(
@@ -116,6 +118,8 @@ def test_dtype_no_duplicate_values():
         (Dtype.uint4, 4, False),
         (Dtype.int3, 3, True),
         (Dtype.int2, 2, True),
+        (Dtype.uint3, 3, False),
+        (Dtype.uint2, 2, False),
     ],
 )
 def test_integer_dtype_properties(dtype, bits, signed):

@@ -50,11 +50,6 @@ class ModelQuantizer:
                 f"Config.algo_config={names}: these algorithms are not available in this backend yet; "
                 "remove them from algo_config"
             )
-        if isinstance(config, main.Config) and config.pre_quant_opt_config:
-            raise NotImplementedError(
-                "Config.pre_quant_opt_config: pre-quantization transforms of the main API are not available yet; "
-                "use the Brevitas extension's Config(pre_quant_opt_config=[Preprocess()])"
-            )
         if isinstance(config, main.Config) and config.quant_mode is not main.QuantizationMode.eager_mode:
             raise NotImplementedError(f"Config.quant_mode={config.quant_mode.name}: only eager_mode is available")
         self.config = config
@@ -90,7 +85,7 @@ class ModelQuantizer:
             )
 
         work = model if inplace else copy.deepcopy(model)
-        pre_steps = getattr(self.config, "pre_quant_opt_config", [])
+        pre_steps = self.config.pre_quant_opt_config
         for step in pre_steps:
             logger.info("applying %s", step.name)
             work = step.apply(work, calib_loader=calib_loader)

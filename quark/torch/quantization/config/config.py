@@ -360,7 +360,8 @@ class Config:
         layer_quant_config: per module name pattern (``fnmatch`` wildcards).
         exclude: module name patterns left unquantized.
         algo_config: algorithms to run after calibration (SmoothQuant, AWQ, GPTQ).
-        pre_quant_opt_config: pre-quantization transforms.
+        pre_quant_opt_config: transforms run on the float model first, e.g. the Brevitas
+            extension's ``Preprocess()`` (merge batch norm, equalize); empty by default.
         quant_mode: eager (module swap) or graph mode.
     """
 
@@ -400,6 +401,13 @@ class Config:
             raise ValueError(f"{owner}.layer_type_quant_config names the same layer type twice: {duplicates}")
         if not isinstance(self.exclude, list) or not all(isinstance(e, str) for e in self.exclude):
             raise TypeError(f"{owner}.exclude={self.exclude!r}: expected a list of module name patterns")
+        if not isinstance(self.pre_quant_opt_config, list) or not all(
+            hasattr(step, "apply") and hasattr(step, "name") for step in self.pre_quant_opt_config
+        ):
+            raise TypeError(
+                f"{owner}.pre_quant_opt_config={self.pre_quant_opt_config!r}: expected a list of transforms "
+                "with .name and .apply, e.g. quark.torch.extensions.brevitas.algos.Preprocess()"
+            )
         if self.algo_config is not None:
             if isinstance(self.algo_config, AlgoConfig):
                 self.algo_config = [self.algo_config]  # Quark < 0.8 took a single algorithm
@@ -410,8 +418,6 @@ class Config:
 
     # -- serialisation -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        if self.pre_quant_opt_config:
-            raise ValueError(f"{type(self).__name__}.pre_quant_opt_config is not serialisable yet; save it separately")
         return {
             "global_quant_config": self.global_quant_config.to_dict(),
             "layer_type_quant_config": {
@@ -420,6 +426,7 @@ class Config:
             "layer_quant_config": {k: v.to_dict() for k, v in self.layer_quant_config.items()},
             "exclude": list(self.exclude),
             "algo_config": [a.to_dict() for a in self.algo_config] if self.algo_config is not None else None,
+            "pre_quant_opt_config": [step.to_dict() for step in self.pre_quant_opt_config],
             "quant_mode": self.quant_mode.name,
             "version": self.version,
         }
@@ -436,8 +443,16 @@ class Config:
         version = data.get("version", CONFIG_VERSION)
         if version != CONFIG_VERSION:
             raise ValueError(f"{owner}.from_dict: version={version!r} is not supported; this release reads version {CONFIG_VERSION}")
+        pre = data.get("pre_quant_opt_config") or []
+        if not isinstance(pre, list):
+            raise TypeError(f"{owner}.from_dict: pre_quant_opt_config must be a list, got {type(pre).__name__}")
+        if pre:
+            from quark.torch.extensions.brevitas.algos import algo_from_dict
+
+            pre = [algo_from_dict(step) for step in pre]
         return cls(
             global_quant_config=layer.from_dict(data["global_quant_config"]),
+            pre_quant_opt_config=pre,
             layer_type_quant_config={k: layer.from_dict(v) for k, v in (data.get("layer_type_quant_config") or {}).items()},
             layer_quant_config={k: layer.from_dict(v) for k, v in (data.get("layer_quant_config") or {}).items()},
             exclude=data.get("exclude") if data.get("exclude") is not None else [],

@@ -45,7 +45,8 @@ class Dtype(Enum):
     """Element data types.
 
     Integers: ``int8`` [-128, 127], ``uint8`` [0, 255], ``int16``, ``uint16``, ``int32`` (bias),
-    ``int4`` [-8, 7], ``uint4`` [0, 15], ``int3`` [-4, 3], ``int2`` [-2, 1].
+    ``int4`` [-8, 7], ``uint4`` [0, 15], ``int3`` [-4, 3], ``int2`` [-2, 1], and beyond Quark's
+    list ``uint3`` [0, 7], ``uint2`` [0, 3] (unsigned low-bit activations).
     Floats and block formats: ``bfloat16``, ``float16``, ``fp8_e4m3``, ``fp8_e5m2``, ``fp6_e3m2``,
     ``fp6_e2m3``, ``fp4`` (e2m1), ``mx`` (OCP microscaling), ``mx6`` / ``mx9`` (shared
     micro-exponents).
@@ -60,6 +61,8 @@ class Dtype(Enum):
     uint4 = "uint4"
     int3 = "int3"
     int2 = "int2"
+    uint3 = "uint3"  # beyond Quark's enum: unsigned low-bit activations (after ReLU) for FPGAs
+    uint2 = "uint2"
     bfloat16 = "bfloat16"
     float16 = "float16"
     fp8_e4m3 = "fp8_e4m3"
@@ -97,6 +100,8 @@ _INTEGER_DTYPES = {
     Dtype.uint4: (4, False),
     Dtype.int3: (3, True),
     Dtype.int2: (2, True),
+    Dtype.uint3: (3, False),
+    Dtype.uint2: (2, False),
 }
 
 

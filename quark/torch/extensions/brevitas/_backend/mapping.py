@@ -54,6 +54,9 @@ from quark.torch.extensions.brevitas._backend.quantizers import (
     QuarkIntScaling,
     RoundHalfAwayFromZeroSte,
     TQTIntScaling,
+    ZeroInclusiveMax,
+    ZeroInclusiveMinMax,
+    round_zero_points_half_even,
 )
 from quark.torch.quantization.config.type import QSchemeType, RoundType, ScaleType, ZeroPointType
 from quark.torch.quantization.plan import LayerPlan, TensorQuant
@@ -75,8 +78,8 @@ SCALE_RESTRICTS: dict[ScaleType, tuple[type[nn.Module], dict[str, Any]] | None] 
 
 #: weights: (symmetric, statistic) -> stock quantizer computing that statistic on the weight.
 WEIGHT_BASES: dict[tuple[bool, str], Any] = {
-    (True, "minmax"): Int8WeightPerTensorFloat,  # abs-max
-    (False, "minmax"): ShiftedUint8WeightPerTensorFloat,  # min/max with zero point
+    (True, "minmax"): Int8WeightPerTensorFloat,  # abs-max (max(w, 0) for unsigned grids: see weight_quant)
+    (False, "minmax"): ShiftedUint8WeightPerTensorFloat.let(scaling_stats_impl=ZeroInclusiveMinMax),
     (True, "percentile"): Int8WeightPerTensorFloat.let(scaling_stats_op=StatsOp.PERCENTILE),
     (False, "percentile"): ShiftedUint8WeightPerTensorFloat.let(
         scaling_stats_op=StatsOp.PERCENTILE_INTERVAL, zero_point_stats_impl=NegativePercentileOrZero
@@ -203,6 +206,8 @@ def weight_quant(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> An
     if tq.tqt:
         return TQT_BASES[(True, tq.signed)].let(**_tqt(tq), scaling_init=float(initial_threshold(tq, weight)))
     inj = WEIGHT_BASES[(tq.symmetric, tq.statistic)].let(**_common(tq), **_percentile_kwargs(tq))
+    if tq.symmetric and not tq.signed and tq.statistic == "minmax":
+        inj = inj.let(scaling_stats_impl=ZeroInclusiveMax)  # an unsigned grid covers [0, max(w, 0)]
     return GRANULARITY[tq.qscheme](inj, tq, module, weight)
 
 
@@ -340,4 +345,5 @@ def build_layer(plan: LayerPlan, module: nn.Module) -> nn.Module:
         load_old_module_state_dict(module, new, False)
     finally:
         brevitas_config.IGNORE_MISSING_KEYS = previous
+    round_zero_points_half_even(new)
     return new

@@ -10,11 +10,19 @@
   the DPU's half-up, but no half away from zero.
 - :class:`DynamicScaling`, :class:`DynamicZeroPoint`: per-tensor scale and zero point computed
   from each tensor at run time; Brevitas core ships dynamic scaling per group only.
+- :class:`ZeroInclusiveMax`, :class:`ZeroInclusiveMinMax`: weight statistics over a range that
+  always contains zero. Brevitas' ``AbsMax`` takes |x| (wrong for an unsigned symmetric grid) and
+  ``AbsMinMax`` leaves max unclamped (wrong for an all-negative channel or group).
+- :func:`round_zero_points_half_even`: Quark rounds zero points half to even whatever the tensor's
+  rounding; Brevitas rounds them with the tensor's.
 """
 
 from __future__ import annotations
 
+import copy
+
 import torch
+from brevitas.core.function_wrapper import RoundSte
 from brevitas.core.zero_point import _ScaleShiftZeroPoint
 from brevitas.function.ops_ste import round_ste
 from torch import Tensor, nn
@@ -54,14 +62,14 @@ class Pof2Scale(nn.Module):
 
 
 class CastScale(nn.Module):
-    """scale -> scale rounded to ``dtype`` (float16 / bfloat16 / float32), straight-through gradient."""
+    """scale -> scale rounded to ``scale_dtype`` (float16 / bfloat16 / float32), straight-through gradient."""
 
-    def __init__(self, dtype: torch.dtype):
+    def __init__(self, scale_dtype: torch.dtype):
         super().__init__()
-        self.dtype = dtype
+        self.scale_dtype = scale_dtype
 
     def forward(self, scale: Tensor) -> Tensor:
-        return scale + (scale.to(self.dtype).to(scale.dtype) - scale).detach()
+        return scale + (scale.to(self.scale_dtype).to(scale.dtype) - scale).detach()
 
 
 class RoundHalfAwayFromZeroSte(nn.Module):
@@ -75,22 +83,59 @@ class RoundHalfAwayFromZeroSte(nn.Module):
         return x + (y - x).detach()
 
 
-class DynamicScaling(nn.Module):
-    """Per-tensor scale from each input: max|x| (symmetric) or max(x,0) - min(x,0), over the threshold."""
+class ZeroInclusiveMax(nn.Module):
+    """max(max(x), 0) along ``stats_reduce_dim``: the range of an unsigned symmetric grid."""
 
-    def __init__(self, symmetric: bool, scale_restrict: nn.Module | None = None, scaling_min_val: float = 1e-10):
+    def __init__(self, stats_reduce_dim: int | None = None, keepdim: bool = False) -> None:
         super().__init__()
-        self.symmetric = symmetric
-        self.scale_restrict = scale_restrict if scale_restrict is not None else nn.Identity()
+        self.stats_reduce_dim, self.keepdim = stats_reduce_dim, keepdim
+
+    def forward(self, x: Tensor) -> Tensor:
+        hi = x.max() if self.stats_reduce_dim is None else x.amax(dim=self.stats_reduce_dim, keepdim=self.keepdim)
+        return torch.clamp(hi, min=0)
+
+
+class ZeroInclusiveMinMax(ZeroInclusiveMax):
+    """max(max(x), 0) - min(min(x), 0) along ``stats_reduce_dim``: an asymmetric range holding zero."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        lo = x.min() if self.stats_reduce_dim is None else x.amin(dim=self.stats_reduce_dim, keepdim=self.keepdim)
+        return super().forward(x) - torch.clamp(lo, max=0)
+
+
+def round_zero_points_half_even(module: nn.Module) -> None:
+    """Make every zero point under ``module`` round half to even, whatever its tensor's rounding."""
+    for shift in module.modules():
+        if isinstance(shift, _ScaleShiftZeroPoint) and not isinstance(shift.int_quant.float_to_int_impl, RoundSte):
+            shift.int_quant = copy.deepcopy(shift.int_quant)
+            shift.int_quant.float_to_int_impl = RoundSte()
+
+
+class DynamicScaling(nn.Module):
+    """Per-tensor scale from each input over the threshold: max|x| (symmetric signed),
+    max(x, 0) (symmetric unsigned) or max(x, 0) - min(x, 0) (asymmetric)."""
+
+    def __init__(
+        self,
+        symmetric: bool,
+        signed: bool,
+        restrict_scale_threshold_impl: nn.Module | None = None,
+        scaling_min_val: float = 1e-10,
+    ):
+        super().__init__()
+        self.symmetric, self.signed = symmetric, signed
+        self.restrict = restrict_scale_threshold_impl if restrict_scale_threshold_impl is not None else nn.Identity()
         self.scaling_min_val = scaling_min_val
 
     def forward(self, x: Tensor, threshold: Tensor) -> Tensor:
         x = x.detach()
-        if self.symmetric:
+        if self.symmetric and self.signed:
             stat = x.abs().max()
+        elif self.symmetric:
+            stat = torch.clamp(x.max(), min=0)
         else:
             stat = torch.clamp(x.max(), min=0) - torch.clamp(x.min(), max=0)
-        return self.scale_restrict(torch.clamp(stat, min=self.scaling_min_val) / threshold)
+        return self.restrict(torch.clamp(stat, min=self.scaling_min_val) / threshold)
 
 
 class DynamicZeroPoint(nn.Module):
