@@ -15,7 +15,8 @@ from torch import nn
 
 import quark.torch.extensions.brevitas._backend  # noqa: F401  (version check)
 from quark.torch.extensions.brevitas import config as ext
-from quark.torch.extensions.brevitas._backend.calibrate import calibrate, static_act_proxies
+from quark.torch.extensions.brevitas._backend.calibrate import add_calibrated_flags, static_act_proxies
+from quark.torch.extensions.brevitas._backend.calibrate import calibrate as run_calibration
 from quark.torch.extensions.brevitas._backend.export import ModelExporter
 from quark.torch.extensions.brevitas._backend.mapping import SUPPORTED_LAYERS, build_layer, check_layer
 from quark.torch.quantization import plan as planning
@@ -63,6 +64,7 @@ class ModelQuantizer:
         num_calib_batches: int | None = None,
         progress: bool = True,
         inplace: bool = False,
+        calibrate: bool = True,
     ) -> nn.Module:
         """Return the quantized model, calibrated and in eval mode.
 
@@ -74,14 +76,17 @@ class ModelQuantizer:
             num_calib_batches: use at most this many calibration batches.
             progress: show a progress bar during calibration.
             inplace: modify ``model`` itself instead of a copy.
+            calibrate: False builds the quantized model without calibrating (no data needed), to
+                load a quantized checkpoint into it; ``qat.uncalibrated_quantizers`` lists what
+                is still uncalibrated.
         """
         if num_calib_batches is not None and num_calib_batches <= 0:
             raise ValueError(f"num_calib_batches={num_calib_batches}: must be a positive integer or None")
         plans = self._plan(model)  # validates everything before the model is touched
-        if calib_loader is None and _needs_calibration(plans):
+        if calibrate and calib_loader is None and _needs_calibration(plans):
             raise ValueError(
                 "quantize_model: the config quantizes activations statically, which needs calibration data; "
-                "pass calib_loader (or use is_dynamic=True activations / a weight-only config)"
+                "pass calib_loader (or calibrate=False to load a quantized checkpoint afterwards)"
             )
 
         work = model if inplace else copy.deepcopy(model)
@@ -97,8 +102,9 @@ class ModelQuantizer:
             _set_submodule(work, name, new)
         self.plans = plans
 
-        if static_act_proxies(work):
-            calibrate(work, calib_loader, num_batches=num_calib_batches, progress=progress)
+        add_calibrated_flags(work)
+        if calibrate and static_act_proxies(work):
+            run_calibration(work, calib_loader, num_batches=num_calib_batches, progress=progress)
         for step in getattr(self.config, "algo_config", None) or []:
             logger.info("applying %s", step.name)
             work = step.apply(work, calib_loader=calib_loader)

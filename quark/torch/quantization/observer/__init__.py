@@ -73,6 +73,22 @@ class ObserverBase(nn.Module):
     def _observe(self, x: torch.Tensor) -> None:
         raise NotImplementedError
 
+    def sync(self) -> None:
+        """Merge the statistics of all processes (``torch.distributed``), so every rank gets the same range."""
+        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            return
+        count = torch.tensor(float(self.num_batches), device=self._device())
+        torch.distributed.all_reduce(count)
+        self.num_batches = int(count)
+        if self.num_batches:
+            self._sync()
+
+    def _device(self) -> torch.device:
+        return next(iter(self.buffers()), torch.zeros(0)).device
+
+    def _sync(self) -> None:
+        raise NotImplementedError
+
     def calculate_range(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Range ``(lo, hi)`` to quantize, with ``lo <= 0 <= hi``."""
         if not self.num_batches:
@@ -111,6 +127,11 @@ class PerTensorMinMaxObserver(ObserverBase):
 
     def _range(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.min_val.clone(), self.max_val.clone()
+
+    def _sync(self) -> None:
+        dist = torch.distributed
+        dist.all_reduce(self.min_val, op=dist.ReduceOp.MIN)
+        dist.all_reduce(self.max_val, op=dist.ReduceOp.MAX)
 
 
 class PerChannelMinMaxObserver(PerTensorMinMaxObserver):
@@ -161,6 +182,18 @@ class _HistogramObserver(ObserverBase):
             new[start : start + merged.numel()] = merged
         self.hist = new
         self.bound *= 2
+
+    def _sync(self) -> None:
+        # bounds are powers of two: doubling the smaller ones aligns every histogram exactly
+        dist = torch.distributed
+        bound = torch.tensor(self.bound, dtype=torch.float64, device=self.hist.device)
+        dist.all_reduce(bound, op=dist.ReduceOp.MAX)
+        if not self.hist.numel():  # this rank saw nothing
+            self.hist = torch.zeros(self.num_bins, device=self.hist.device)
+            self.bound = float(bound)
+        while self.bound < float(bound):
+            self._double_range()
+        dist.all_reduce(self.hist)
 
     def _edges(self) -> torch.Tensor:
         lo = 0.0 if self.symmetric else -self.bound
@@ -239,6 +272,9 @@ class TQT3SDObserver(ObserverBase):
     def _observe(self, x: torch.Tensor) -> None:
         x = x.double()
         self.moments += torch.stack([torch.tensor(float(x.numel()), dtype=torch.float64, device=x.device), x.sum(), (x * x).sum()])
+
+    def _sync(self) -> None:
+        torch.distributed.all_reduce(self.moments)
 
     def _range(self) -> tuple[torch.Tensor, torch.Tensor]:
         count, total, squares = self.moments

@@ -24,6 +24,16 @@ from quark.torch.quantization.plan import TensorQuant
 
 logger = logging.getLogger(__name__)
 
+#: buffer on every static activation quantizer: True once calibrated (saved in state_dict).
+CALIBRATED_FLAG = "quark_calibrated"
+
+
+def add_calibrated_flags(model: nn.Module) -> None:
+    """Give every static activation quantizer its (persistent) calibrated flag, set to False."""
+    for _, proxy, _ in static_act_proxies(model):
+        if not hasattr(proxy, CALIBRATED_FLAG):
+            proxy.register_buffer(CALIBRATED_FLAG, torch.zeros((), dtype=torch.bool))
+
 
 def static_act_proxies(model: nn.Module) -> list[tuple[str, ActQuantProxyFromInjector, TensorQuant]]:
     """Static activation quantizers of ``model`` built from a Quark spec, with their specs."""
@@ -71,13 +81,16 @@ def calibrate(
         for proxy in [p for _, p, _ in proxies] + biases:
             proxy.disable_quant = False
         model.train(was_training)
-    if not used:
+    for observer in observers.values():  # no-op unless torch.distributed is initialised
+        observer.sync()
+    if not used and not any(obs.num_batches for obs in observers.values()):
         raise ValueError("calibration received no batch: the calibration data is empty")
     silent = [name for name, obs in observers.items() if not obs.num_batches]
     if silent:
         raise ValueError(f"these activation quantizers saw no data during calibration (layer never called): {silent}")
     for name, proxy, spec in proxies:
         set_range(proxy, spec, *observers[name].calculate_range())
+        getattr(proxy, CALIBRATED_FLAG).fill_(True)
     logger.info("calibrated %d activation quantizers on %d batches", len(proxies), used)
     return used
 

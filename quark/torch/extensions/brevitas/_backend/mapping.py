@@ -52,6 +52,7 @@ from quark.torch.extensions.brevitas._backend.quantizers import (
     DynamicZeroPoint,
     Pof2Scale,
     QuarkIntScaling,
+    FusedPof2IntQuant,
     RoundHalfAwayFromZeroSte,
     TQTIntScaling,
     ZeroInclusiveMax,
@@ -152,6 +153,14 @@ LAYERS: dict[type[nn.Module], tuple[type[nn.Module], dict[str, tuple[str, ...]]]
 SUPPORTED_LAYERS: tuple[type[nn.Module], ...] = tuple(LAYERS)
 
 
+def _fused(tq: TensorQuant) -> dict[str, Any]:
+    """The fused kernel where it is bit-identical: per tensor, symmetric, pof2, half-even."""
+    pof2 = tq.tqt or tq.scale_type is ScaleType.pof2
+    if pof2 and tq.symmetric and tq.qscheme is QSchemeType.per_tensor and tq.round_method is RoundType.half_even:
+        return {"int_quant": FusedPof2IntQuant}
+    return {}
+
+
 def _tqt(tq: TensorQuant) -> dict[str, Any]:
     """Overrides of a TQT quantizer: bits, signedness, TQT's integer threshold, rounding."""
     return {
@@ -161,6 +170,7 @@ def _tqt(tq: TensorQuant) -> dict[str, Any]:
         "signed": tq.signed,
         "int_scaling_impl": TQTIntScaling,
         "float_to_int_impl": ROUND_IMPLS[tq.round_method],
+        **_fused(tq),
     }
 
 
@@ -189,6 +199,7 @@ def _common(tq: TensorQuant) -> dict[str, Any]:
         kwargs.update(extra)
     if not tq.symmetric:
         kwargs["quantize_zero_point"] = tq.zero_point_type is ZeroPointType.int32
+    kwargs.update(_fused(tq))
     return kwargs
 
 
