@@ -1,0 +1,217 @@
+"""``ModelExporter``: write a quantized model as QCDQ or QONNX, then execute and verify the graph.
+
+One flow for both formats: check the model against the format's support table (and the target
+device's requirements) -> export with Brevitas' manager inside a session that restores the model
+-> check the written graph for the target -> execute it on the example inputs and compare with
+the torch model.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from quark.torch.extensions.brevitas._backend.export import support
+from quark.torch.extensions.brevitas._backend.export.errors import (
+    ExportFailedError,
+    ExportVerificationError,
+    UnsupportedExportError,
+)
+from quark.torch.extensions.brevitas._backend.export.formats import EXPORTERS, FORMATS, ExportFormat
+from quark.torch.extensions.brevitas._backend.export.inputs import ExampleInputs, flatten_outputs, output_names
+from quark.torch.quantization.config.type import DeviceType
+
+logger = logging.getLogger(__name__)
+
+class ModelExporter:
+    """Export a quantized model to ONNX and check that the graph computes what the model does.
+
+    ``export_onnx_model`` writes standard ONNX with QuantizeLinear / Clip / DequantizeLinear
+    (QCDQ), as AMD Quark's Brevitas extension; ``export_qonnx_model`` writes QONNX (Quant /
+    BipolarQuant / Trunc nodes) for FINN. Both return an :class:`ExportReport`.
+
+    Args:
+        export_path: the ``.onnx`` file to write.
+        opset_version: ONNX opset; default 17 (18 with ``dynamo=True``).
+        dynamo: use torch's dynamo exporter instead of the TorchScript one (see
+            ``formats.py`` for why TorchScript is the default).
+
+    Example::
+
+        report = ModelExporter("model.onnx").export_onnx_model(qmodel, example_input)
+        print(report)  # largest difference to torch, in output LSBs
+    """
+
+    def __init__(self, export_path: str | os.PathLike, *, opset_version: int | None = None, dynamo: bool = False) -> None:
+        if not isinstance(dynamo, bool):
+            raise TypeError(f"ModelExporter(dynamo={dynamo!r}): expected True or False")
+        lowest = EXPORTERS[dynamo][1]
+        if opset_version is not None and (not isinstance(opset_version, int) or opset_version < lowest):
+            raise ValueError(
+                f"ModelExporter(opset_version={opset_version!r}): the {EXPORTERS[dynamo][0]} writes opset {lowest} "
+                "or later; pass an integer >= that (or None for the default)"
+            )
+        self.export_path = os.fspath(export_path)
+        self.opset_version = opset_version
+        self.dynamo = dynamo
+
+    def export_onnx_model(
+        self,
+        model: nn.Module,
+        args: Any,
+        *,
+        verify: bool = True,
+        tolerance_lsb: float | None = None,
+        target_device: DeviceType | str | None = None,
+        plans: Sequence[Any] | None = None,
+    ):
+        """Write QCDQ ONNX (runnable in ONNX Runtime) and verify it.
+
+        Args:
+            model: the quantized model (from ``ModelQuantizer``); unchanged by the export, also
+                when it fails.
+            args: example inputs: a tensor, a tuple of tensors (optionally ending with a dict of
+                keyword inputs) or a dict of keyword inputs. They move to the model's device.
+            verify: execute the graph in ONNX Runtime and compare with the model in eval mode.
+            tolerance_lsb: allowed difference in output LSBs; default 0 for exact graphs
+                (power-of-two scales, exact operations), else 1.
+            target_device: ``DeviceType.IPU`` checks the config before and the graph after
+                export against the IPU's XINT8 requirements.
+            plans: ``ModelQuantizer.plans``; their ``target_device`` is used when
+                ``target_device`` is not given.
+
+        Raises:
+            UnsupportedExportError: the model has layers or quantizers QCDQ cannot express.
+            TargetCheckError: the config or the graph does not meet the target device.
+            ExportFailedError: the ONNX exporter failed (the model is restored).
+            ExportVerificationError: the graph differs from the model beyond the tolerance.
+        """
+        target = _target(target_device, plans)
+        return self._export(model, args, ExportFormat.qcdq, verify, tolerance_lsb, target)
+
+    def export_qonnx_model(self, model: nn.Module, args: Any, *, verify: bool = True, tolerance_lsb: float | None = None):
+        """Write QONNX (Quant / BipolarQuant / Trunc nodes, for FINN) and verify it with qonnx.
+
+        Arguments and errors as :meth:`export_onnx_model` (no target device: the FINN hand-off
+        is :func:`~quark.torch.extensions.brevitas._backend.export.finn.finn_handoff`).
+        """
+        return self._export(model, args, ExportFormat.qonnx, verify, tolerance_lsb, None)
+
+    # -- the flow ---------------------------------------------------------------------------------
+
+    def _export(self, model, args, fmt: ExportFormat, verify: bool, tolerance_lsb: float | None, target: DeviceType | None):
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"export: model must be an nn.Module, got {type(model).__name__}")
+        if tolerance_lsb is not None and not (isinstance(tolerance_lsb, (int, float)) and tolerance_lsb >= 0):
+            raise ValueError(f"export: tolerance_lsb={tolerance_lsb!r}; expected a number >= 0 or None")
+        from quark.torch.extensions.brevitas._backend.export import ipu
+
+        opset = self.opset_version or FORMATS[fmt].opset[self.dynamo]
+        support.check(model, fmt, self.dynamo)
+        if target is DeviceType.IPU:
+            if self.dynamo or opset != ipu.OPSET:
+                raise UnsupportedExportError(
+                    f"target_device=IPU takes opset {ipu.OPSET} from the TorchScript exporter; got opset {opset}, "
+                    f"dynamo={self.dynamo}: use ModelExporter(path) with the defaults",
+                    [f"opset {opset}", f"dynamo={self.dynamo}"],
+                )
+            ipu.check_specs(model)
+        inputs = ExampleInputs.of(model, args)
+        expected = self._reference(model, inputs)
+        onnx_model = self._write(model, inputs, fmt, opset, len(expected))
+        target_checks = ipu.check_graph(onnx_model) if target is DeviceType.IPU else []
+        report = self._verify(onnx_model, fmt, opset, inputs, expected if verify else None, tolerance_lsb, target_checks)
+        logger.info("%s", report)
+        return report
+
+    @staticmethod
+    def _reference(model: nn.Module, inputs: ExampleInputs) -> list:
+        training = model.training
+        try:
+            with torch.no_grad():
+                return [t.detach().float().cpu().numpy() for t in flatten_outputs(inputs.run(model.eval()))]
+        finally:
+            model.train(training)
+
+    def _write(self, model: nn.Module, inputs: ExampleInputs, fmt: ExportFormat, opset: int, num_outputs: int):
+        import onnx
+
+        from quark.torch.extensions.brevitas._backend.export.handlers import MANAGERS
+        from quark.torch.extensions.brevitas._backend.export.session import export_session
+
+        manager = MANAGERS[(fmt, self.dynamo)]
+        module, args = inputs.module_and_args(model)
+        kwargs = {
+            "dynamo": self.dynamo,
+            "opset_version": opset,
+            "input_names": inputs.names,
+            "output_names": output_names(num_outputs),
+        }
+        if not self.dynamo:
+            kwargs["keep_initializers_as_inputs"] = False  # graph inputs are the model's inputs only
+        directory = os.path.dirname(os.path.abspath(self.export_path))
+        os.makedirs(directory, exist_ok=True)
+        try:
+            with export_session(model, manager):
+                manager.export(module, args=args, export_path=self.export_path, **kwargs)
+        except Exception as error:  # the exporter's own errors: name the format and the exporter
+            cause = error.__context__ if isinstance(error, AssertionError) and error.__context__ else error
+            raise ExportFailedError(
+                f"{fmt.value} export with the {EXPORTERS[self.dynamo][0]} failed: {type(cause).__name__}: {cause}; "
+                "the model is restored to its state before the export"
+            ) from error
+        return onnx.load(self.export_path)
+
+    def _verify(self, onnx_model, fmt, opset, inputs, expected, tolerance_lsb, target_checks):
+        from quark.torch.extensions.brevitas._backend.export import verify as checks
+
+        common = dict(path=self.export_path, format=fmt, exporter=EXPORTERS[self.dynamo][0], opset=opset,
+                      runtime=FORMATS[fmt].runtime, target_checks=tuple(target_checks))
+        if expected is None:
+            return checks.ExportReport(verified=False, **common)
+        exact = checks.is_exact(onnx_model)
+        if tolerance_lsb is None:
+            tolerance_lsb = checks.EXACT_TOLERANCE_LSB if exact else checks.DEFAULT_TOLERANCE_LSB
+        feeds = [t.detach().cpu().numpy() for t in inputs.tensors]
+        try:
+            produced = checks.RUNNERS[fmt](onnx_model, feeds)
+        except Exception as error:
+            raise ExportVerificationError(
+                f"the exported {fmt.value} graph {self.export_path} does not run in {FORMATS[fmt].runtime}: "
+                f"{type(error).__name__}: {error}", None
+            ) from error
+        outputs = checks.compare(checks.Graph(onnx_model), produced, expected, output_names(len(expected)), exact, tolerance_lsb)
+        report = checks.ExportReport(verified=True, exact=exact, tolerance_lsb=float(tolerance_lsb), outputs=outputs, **common)
+        if not report.passed:
+            raise ExportVerificationError(
+                f"the exported {fmt.value} graph {self.export_path} differs from the torch model beyond "
+                f"{tolerance_lsb:g} LSB{' (exact graph)' if exact else ''}:\n  "
+                + "\n  ".join(o.describe() for o in outputs if not o.passed),
+                report,
+            )
+        return report
+
+
+def _target(target_device: Any, plans: Sequence[Any] | None) -> DeviceType | None:
+    if isinstance(target_device, DeviceType):
+        return target_device
+    if target_device is not None:
+        try:
+            return DeviceType(str(target_device).lower())
+        except ValueError:
+            raise ValueError(
+                f"export_onnx_model(target_device={target_device!r}): expected one of "
+                f"{[d.name for d in DeviceType]} or None"
+            ) from None
+    targets = {p.target_device for p in plans or () if getattr(p, "target_device", None) is not None}
+    if len(targets) > 1:
+        raise ValueError(
+            f"export_onnx_model(plans=...): the layers target different devices {sorted(t.name for t in targets)}; "
+            "one graph goes to one device: pass target_device explicitly"
+        )
+    return next(iter(targets), None)

@@ -1,0 +1,111 @@
+"""The FINN hand-off: a QONNX export through qonnx cleanup, FINN's ``ConvertQONNXtoFINN`` and
+``Streamline``, executed after every step and compared with the cleaned QONNX graph.
+
+FINN comes from the optional package finn-plus (``pip install --no-deps finn-plus==1.6.1``, see
+docs/export.md for the pieces it imports).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+logger = logging.getLogger(__name__)
+
+#: relative tolerance of each FINN step against the cleaned QONNX graph (the steps fold scales
+#: and biases into thresholds in float arithmetic)
+FINN_RTOL = 1e-5
+
+
+class FinnHandoffError(RuntimeError):
+    """A FINN step failed or changed the graph's outputs."""
+
+
+@dataclass(frozen=True)
+class FinnStep:
+    name: str
+    max_abs_diff: float
+    op_types: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class FinnReport:
+    path: str
+    steps: tuple[FinnStep, ...]
+    input_datatypes: tuple[str, ...]
+
+    def __str__(self) -> str:
+        lines = [f"FINN hand-off {self.path} (inputs {', '.join(self.input_datatypes)})"]
+        lines += [f"  {s.name}: max |diff| {s.max_abs_diff:.3g}; ops {sorted(set(s.op_types))}" for s in self.steps]
+        return "\n".join(lines)
+
+
+def _finn_transforms():
+    try:
+        from finn.transformation.qonnx.convert_qonnx_to_finn import ConvertQONNXtoFINN
+        from finn.transformation.streamline import Streamline
+    except ImportError as error:
+        raise ImportError(
+            f"the FINN hand-off needs finn-plus ({error}); install it with "
+            "`pip install --no-deps finn-plus==1.6.1` and the pieces listed in docs/export.md"
+        ) from error
+    return [("ConvertQONNXtoFINN", ConvertQONNXtoFINN), ("Streamline", Streamline)]
+
+
+def finn_handoff(
+    qonnx_path: str | os.PathLike,
+    inputs: torch.Tensor | Sequence[torch.Tensor],
+    output_path: str | os.PathLike | None = None,
+    *,
+    rtol: float = FINN_RTOL,
+) -> FinnReport:
+    """Run a QONNX file through qonnx cleanup, ConvertQONNXtoFINN and Streamline on ``inputs``.
+
+    Every step's outputs must equal the cleaned QONNX graph's within ``rtol * max(1, max|ref|)``.
+    The streamlined graph is written to ``output_path`` (default: ``<name>_finn.onnx``).
+
+    Raises:
+        ImportError: finn-plus is not installed.
+        FinnHandoffError: a step fails or changes the outputs; names the step.
+    """
+    from qonnx.core.modelwrapper import ModelWrapper
+    from qonnx.core.onnx_exec import execute_onnx
+    from qonnx.transformation.infer_datatypes import InferDataTypes
+    from qonnx.transformation.infer_shapes import InferShapes
+    from qonnx.util.cleanup import cleanup_model
+
+    transforms = _finn_transforms()
+    qonnx_path = os.fspath(qonnx_path)
+    tensors = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
+    feeds = [t.detach().float().cpu().numpy() for t in tensors]
+
+    def run(model) -> list[np.ndarray]:
+        out = execute_onnx(model, {i.name: x for i, x in zip(model.graph.input, feeds)})
+        return [out[o.name] for o in model.graph.output]
+
+    model = cleanup_model(ModelWrapper(qonnx_path)).transform(InferShapes()).transform(InferDataTypes())
+    reference = run(model)
+    steps = [FinnStep("qonnx cleanup", 0.0, tuple(n.op_type for n in model.graph.node))]
+    for name, transform in transforms:
+        try:
+            model = model.transform(transform())
+            produced = run(model)
+        except Exception as error:
+            raise FinnHandoffError(f"FINN step {name} failed on {qonnx_path}: {type(error).__name__}: {error}") from error
+        diff = max(float(np.max(np.abs(p - r))) for p, r in zip(produced, reference))
+        allowed = rtol * max(1.0, max(float(np.max(np.abs(r))) for r in reference))
+        steps.append(FinnStep(name, diff, tuple(n.op_type for n in model.graph.node)))
+        if not diff <= allowed:
+            raise FinnHandoffError(
+                f"FINN step {name} changed the outputs of {qonnx_path}: max |diff| {diff:.6g} > allowed {allowed:.6g}"
+            )
+    output_path = os.fspath(output_path) if output_path else os.path.splitext(qonnx_path)[0] + "_finn.onnx"
+    model.save(output_path)
+    report = FinnReport(output_path, tuple(steps), tuple(str(model.get_tensor_datatype(i.name)) for i in model.graph.input))
+    logger.info("%s", report)
+    return report

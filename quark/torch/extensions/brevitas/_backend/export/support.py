@@ -1,0 +1,163 @@
+"""What each export format can express: a supported-layer table and rules on quantizer specs,
+checked before anything is exported.
+
+Every row was measured with torch 2.13.0, brevitas 0.13.4, onnx 1.21.0, onnxruntime 1.25.1 and
+qonnx 1.0.0 (tests/export/test_support.py runs one model per row). :func:`check` collects every
+problem of a model and raises one :class:`UnsupportedExportError` naming the modules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import brevitas.nn as qnn
+from brevitas.nn.mixin.base import QuantLayerMixin
+from brevitas.proxy.parameter_quant import BiasQuantProxyFromInjectorBase, WeightQuantProxyFromInjectorBase
+from brevitas.proxy.runtime_quant import ActQuantProxyFromInjectorBase
+from torch import nn
+
+from quark.torch.extensions.brevitas._backend.export.errors import UnsupportedExportError
+from quark.torch.extensions.brevitas._backend.export.formats import ExportFormat
+from quark.torch.quantization.config.type import QSchemeType, RoundType, ZeroPointType
+from quark.torch.quantization.plan import TensorQuant
+
+QCDQ, QONNX = ExportFormat.qcdq, ExportFormat.qonnx
+BOTH = frozenset(ExportFormat)
+ANY_EXPORTER = frozenset({False, True})  # dynamo?
+
+#: Brevitas layer -> formats it exports to (with the TorchScript exporter).
+LAYER_FORMATS: dict[type[nn.Module], frozenset[ExportFormat]] = {
+    qnn.QuantLinear: BOTH,
+    qnn.QuantConv1d: BOTH,
+    qnn.QuantConv2d: BOTH,
+    qnn.QuantConv3d: BOTH,
+    qnn.QuantConvTranspose1d: BOTH,  # per-tensor weights only, see LAYER_RULES
+    qnn.QuantConvTranspose2d: BOTH,
+    qnn.QuantConvTranspose3d: BOTH,
+    qnn.QuantMultiheadAttention: BOTH,
+    qnn.QuantIdentity: BOTH,  # stock Brevitas layers, e.g. a FINN-style input quantizer
+    qnn.QuantReLU: BOTH,
+}
+
+#: quantizer proxy class -> the role it quantizes (first match wins).
+PROXY_ROLES: tuple[tuple[type[nn.Module], str], ...] = (
+    (BiasQuantProxyFromInjectorBase, "bias"),
+    (WeightQuantProxyFromInjectorBase, "weight"),
+    (ActQuantProxyFromInjectorBase, "activation"),
+)
+
+
+@dataclass(frozen=True)
+class SpecRule:
+    """A spec value a format cannot express: ``bad(spec)`` is True for an offending spec."""
+
+    formats: frozenset[ExportFormat]
+    dynamo: frozenset[bool]
+    roles: frozenset[str]
+    field: str
+    bad: Callable[[TensorQuant], bool]
+    allowed: str
+    reason: str
+
+
+def _value(spec: TensorQuant, field: str) -> str:
+    value = getattr(spec, field)
+    return value.name if hasattr(value, "name") else repr(value)
+
+
+ACT, WEIGHT, BIAS = frozenset({"activation"}), frozenset({"weight"}), frozenset({"bias"})
+
+SPEC_RULES: tuple[SpecRule, ...] = (
+    SpecRule(BOTH, ANY_EXPORTER, ACT, "is_dynamic", lambda s: s.is_dynamic, "False",
+             "no export handler computes a scale at run time for this quantizer (QONNX has no dynamic Quant; "
+             "Brevitas' QCDQ DynamicQuantizeLinear handler takes only its own unsigned min-max quantizer)"),
+    SpecRule(frozenset({QCDQ}), ANY_EXPORTER, ACT, "round_method", lambda s: s.round_method is not RoundType.half_even,
+             "half_even", "ONNX QuantizeLinear rounds half to even; export QONNX for other rounding"),
+    SpecRule(frozenset({QCDQ}), ANY_EXPORTER, ACT | WEIGHT, "bit_width", lambda s: s.bit_width > 8, "2..8",
+             "QuantizeLinear / DequantizeLinear hold int8 / uint8 at the opsets written here; export QONNX for wider"),
+    SpecRule(frozenset({QCDQ}), ANY_EXPORTER, ACT | WEIGHT, "zero_point_type",
+             lambda s: not s.symmetric and s.zero_point_type is ZeroPointType.float32, "int32",
+             "ONNX zero points are integers; export QONNX for a float zero point"),
+    SpecRule(frozenset({QCDQ}), frozenset({True}), BIAS, "bias", lambda s: True, "not quantized (or dynamo=False)",
+             "the dynamo QCDQ exporter refuses quantized biases (Brevitas)"),
+    SpecRule(BOTH, frozenset({True}), WEIGHT, "qscheme", lambda s: s.qscheme is QSchemeType.per_group,
+             "per_tensor, per_channel (or dynamo=False)", "per-group export reads the weights' storage, which torch.export hides"),
+    SpecRule(frozenset({QONNX}), frozenset({True}), WEIGHT, "round_method", lambda s: s.round_method is not RoundType.half_even,
+             "half_even (or dynamo=False)", "under torch.export the weight is re-quantized from float with half-even rounding"),
+)
+
+
+@dataclass(frozen=True)
+class LayerRule:
+    """A layer configuration a format cannot express."""
+
+    formats: frozenset[ExportFormat]
+    dynamo: frozenset[bool]
+    layers: tuple[type[nn.Module], ...]
+    bad: Callable[[nn.Module], bool]
+    problem: str
+
+
+def spec_of(proxy: nn.Module) -> TensorQuant | None:
+    """The normalised spec a proxy was built from (``quark_spec`` in its injector), or None."""
+    injector = getattr(proxy, "quant_injector", None)
+    return injector.quark_spec if injector is not None and "quark_spec" in injector else None
+
+
+def _per_channel_weight(layer: nn.Module) -> bool:
+    proxy = getattr(layer, "weight_quant", None)
+    spec = spec_of(proxy)
+    return bool(proxy is not None and proxy.is_quant_enabled and spec is not None and spec.qscheme is not QSchemeType.per_tensor)
+
+
+LAYER_RULES: tuple[LayerRule, ...] = (
+    LayerRule(BOTH, ANY_EXPORTER, (qnn.QuantConvTranspose1d, qnn.QuantConvTranspose2d, qnn.QuantConvTranspose3d),
+              _per_channel_weight,
+              "weight qscheme per_channel/per_group; allowed: per_tensor (Brevitas 0.13.4 fails tracing a per-channel "
+              "transposed convolution: its quant-tensor handler broadcasts the channel scales over the wrong axis)"),
+    LayerRule(frozenset({QCDQ}), frozenset({True}), (qnn.QuantMultiheadAttention,), lambda layer: True,
+              "QCDQ with dynamo=True fails in torch.export; allowed: dynamo=False"),
+)
+
+
+def quantizers(model: nn.Module) -> Iterator[tuple[str, str, nn.Module, TensorQuant | None]]:
+    """(name, role, proxy, Quark spec or None) of every enabled quantizer of ``model``."""
+    for name, module in model.named_modules():
+        role = next((r for cls, r in PROXY_ROLES if isinstance(module, cls)), None)
+        if role is not None and module.is_quant_enabled:
+            yield name, role, module, spec_of(module)
+
+
+def problems(model: nn.Module, fmt: ExportFormat, dynamo: bool) -> list[str]:
+    """One line per module or quantizer that ``fmt`` cannot express."""
+    found: list[str] = []
+    for name, module in model.named_modules():
+        if isinstance(module, (QuantLayerMixin, qnn.QuantMultiheadAttention)):
+            formats = LAYER_FORMATS.get(type(module))
+            if formats is None or fmt not in formats:
+                found.append(
+                    f"module {name!r} ({type(module).__name__}): no {fmt.value} export; exportable layers: "
+                    f"{sorted(c.__name__ for c, f in LAYER_FORMATS.items() if fmt in f)}"
+                )
+        for rule in LAYER_RULES:
+            if fmt in rule.formats and dynamo in rule.dynamo and isinstance(module, rule.layers) and rule.bad(module):
+                found.append(f"module {name!r} ({type(module).__name__}): {rule.problem}")
+    for name, role, _proxy, spec in quantizers(model):
+        if spec is None:
+            continue
+        for rule in SPEC_RULES:
+            if fmt in rule.formats and dynamo in rule.dynamo and role in rule.roles and rule.bad(spec):
+                value = "quantized" if rule.field == "bias" else f"{rule.field}={_value(spec, rule.field)}"
+                found.append(f"quantizer {name!r} ({role}): {value}; {fmt.value} allows {rule.allowed}: {rule.reason}")
+    return found
+
+
+def check(model: nn.Module, fmt: ExportFormat, dynamo: bool) -> None:
+    """Raise :class:`UnsupportedExportError` listing everything ``fmt`` cannot express."""
+    found = problems(model, fmt, dynamo)
+    if found:
+        exporter = "dynamo" if dynamo else "TorchScript"
+        raise UnsupportedExportError(
+            f"cannot export to {fmt.value} ({exporter} exporter):\n  " + "\n  ".join(found), found
+        )

@@ -1,0 +1,243 @@
+"""Execute an exported graph on the example inputs and compare it with the torch model.
+
+Runtimes (:data:`RUNNERS`): QCDQ graphs run in ONNX Runtime with graph optimizations off, so the
+graph is computed as written (ORT's optimizer fuses Q/DQ around Conv/Gemm into integer kernels
+that requantize differently; measured up to tens of LSBs on an int4 CNN); QONNX graphs run in
+``qonnx.core.onnx_exec.execute_onnx`` after ``qonnx.util.cleanup.cleanup_model`` and shape
+inference, as FINN consumes them.
+
+Tolerance: outputs produced by a quantizer are compared in units of its step (LSB). A graph is
+*exact* (:func:`is_exact`) when every value it computes is identical in any IEEE float32 runtime:
+power-of-two scales and only operations that are exact on such grids. Exact graphs must match
+bit for bit (0 LSB, and 0 for float outputs); others within 1 LSB (QDQ rounding of values that
+float summation order moves across a rounding boundary), float outputs within
+``FLOAT_RTOL * max(1, max|ref|)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from quark.torch.extensions.brevitas._backend.export.formats import ExportFormat
+
+logger = logging.getLogger(__name__)
+
+#: tolerance (in output LSBs) of exact graphs and of the others
+EXACT_TOLERANCE_LSB, DEFAULT_TOLERANCE_LSB = 0.0, 1.0
+#: relative tolerance of float (not quantized) outputs of graphs that are not exact
+FLOAT_RTOL = 1e-5
+
+# -- runtimes -------------------------------------------------------------------------------------
+
+
+def _run_onnxruntime(model: onnx.ModelProto, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    feeds = {i.name: x for i, x in zip(session.get_inputs(), inputs)}
+    return session.run(None, feeds)
+
+
+def _run_qonnx(model: onnx.ModelProto, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    from qonnx.core.modelwrapper import ModelWrapper
+    from qonnx.core.onnx_exec import execute_onnx
+    from qonnx.transformation.infer_shapes import InferShapes
+    from qonnx.util.cleanup import cleanup_model
+
+    wrapper = cleanup_model(ModelWrapper(model)).transform(InferShapes())
+    outputs = execute_onnx(wrapper, {i.name: x for i, x in zip(wrapper.graph.input, inputs)})
+    return [outputs[o.name] for o in wrapper.graph.output]
+
+
+RUNNERS: dict[ExportFormat, Callable[[onnx.ModelProto, Sequence[np.ndarray]], list[np.ndarray]]] = {
+    ExportFormat.qcdq: _run_onnxruntime,
+    ExportFormat.qonnx: _run_qonnx,
+}
+
+# -- reading the graph ----------------------------------------------------------------------------
+
+#: quantizer op -> index of its scale input
+SCALE_INPUT: dict[str, int] = {"Quant": 1, "BipolarQuant": 1, "QuantizeLinear": 1, "DequantizeLinear": 1}
+#: ops that produce a float on a quantizer's grid from one on it (output LSB lookup walks through them)
+GRID_PRESERVING = frozenset({"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity", "MaxPool", "Relu"})
+#: ops whose result is exact when their inputs are values on power-of-two grids
+EXACT_ARITHMETIC = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "Sub", "Mul", "Sum", "Neg"})
+#: ops that move or select values without computing new ones
+DATA_MOVEMENT = GRID_PRESERVING | frozenset(
+    {"Concat", "Slice", "Gather", "Split", "Pad", "Shape", "Constant", "Expand", "Clip", "Cast", "Max", "Min"}
+)
+
+
+class Graph:
+    """Lookups on an ONNX graph: constants, producers."""
+
+    def __init__(self, model: onnx.ModelProto):
+        self.model = model
+        self.constants: dict[str, np.ndarray] = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+        for node in model.graph.node:
+            if node.op_type == "Constant":
+                value = next((a for a in node.attribute if a.name == "value"), None)
+                if value is not None:
+                    self.constants[node.output[0]] = numpy_helper.to_array(value.t)
+        self.producer = {out: node for node in model.graph.node for out in node.output}
+
+    def scale(self, node: onnx.NodeProto) -> np.ndarray | None:
+        index = SCALE_INPUT.get(node.op_type)
+        if index is None or len(node.input) <= index:
+            return None
+        return self.constants.get(node.input[index])
+
+    def output_lsb(self, name: str) -> float | None:
+        """Step of the quantizer that produced graph output ``name`` (the smallest, if per channel)."""
+        node = self.producer.get(name)
+        while node is not None and node.op_type in GRID_PRESERVING:
+            node = self.producer.get(node.input[0])
+        if node is None or node.op_type not in ("Quant", "DequantizeLinear", "BipolarQuant"):
+            return None
+        scale = self.scale(node)
+        return None if scale is None else float(np.min(np.abs(scale)))
+
+
+def is_pof2(values: np.ndarray) -> bool:
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0 or np.any(values <= 0):
+        return False
+    exponents = np.log2(values)
+    return bool(np.all(exponents == np.round(exponents)))
+
+
+def is_exact(model: onnx.ModelProto) -> bool:
+    """Whether every graph output is computed identically by any float32 runtime.
+
+    A value is *exact* when it is the same everywhere, and *on a grid* when it is an integer
+    multiple of a power of two (so sums and products of such values do not round, barring
+    overflow of float32's 24-bit mantissa). Graph inputs and initializers are exact; integer
+    tensors and quantizer outputs with power-of-two scales are on a grid; arithmetic is exact
+    only on grid values; data movement keeps both properties; anything else is neither.
+    """
+    graph = Graph(model)
+    exact = {i.name for i in model.graph.input} | set(graph.constants) | {""}
+    on_grid = {n for n, v in graph.constants.items() if np.issubdtype(v.dtype, np.integer)} | {""}
+    for node in model.graph.node:
+        inputs = list(node.input)
+        if not all(i in exact for i in inputs):
+            continue
+        if node.op_type in SCALE_INPUT:
+            scale = graph.scale(node)
+            if scale is not None and is_pof2(scale):
+                exact.update(node.output)
+                on_grid.update(node.output)
+        elif node.op_type in EXACT_ARITHMETIC:
+            if all(i in on_grid for i in inputs):
+                exact.update(node.output)
+                on_grid.update(node.output)
+        elif node.op_type in DATA_MOVEMENT:
+            exact.update(node.output)
+            if node.op_type == "Shape" or all(i in on_grid for i in inputs):
+                on_grid.update(node.output)
+            if node.op_type == "Constant" and node.output[0] in graph.constants:
+                if np.issubdtype(graph.constants[node.output[0]].dtype, np.integer):
+                    on_grid.update(node.output)
+    return all(o.name in exact for o in model.graph.output)
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """One graph output against the torch model's."""
+
+    name: str
+    shape: tuple[int, ...]
+    max_abs_diff: float
+    lsb: float | None  # step of the output quantizer; None when the output is not quantized
+    allowed: float  # largest allowed |difference|
+
+    @property
+    def diff_lsb(self) -> float | None:
+        return None if self.lsb is None else self.max_abs_diff / self.lsb
+
+    @property
+    def passed(self) -> bool:
+        return self.max_abs_diff <= self.allowed
+
+    def describe(self) -> str:
+        lsb = f" = {self.diff_lsb:.3g} LSB of {self.lsb:.6g}" if self.lsb is not None else " (float output)"
+        return f"output {self.name!r} {list(self.shape)}: max |diff| {self.max_abs_diff:.6g}{lsb}, allowed {self.allowed:.6g}"
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    """What was written and how it compares with the torch model.
+
+    ``verified`` is False when verification was switched off; ``passed`` then says nothing.
+    """
+
+    path: str
+    format: ExportFormat
+    exporter: str
+    opset: int
+    runtime: str
+    verified: bool
+    exact: bool = False
+    tolerance_lsb: float = DEFAULT_TOLERANCE_LSB
+    outputs: tuple[OutputCheck, ...] = field(default_factory=tuple)
+    target_checks: tuple[str, ...] = ()  # checks of the target device the graph passed
+
+    @property
+    def passed(self) -> bool:
+        return self.verified and all(o.passed for o in self.outputs)
+
+    @property
+    def max_abs_diff(self) -> float:
+        return max((o.max_abs_diff for o in self.outputs), default=0.0)
+
+    @property
+    def max_diff_lsb(self) -> float | None:
+        lsbs = [o.diff_lsb for o in self.outputs if o.diff_lsb is not None]
+        return max(lsbs) if lsbs else None
+
+    def __str__(self) -> str:
+        head = (
+            f"{self.format.value} export {self.path} (opset {self.opset}, {self.exporter}); executed with "
+            f"{self.runtime}: {'exact graph, ' if self.exact else ''}tolerance {self.tolerance_lsb:g} LSB -> "
+            f"{'PASS' if self.passed else 'FAIL' if self.verified else 'not verified'}"
+        )
+        return "\n".join([head, *("  " + o.describe() for o in self.outputs), *("  IPU: " + c for c in self.target_checks)])
+
+
+def compare(
+    graph: Graph,
+    produced: Sequence[np.ndarray],
+    expected: Sequence[np.ndarray],
+    names: Sequence[str],
+    exact: bool,
+    tolerance_lsb: float,
+) -> tuple[OutputCheck, ...]:
+    if len(produced) != len(expected):
+        raise RuntimeError(f"the exported graph has {len(produced)} outputs, the torch model {len(expected)}")
+    checks = []
+    for name, got, ref in zip(names, produced, expected):
+        if got.shape != ref.shape:
+            raise RuntimeError(f"output {name!r}: the exported graph gives shape {got.shape}, torch {ref.shape}")
+        diff = float(np.max(np.abs(got.astype(np.float64) - ref.astype(np.float64)))) if ref.size else 0.0
+        if math.isnan(diff):
+            diff = math.inf
+        lsb = graph.output_lsb(name)
+        if lsb is not None:
+            allowed = tolerance_lsb * lsb * (1 + 1e-6)
+        else:
+            allowed = 0.0 if exact else FLOAT_RTOL * max(1.0, float(np.max(np.abs(ref))) if ref.size else 1.0)
+        checks.append(OutputCheck(name, tuple(ref.shape), diff, lsb, allowed))
+    return tuple(checks)
