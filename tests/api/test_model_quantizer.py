@@ -210,8 +210,12 @@ def test_layer_never_called_during_calibration_is_named():
             "ch_axis=3 is out of range",
         ),
         (
-            Config(global_quant_config=QuantizationConfig(weight=QuantizationSpec(dtype=Dtype.fp8_e4m3))),
-            "Dtype.fp8_e4m3 is not yet supported",
+            Config(
+                global_quant_config=QuantizationConfig(
+                    input_tensors=QuantizationSpec(dtype=Dtype.mx, mx_element_dtype=Dtype.fp8_e4m3, is_dynamic=True)
+                )
+            ),
+            r"input_tensors mx fp8_e4m3 blocks of 32 need the channel count to be a multiple of 32, got 12",
         ),
     ],
 )

@@ -333,11 +333,11 @@ def test_resolve_rejects_non_config(net):
 
 def test_resolve_reports_spec_error_with_location(net):
     config = Config(
-        QuantizationConfig(), layer_quant_config={"fc2": QuantizationConfig(weight=S("fp8_e4m3"))}
+        QuantizationConfig(), layer_quant_config={"fc2": QuantizationConfig(weight=S("fp8_e4m3", symmetric=False))}
     )
     with pytest.raises(
         ValueError,
-        match=r"layer_quant_config\['fc2'\]\.weight \(module 'fc2'\): dtype=Dtype\.fp8_e4m3 is not yet supported",
+        match=r"layer_quant_config\['fc2'\]\.weight \(module 'fc2'\): symmetric=False is not supported with dtype=Dtype\.fp8_e4m3",
     ):
         resolve(net, config, SUPPORTED)
 
@@ -403,9 +403,24 @@ def test_extension_bias_scale_from_product():
     "spec,role,pattern",
     [
         (
-            ext.QuantizationSpec(quant_type="float_quant", exponent_bit_width=4, mantissa_bit_width=3),
+            ext.QuantizationSpec(quant_type="float_quant", bit_width=6, exponent_bit_width=4, mantissa_bit_width=3),
             "weight",
-            r"where: quant_type=QuantType\.float_quant is not yet supported .*supported: QuantType\.int_quant",
+            r"where: bit_width=6 must equal 1 \+ exponent_bit_width \+ mantissa_bit_width \(1 \+ 4 \+ 3\)",
+        ),
+        (
+            ext.QuantizationSpec(quant_type="float_quant"),
+            "weight",
+            r"where: quant_type=QuantType\.float_quant needs exponent_bit_width and mantissa_bit_width",
+        ),
+        (
+            ext.QuantizationSpec(quant_type="float_quant", symmetric=False, exponent_bit_width=4, mantissa_bit_width=3),
+            "input_tensors",
+            r"where: quant_type=QuantType\.float_quant is symmetric: symmetric=False is not supported",
+        ),
+        (
+            ext.QuantizationSpec(quant_type="float_quant", exponent_bit_width=4, mantissa_bit_width=3),
+            "bias",
+            r"where: bias quantization must be integer \(quant_type=QuantType\.int_quant\)",
         ),
         (
             ext.QuantizationSpec(qscheme="per_channel"),
@@ -439,12 +454,33 @@ def test_extension_normalise_errors(spec, role, pattern):
     "spec,role,pattern",
     [
         (
-            S("fp8_e4m3"),
+            S("fp8_e4m3", symmetric=False),
             "weight",
-            r"w: dtype=Dtype\.fp8_e4m3 is not yet supported .*supported: Dtype\.int8, Dtype\.uint8, Dtype\.int16",
+            r"w: symmetric=False is not supported with dtype=Dtype\.fp8_e4m3; allowed: None, True",
         ),
-        (S("mx"), "input_tensors", r"w: dtype=Dtype\.mx is not yet supported"),
-        (S("bfloat16"), "weight", r"w: dtype=Dtype\.bfloat16 is not yet supported"),
+        (
+            S("fp8_e4m3", round_method="floor"),
+            "weight",
+            r"w: round_method=RoundType\.floor is not supported with dtype=Dtype\.fp8_e4m3",
+        ),
+        (
+            S("fp8_e4m3", observer_cls=PerTensorMSEObserver),
+            "input_tensors",
+            r"w: observer_cls=PerTensorMSEObserver searches an integer grid; not supported with dtype=Dtype\.fp8_e4m3",
+        ),
+        (
+            S("mx", mx_element_dtype="fp4", is_dynamic=False),
+            "input_tensors",
+            r"w: is_dynamic=False is not supported with dtype=Dtype\.mx \(32-element blocks",
+        ),
+        (
+            S("mx", mx_element_dtype="int4"),
+            "weight",
+            r"w: mx_element_dtype=Dtype\.int4 not supported; allowed: \['int8', 'fp8_e4m3'",
+        ),
+        (S("mx", mx_element_dtype="int8", group_size=16, qscheme="per_group", ch_axis=1), "weight", r"w: group_size=16 is not supported with dtype=Dtype\.mx"),
+        (S("bfloat16", scale_type="pof2"), "weight", r"w: scale_type=ScaleType\.pof2 is not supported with dtype=Dtype\.bfloat16 \(a cast, no scale\)"),
+        (S("fp8_e4m3"), "bias", r"w: bias quantization must be integer; got a float format"),
         (
             S(is_dynamic=True),
             "weight",

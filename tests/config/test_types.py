@@ -38,6 +38,8 @@ EXPECTED = {
             "float16",
             "fp8_e4m3",
             "fp8_e5m2",
+            "fp8_e4m3fnuz",
+            "fp8_e5m2fnuz",
             "fp6_e3m2",
             "fp6_e2m3",
             "fp4",
@@ -103,7 +105,7 @@ def test_tqt_threshold_members_and_alias():
 
 def test_dtype_no_duplicate_values():
     values = [m.value for m in Dtype]
-    assert len(values) == len(set(values)) == 21
+    assert len(values) == len(set(values)) == 23
 
 
 @pytest.mark.parametrize(

@@ -46,8 +46,26 @@ MIN_BITS, MAX_BITS, MAX_BIAS_BITS = 2, 16, 32
 
 #: integer dtypes of the main API: dtype -> (bit width, signed)
 INT_DTYPES: dict[Dtype, tuple[int, bool]] = {d: (d.bit_width, d.signed) for d in Dtype if d.is_integer}
-#: dtypes that will be mapped with the float / block formats.
-NOT_YET_SUPPORTED_DTYPES = tuple(d for d in Dtype if d not in INT_DTYPES)
+#: scaled minifloats: dtype -> (exponent bits, mantissa bits, variant). OCP: e4m3 max 448 (NaN only),
+#: e5m2 max 57344 (inf, NaN); fp6/fp4 are OCP MX element formats (no inf/NaN). FNUZ: explicit dtypes.
+FLOAT_DTYPES: dict[Dtype, tuple[int, int, str]] = {
+    Dtype.fp8_e4m3: (4, 3, "ocp"),
+    Dtype.fp8_e5m2: (5, 2, "ocp"),
+    Dtype.fp8_e4m3fnuz: (4, 3, "fnuz"),
+    Dtype.fp8_e5m2fnuz: (5, 2, "fnuz"),
+    Dtype.fp6_e3m2: (3, 2, "ocp"),
+    Dtype.fp6_e2m3: (2, 3, "ocp"),
+    Dtype.fp4: (2, 1, "ocp"),
+}
+#: round-to-nearest-even casts (no scale): dtype -> (exponent bits, mantissa bits)
+CAST_DTYPES: dict[Dtype, tuple[int, int]] = {Dtype.bfloat16: (8, 7), Dtype.float16: (5, 10)}
+#: element types of OCP MX blocks (32 elements sharing an E8M0 scale)
+MX_ELEMENTS: tuple[Dtype, ...] = (Dtype.int8, Dtype.fp8_e4m3, Dtype.fp8_e5m2, Dtype.fp6_e3m2, Dtype.fp6_e2m3, Dtype.fp4)
+MX_BLOCK = 32
+#: block formats with shared micro-exponents (Rouhani et al. 2023): 16-element blocks
+BDR_DTYPES: tuple[Dtype, ...] = (Dtype.mx6, Dtype.mx9)
+BDR_BLOCK = 16
+BDR_BITS: dict[Dtype, int] = {Dtype.mx6: 6, Dtype.mx9: 9}  # bits per element, shared exponents included
 
 #: the Brevitas extension's stats-based activation statistic (Brevitas' default, as in Quark).
 EXT_ACT_PERCENTILE = 99.999
@@ -77,7 +95,15 @@ class TensorQuant:
     is_dynamic: bool = False
     bias_scale_from_product: bool = False  # bias: scale = input scale x weight scale
     tqt: bool = False  # trained power-of-two threshold (TQT), initialised by ``observer``
+    format: str = "int"  # int | float (scaled minifloat) | cast | mx | bdr
+    exponent_bit_width: int | None = None  # float formats
+    mantissa_bit_width: int | None = None
+    variant: str | None = None  # float: "ocp" | "fnuz"; cast: dtype name; mx: element dtype name; bdr: mx6 | mx9
 
+    @property
+    def needs_calibration(self) -> bool:
+        """Static activations of scaled formats take their range from calibration."""
+        return not self.is_dynamic and self.format in ("int", "float")
     @property
     def statistic(self) -> str:
         return self.observer.statistic
@@ -91,7 +117,16 @@ class TensorQuant:
 
     def describe(self) -> str:
         """Short human description, used by the summary table."""
-        kind = f"{'int' if self.signed else 'uint'}{self.bit_width}"
+        if self.format in ("cast", "bdr"):
+            return f"{self.variant} {'cast' if self.format == 'cast' else f'block {BDR_BLOCK}'}"
+        if self.format == "mx":
+            return f"mx {self.variant} block {MX_BLOCK} e8m0" + (" dynamic" if self.is_dynamic else "")
+        if self.format == "float":
+            kind = f"fp{self.bit_width}_e{self.exponent_bit_width}m{self.mantissa_bit_width}" + (
+                "_fnuz" if self.variant == "fnuz" else ""
+            )
+        else:
+            kind = f"{'int' if self.signed else 'uint'}{self.bit_width}"
         parts = [kind, "sym" if self.symmetric else "asym", self.qscheme.name]
         if self.qscheme is not QSchemeType.per_tensor and self.ch_axis is not None:
             parts.append(f"axis={self.ch_axis}")
@@ -120,12 +155,13 @@ def _fail(where: str, message: str) -> ValueError:
 
 
 def _from_main(spec: main.QuantizationSpec, role: str, where: str) -> TensorQuant:
-    if spec.dtype not in INT_DTYPES:
-        raise _fail(
-            where,
-            f"dtype=Dtype.{spec.dtype.name} is not yet supported (float and block formats are a separate "
-            f"feature); supported: {', '.join('Dtype.' + d.name for d in INT_DTYPES)}",
-        )
+    for dtypes, normaliser in MAIN_FORMATS:
+        if spec.dtype in dtypes:
+            return _check_role(normaliser(spec, role, where), role, where)
+    raise _fail(where, f"dtype=Dtype.{spec.dtype.name} is not supported")  # every Dtype is in a table
+
+
+def _int_from_main(spec: main.QuantizationSpec, role: str, where: str) -> TensorQuant:
     bits, signed = INT_DTYPES[spec.dtype]
     qscheme = spec.qscheme or QSchemeType.per_tensor
     observer = spec.observer_cls or (PerTensorMinMaxObserver if qscheme is QSchemeType.per_tensor else PerChannelMinMaxObserver)
@@ -147,7 +183,111 @@ def _from_main(spec: main.QuantizationSpec, role: str, where: str) -> TensorQuan
         bias_scale_from_product=role == "bias" and spec.observer_cls is None,
         tqt=tqt,
     )
-    return _check_role(tq, role, where)
+    return tq
+
+
+def _require(where: str, spec: Any, allowed: dict[str, tuple[Any, ...]], what: str) -> None:
+    """Every listed field of ``spec`` must hold one of its allowed values (None: unset)."""
+    for field_name, values in allowed.items():
+        value = getattr(spec, field_name)
+        if value not in values:
+            shown = ", ".join(str(v) for v in values)
+            raise _fail(where, f"{field_name}={value} is not supported with {what}; allowed: {shown}")
+
+
+def _float_from_main(spec: main.QuantizationSpec, role: str, where: str) -> TensorQuant:
+    exponent, mantissa, variant = FLOAT_DTYPES[spec.dtype]
+    what = f"dtype=Dtype.{spec.dtype.name}"
+    _require(where, spec, {"symmetric": (None, True), "round_method": (None, RoundType.half_even), "qat_spec": (None,)}, what)
+    if spec.observer_cls is PerTensorMSEObserver:
+        raise _fail(where, f"observer_cls=PerTensorMSEObserver searches an integer grid; not supported with {what}")
+    qscheme = spec.qscheme or QSchemeType.per_tensor
+    observer = spec.observer_cls or (PerTensorMinMaxObserver if qscheme is QSchemeType.per_tensor else PerChannelMinMaxObserver)
+    return TensorQuant(
+        bit_width=1 + exponent + mantissa,
+        signed=True,
+        qscheme=qscheme,
+        ch_axis=spec.ch_axis,
+        group_size=spec.group_size,
+        scale_type=spec.scale_type or ScaleType.float,
+        observer=observer,
+        percentile=getattr(observer, "percentile", None),
+        is_dynamic=bool(spec.is_dynamic),
+        format="float",
+        exponent_bit_width=exponent,
+        mantissa_bit_width=mantissa,
+        variant=variant,
+    )
+
+
+def _cast_from_main(spec: main.QuantizationSpec, role: str, where: str) -> TensorQuant:
+    exponent, mantissa = CAST_DTYPES[spec.dtype]
+    unscaled = {
+        "observer_cls": (None,),
+        "qscheme": (None, QSchemeType.per_tensor),
+        "ch_axis": (None,),
+        "group_size": (None,),
+        "symmetric": (None, True),
+        "round_method": (None, RoundType.half_even),
+        "scale_type": (None,),
+        "qat_spec": (None,),
+    }
+    _require(where, spec, unscaled, f"dtype=Dtype.{spec.dtype.name} (a cast, no scale)")
+    return TensorQuant(
+        bit_width=1 + exponent + mantissa,
+        signed=True,
+        format="cast",
+        exponent_bit_width=exponent,
+        mantissa_bit_width=mantissa,
+        variant=spec.dtype.name,
+    )
+
+
+def _block_from_main(spec: main.QuantizationSpec, role: str, where: str) -> TensorQuant:
+    is_mx = spec.dtype is Dtype.mx
+    block = MX_BLOCK if is_mx else BDR_BLOCK
+    what = f"dtype=Dtype.{spec.dtype.name} ({block}-element blocks, power-of-two shared scales)"
+    allowed = {
+        "observer_cls": (None,),
+        "qscheme": (None, QSchemeType.per_group),
+        "group_size": (None, block),
+        "symmetric": (None, True),
+        "round_method": (None, RoundType.half_even),
+        "scale_type": (None, ScaleType.pof2),
+        "qat_spec": (None,),
+        "is_dynamic": (None, role in ACTIVATION_ROLES),  # activations: per-block scales at run time
+    }
+    _require(where, spec, allowed, what)
+    if is_mx and spec.mx_element_dtype not in MX_ELEMENTS:
+        raise _fail(where, f"mx_element_dtype={spec.mx_element_dtype} not supported; allowed: {[d.name for d in MX_ELEMENTS]}")
+    element = spec.mx_element_dtype if is_mx else spec.dtype
+    exponent, mantissa, _ = FLOAT_DTYPES.get(element, (None, None, None))
+    if not is_mx:
+        bits = BDR_BITS[element]
+    else:
+        bits = element.bit_width if element.is_integer else 1 + exponent + mantissa
+    return TensorQuant(
+        bit_width=bits,
+        signed=True,
+        qscheme=QSchemeType.per_group,
+        ch_axis=spec.ch_axis,
+        group_size=block,
+        scale_type=ScaleType.pof2,
+        is_dynamic=role in ACTIVATION_ROLES,
+        format="mx" if is_mx else "bdr",
+        exponent_bit_width=exponent,
+        mantissa_bit_width=mantissa,
+        variant=element.name,
+    )
+
+
+#: (dtypes, normaliser) of the main API, in lookup order.
+MAIN_FORMATS: tuple[tuple[Any, Callable[[Any, str, str], TensorQuant]], ...] = (
+    (INT_DTYPES, _int_from_main),
+    (FLOAT_DTYPES, _float_from_main),
+    (CAST_DTYPES, _cast_from_main),
+    ((Dtype.mx, *BDR_DTYPES), _block_from_main),
+)
 
 
 #: TQT threshold initialisation -> the observer computing it.
@@ -179,12 +319,8 @@ _EXT_OBSERVERS: dict[tuple[ext.ParamType, bool, QSchemeType], type[ObserverBase]
 
 
 def _from_ext(spec: ext.QuantizationSpec, role: str, where: str) -> TensorQuant:
-    if spec.quant_type is not ext.QuantType.int_quant:
-        raise _fail(
-            where,
-            "quant_type=QuantType.float_quant is not yet supported (minifloat formats are a separate feature); "
-            "supported: QuantType.int_quant",
-        )
+    if role == "bias" and spec.quant_type is not ext.QuantType.int_quant:
+        raise _fail(where, "bias quantization must be integer (quant_type=QuantType.int_quant)")
     if role == "bias":
         # The extension's bias takes scale = input scale x weight scale: only bit_width and
         # scale_type (checked against the product) apply; other fields must keep their defaults.
@@ -212,6 +348,8 @@ def _from_ext(spec: ext.QuantizationSpec, role: str, where: str) -> TensorQuant:
             f"{role}; supported param_type/qscheme: {allowed}",
         )
     observer, tqt = _tqt_observer(spec.qat_spec, _EXT_OBSERVERS[key])
+    if spec.quant_type is ext.QuantType.float_quant:
+        return _check_role(_ext_float(spec, observer, where), role, where)
     tq = TensorQuant(
         bit_width=spec.bit_width,
         signed=spec.symmetric,  # the extension quantizes asymmetric tensors on an unsigned grid
@@ -223,6 +361,37 @@ def _from_ext(spec: ext.QuantizationSpec, role: str, where: str) -> TensorQuant:
         tqt=tqt,
     )
     return _check_role(tq, role, where)
+
+
+def _ext_float(spec: ext.QuantizationSpec, observer: type[ObserverBase], where: str) -> TensorQuant:
+    """``QuantType.float_quant``: an OCP-style minifloat of any exponent / mantissa width."""
+    e, m = spec.exponent_bit_width, spec.mantissa_bit_width
+    if e is None or m is None:
+        raise _fail(where, "quant_type=QuantType.float_quant needs exponent_bit_width and mantissa_bit_width")
+    if e < 1 or m < 0 or 1 + e + m != spec.bit_width:
+        raise _fail(
+            where,
+            f"bit_width={spec.bit_width} must equal 1 + exponent_bit_width + mantissa_bit_width "
+            f"(1 + {e} + {m}), with exponent_bit_width >= 1 and mantissa_bit_width >= 0",
+        )
+    if not spec.symmetric:
+        raise _fail(where, "quant_type=QuantType.float_quant is symmetric: symmetric=False is not supported")
+    if observer is PerTensorMSEObserver:
+        raise _fail(where, "param_type=ParamType.mse is not supported with quant_type=QuantType.float_quant")
+    if spec.qat_spec is not None:
+        raise _fail(where, "qat_spec=TQTSpec needs quant_type=QuantType.int_quant")
+    return TensorQuant(
+        bit_width=spec.bit_width,
+        signed=True,
+        qscheme=spec.qscheme,
+        scale_type=spec.scale_type,
+        observer=observer,
+        percentile=EXT_ACT_PERCENTILE if observer is PerTensorPercentileObserver else None,
+        format="float",
+        exponent_bit_width=e,
+        mantissa_bit_width=m,
+        variant="ocp",
+    )
 
 
 # -- rules every normalised spec obeys -----------------------------------------------------------
@@ -238,13 +407,15 @@ def _check_role(tq: TensorQuant, role: str, where: str) -> TensorQuant:
         raise _fail(where, f"scale_type={tq.scale_type} not supported; allowed {[s.name for s in SUPPORTED_SCALE_TYPES]}")
     if role == "weight" and tq.is_dynamic:
         raise _fail(where, "is_dynamic=True applies to activations; weights are always quantized from their own values")
-    if role in ACTIVATION_ROLES and tq.qscheme is not QSchemeType.per_tensor:
+    if role in ACTIVATION_ROLES and tq.qscheme is not QSchemeType.per_tensor and tq.format not in ("mx", "bdr"):
         raise _fail(
             where,
             f"qscheme={tq.qscheme.name} is not supported for {role} (static or dynamic); "
             "activations are quantized per_tensor",
         )
     if role == "bias":
+        if tq.format != "int":
+            raise _fail(where, f"bias quantization must be integer; got a {tq.format} format")
         if tq.tqt:
             raise _fail(where, "qat_spec=TQTSpec does not apply to bias (its scale follows input and weight scales)")
         if not tq.symmetric:

@@ -124,9 +124,7 @@ class ModelQuantizer:
 
 
 def _needs_calibration(plans: list[planning.LayerPlan]) -> bool:
-    return any(
-        p.specs[role] is not None and not p.specs[role].is_dynamic for p in plans for role in planning.ACTIVATION_ROLES
-    )
+    return any(p.specs[role] is not None and p.specs[role].needs_calibration for p in plans for role in planning.ACTIVATION_ROLES)
 
 
 def _set_submodule(root: nn.Module, name: str, module: nn.Module) -> None:

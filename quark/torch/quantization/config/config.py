@@ -134,6 +134,8 @@ class QuantizationSpec:
         scale_type: representation of the scale. None: float.
         zero_point_type: int32 (rounded) or float32 zero point of asymmetric quantization.
         qat_spec: quantization-aware-training method, ``TQTSpec(threshold_init_meth=...)``.
+        mx_element_dtype: element type of ``Dtype.mx`` blocks (int8, fp8_e4m3, fp8_e5m2, fp6_e3m2,
+            fp6_e2m3, fp4).
     """
 
     dtype: Dtype
@@ -147,12 +149,19 @@ class QuantizationSpec:
     scale_type: ScaleType | None = None
     zero_point_type: ZeroPointType | None = ZeroPointType.int32
     qat_spec: QATSpec | None = None
+    mx_element_dtype: Dtype | None = None
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
+        self.mx_element_dtype = coerce_enum(owner, "mx_element_dtype", self.mx_element_dtype, Dtype)
         if isinstance(self.qat_spec, dict):
             self.qat_spec = QATSpec.from_dict(self.qat_spec)
         self.dtype = coerce_enum(owner, "dtype", self.dtype, Dtype, optional=False)
+        if (self.dtype is Dtype.mx) != (self.mx_element_dtype is not None):
+            raise ValueError(
+                f"{owner}.mx_element_dtype={self.mx_element_dtype} with dtype={self.dtype}: "
+                "Dtype.mx needs an element dtype, and only Dtype.mx takes one"
+            )
         self.qscheme = coerce_enum(owner, "qscheme", self.qscheme, QSchemeType)
         self.round_method = coerce_enum(owner, "round_method", self.round_method, RoundType)
         self.scale_type = coerce_enum(owner, "scale_type", self.scale_type, ScaleType)

@@ -47,9 +47,10 @@ class Dtype(Enum):
     Integers: ``int8`` [-128, 127], ``uint8`` [0, 255], ``int16``, ``uint16``, ``int32`` (bias),
     ``int4`` [-8, 7], ``uint4`` [0, 15], ``int3`` [-4, 3], ``int2`` [-2, 1], and beyond Quark's
     list ``uint3`` [0, 7], ``uint2`` [0, 3] (unsigned low-bit activations).
-    Floats and block formats: ``bfloat16``, ``float16``, ``fp8_e4m3``, ``fp8_e5m2``, ``fp6_e3m2``,
-    ``fp6_e2m3``, ``fp4`` (e2m1), ``mx`` (OCP microscaling), ``mx6`` / ``mx9`` (shared
-    micro-exponents).
+    Floats and block formats: ``bfloat16``, ``float16``, ``fp8_e4m3``, ``fp8_e5m2`` (OCP: max 448
+    and 57344), ``fp8_e4m3fnuz``, ``fp8_e5m2fnuz`` (FNUZ: max 240 and 57344; beyond Quark's list),
+    ``fp6_e3m2``, ``fp6_e2m3``, ``fp4`` (e2m1; OCP MX element formats, no inf/NaN), ``mx`` (OCP
+    microscaling, element type in ``mx_element_dtype``), ``mx6`` / ``mx9`` (shared micro-exponents).
     """
 
     int8 = "int8"
@@ -67,6 +68,8 @@ class Dtype(Enum):
     float16 = "float16"
     fp8_e4m3 = "fp8_e4m3"
     fp8_e5m2 = "fp8_e5m2"
+    fp8_e4m3fnuz = "fp8_e4m3fnuz"  # beyond Quark's enum: FNUZ variants (max 240 / 57344)
+    fp8_e5m2fnuz = "fp8_e5m2fnuz"
     fp6_e3m2 = "fp6_e3m2"
     fp6_e2m3 = "fp6_e2m3"
     fp4 = "fp4"

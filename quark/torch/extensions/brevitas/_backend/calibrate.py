@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 from brevitas.proxy.parameter_quant import BiasQuantProxyFromInjector
-from brevitas.proxy.runtime_quant import ActQuantProxyFromInjector, DynamicActQuantProxyFromInjector
+from brevitas.proxy.runtime_quant import ActQuantProxyFromInjectorBase
 from torch import nn
 from tqdm.auto import tqdm
 
@@ -35,13 +35,13 @@ def add_calibrated_flags(model: nn.Module) -> None:
             proxy.register_buffer(CALIBRATED_FLAG, torch.zeros((), dtype=torch.bool))
 
 
-def static_act_proxies(model: nn.Module) -> list[tuple[str, ActQuantProxyFromInjector, TensorQuant]]:
-    """Static activation quantizers of ``model`` built from a Quark spec, with their specs."""
+def static_act_proxies(model: nn.Module) -> list[tuple[str, ActQuantProxyFromInjectorBase, TensorQuant]]:
+    """Activation quantizers of ``model`` built from a Quark spec that take their range from calibration."""
     found = []
     for name, proxy in model.named_modules():
-        if isinstance(proxy, ActQuantProxyFromInjector) and not isinstance(proxy, DynamicActQuantProxyFromInjector):
-            spec = getattr(proxy.quant_injector, "quark_spec", None) if proxy.is_quant_enabled else None
-            if spec is not None:
+        if isinstance(proxy, ActQuantProxyFromInjectorBase) and proxy.is_quant_enabled:
+            spec = getattr(proxy.quant_injector, "quark_spec", None)
+            if spec is not None and spec.needs_calibration:
                 found.append((name, proxy, spec))
     return found
 
@@ -95,7 +95,7 @@ def calibrate(
     return used
 
 
-def set_range(proxy: ActQuantProxyFromInjector, spec: TensorQuant, lo: torch.Tensor, hi: torch.Tensor) -> None:
+def set_range(proxy: ActQuantProxyFromInjectorBase, spec: TensorQuant, lo: torch.Tensor, hi: torch.Tensor) -> None:
     """Write the range [lo, hi] into the proxy's learned threshold (and zero point)."""
     tensor_quant = proxy.fused_activation_quant_proxy.tensor_quant
     if spec.symmetric:

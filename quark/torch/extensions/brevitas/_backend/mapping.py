@@ -24,8 +24,13 @@ from brevitas.core.stats import NegativePercentileOrZero
 from brevitas.core.zero_point import ParameterZeroPoint
 from brevitas.graph.base import ModuleToModuleByInstance, load_old_module_state_dict
 from brevitas.inject.enum import ScalingImplType, ScalingPerOutputType, StatsOp
+from brevitas.proxy.float_runtime_quant import DynamicActFloatQuantProxyFromInjector
+from brevitas.proxy.groupwise_float_parameter_quant import GroupwiseWeightFloatQuantProxyFromInjector
 from brevitas.proxy.groupwise_int_parameter_quant import GroupwiseWeightQuantProxyFromInjector
 from brevitas.proxy.runtime_quant import DynamicActQuantProxyFromInjector
+from brevitas.quant.float_quant_fnuz import FpFNUZActPerTensorFloat, FpFNUZWeightPerTensorFloat
+from brevitas.quant.float_quant_ocp import FpOCPActPerTensorFloat, FpOCPWeightPerTensorFloat
+from brevitas.quant.mx_quant_ocp import MXFloat8e4m3Act, MXFloat8e4m3Weight, MXInt8Act, MXInt8Weight
 from brevitas.quant.fixed_point import (
     Int8ActPerTensorFixedPoint,
     Int8WeightPerTensorFixedPoint,
@@ -47,12 +52,14 @@ import brevitas.nn as qnn
 from torch import nn
 
 from quark.torch.extensions.brevitas._backend.quantizers import (
+    CastQuant,
     CastScale,
     DynamicScaling,
     DynamicZeroPoint,
     Pof2Scale,
     QuarkIntScaling,
     FusedPof2IntQuant,
+    MXIntScaling,
     RoundHalfAwayFromZeroSte,
     TQTIntScaling,
     ZeroInclusiveMax,
@@ -117,11 +124,43 @@ TQT_BASES: dict[tuple[bool, bool], Any] = {
     (False, False): Uint8ActPerTensorFixedPoint.let(scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0),
 }
 
+#: scaled minifloats: (weight?, variant) -> stock Brevitas quantizer (OCP: saturating, OCP inf/NaN
+#: codes for 8 bits, none below; FNUZ: NaN at 0x80, bias 2^(e-1)).
+FLOAT_BASES: dict[tuple[bool, str], Any] = {
+    (True, "ocp"): FpOCPWeightPerTensorFloat,
+    (True, "fnuz"): FpFNUZWeightPerTensorFloat,
+    (False, "ocp"): FpOCPActPerTensorFloat.let(scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0),
+    (False, "fnuz"): FpFNUZActPerTensorFloat.let(scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0),
+}
+DYNAMIC_FLOAT_BASES: dict[str, Any] = {
+    variant: FLOAT_BASES[(False, variant)].let(proxy_class=DynamicActFloatQuantProxyFromInjector, scaling_impl=DynamicScaling)
+    for variant in ("ocp", "fnuz")
+}
+
+#: OCP MX: element family -> (weight, activation) quantizers; 32-element blocks, E8M0 scales,
+#: activations scaled per block at run time.
+MX_BASES: dict[bool, tuple[Any, Any]] = {  # key: integer elements?
+    True: (MXInt8Weight.let(int_scaling_impl=MXIntScaling), MXInt8Act.let(int_scaling_impl=MXIntScaling)),
+    False: (MXFloat8e4m3Weight, MXFloat8e4m3Act),
+}
+
+#: weight group proxies per element family
+GROUP_PROXIES: dict[str, Any] = {
+    "int": GroupwiseWeightQuantProxyFromInjector,
+    "float": GroupwiseWeightFloatQuantProxyFromInjector,
+}
+
 #: layer type -> axis of its weight holding output channels.
 OUTPUT_CHANNEL_AXIS: dict[type[nn.Module], int] = {
     nn.ConvTranspose1d: 1,
     nn.ConvTranspose2d: 1,
     nn.ConvTranspose3d: 1,
+}
+#: layer type -> axis of its weight holding input channels (the reduction axis); default 1.
+REDUCTION_AXIS: dict[type[nn.Module], int] = {
+    nn.ConvTranspose1d: 0,
+    nn.ConvTranspose2d: 0,
+    nn.ConvTranspose3d: 0,
 }
 
 _WBIOL_ROLES = {
@@ -182,21 +221,36 @@ def initial_threshold(tq: TensorQuant, tensor: torch.Tensor) -> torch.Tensor:
     return observer.calculate_range()[1]
 
 
+def _scale_type(tq: TensorQuant) -> dict[str, Any]:
+    """The spec itself and its scale representation, for every scaled quantizer."""
+    kwargs: dict[str, Any] = {"quark_spec": tq, "restrict_scale_threshold_impl": None}
+    restrict = SCALE_RESTRICTS[tq.scale_type]
+    if restrict is not None:
+        kwargs["restrict_scale_threshold_impl"], extra = restrict
+        kwargs.update(extra)
+    return kwargs
+
+
+def _float(tq: TensorQuant) -> dict[str, Any]:
+    """Overrides of a scaled minifloat quantizer: its layout and scale type."""
+    return {
+        "bit_width": tq.bit_width,
+        "exponent_bit_width": tq.exponent_bit_width,
+        "mantissa_bit_width": tq.mantissa_bit_width,
+        **_scale_type(tq),
+    }
+
+
 def _common(tq: TensorQuant) -> dict[str, Any]:
     """Overrides every integer quantizer gets: Quark's grid, threshold, rounding and scale type."""
     kwargs: dict[str, Any] = {
-        "quark_spec": tq,
         "bit_width": tq.bit_width,
         "narrow_range": False,
         "signed": tq.symmetric and tq.signed,
         "int_scaling_impl": QuarkIntScaling,
         "float_to_int_impl": ROUND_IMPLS[tq.round_method],
-        "restrict_scale_threshold_impl": None,
+        **_scale_type(tq),
     }
-    restrict = SCALE_RESTRICTS[tq.scale_type]
-    if restrict is not None:
-        kwargs["restrict_scale_threshold_impl"], extra = restrict
-        kwargs.update(extra)
     if not tq.symmetric:
         kwargs["quantize_zero_point"] = tq.zero_point_type is ZeroPointType.int32
     kwargs.update(_fused(tq))
@@ -214,12 +268,58 @@ def _percentile_kwargs(tq: TensorQuant) -> dict[str, Any]:
 
 def weight_quant(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
     """Injector of a weight quantizer for ``weight`` of ``module``."""
+    return WEIGHT_FORMATS[tq.format](tq, module, weight)
+
+
+def _int_weight(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
     if tq.tqt:
         return TQT_BASES[(True, tq.signed)].let(**_tqt(tq), scaling_init=float(initial_threshold(tq, weight)))
     inj = WEIGHT_BASES[(tq.symmetric, tq.statistic)].let(**_common(tq), **_percentile_kwargs(tq))
     if tq.symmetric and not tq.signed and tq.statistic == "minmax":
         inj = inj.let(scaling_stats_impl=ZeroInclusiveMax)  # an unsigned grid covers [0, max(w, 0)]
     return GRANULARITY[tq.qscheme](inj, tq, module, weight)
+
+
+def _float_weight(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
+    inj = FLOAT_BASES[(True, tq.variant)].let(**_float(tq))
+    if tq.statistic == "percentile":
+        inj = inj.let(scaling_stats_op=StatsOp.PERCENTILE, **_percentile_kwargs(tq))
+    return GRANULARITY[tq.qscheme](inj, tq, module, weight)
+
+
+def _cast(tq: TensorQuant, weight: bool) -> Any:
+    base = FpOCPWeightPerTensorFloat if weight else FpOCPActPerTensorFloat
+    return base.let(
+        quark_spec=tq,
+        tensor_quant=CastQuant,
+        cast_dtype=getattr(torch, tq.variant),
+        bit_width=tq.bit_width,
+        exponent_bit_width=tq.exponent_bit_width,
+        mantissa_bit_width=tq.mantissa_bit_width,
+    )
+
+
+def _mx(tq: TensorQuant, weight: bool) -> Any:
+    integer = tq.exponent_bit_width is None
+    inj = MX_BASES[integer][0 if weight else 1].let(quark_spec=tq, bit_width=tq.bit_width)
+    if not integer:
+        inj = inj.let(exponent_bit_width=tq.exponent_bit_width, mantissa_bit_width=tq.mantissa_bit_width)
+    return inj
+
+
+def _bdr(tq: TensorQuant, weight: bool, axis: int) -> Any:
+    from quark.torch.extensions.brevitas._backend.shared_microexponents import shared_microexponent_quant
+
+    return shared_microexponent_quant(tq.variant, "weight" if weight else "act", axis).let(quark_spec=tq)
+
+
+WEIGHT_FORMATS: dict[str, Callable[..., Any]] = {
+    "int": _int_weight,
+    "float": _float_weight,
+    "cast": lambda tq, module, weight: _cast(tq, weight=True),
+    "mx": lambda tq, module, weight: _mx(tq, weight=True).let(group_dim=_axis(tq, module, weight)),
+    "bdr": lambda tq, module, weight: _bdr(tq, True, _axis(tq, module, weight)),
+}
 
 
 def _per_tensor(inj: Any, tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
@@ -236,7 +336,7 @@ def _per_channel(inj: Any, tq: TensorQuant, module: nn.Module, weight: torch.Ten
 def _per_group(inj: Any, tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
     axis = _axis(tq, module, weight)
     return inj.let(
-        proxy_class=GroupwiseWeightQuantProxyFromInjector,
+        proxy_class=GROUP_PROXIES[tq.format],
         scaling_per_output_type=ScalingPerOutputType.GROUP,
         group_size=tq.group_size,
         group_dim=axis,
@@ -251,12 +351,20 @@ GRANULARITY: dict[QSchemeType, Callable[..., Any]] = {
 
 
 def _axis(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> int:
-    axis = OUTPUT_CHANNEL_AXIS.get(type(module), 0) if tq.ch_axis is None else tq.ch_axis
-    return axis % weight.dim()
+    """The weight axis of ``tq``: its ch_axis, else output channels (per channel) or input channels (blocks)."""
+    if tq.ch_axis is not None:
+        return tq.ch_axis % weight.dim()
+    if tq.qscheme is QSchemeType.per_group:
+        return REDUCTION_AXIS.get(type(module), 1)
+    return OUTPUT_CHANNEL_AXIS.get(type(module), 0)
 
 
 def act_quant(tq: TensorQuant) -> Any:
     """Injector of an activation quantizer (static: learned scale set by calibration; or dynamic)."""
+    return ACT_FORMATS[tq.format](tq)
+
+
+def _int_act(tq: TensorQuant) -> Any:
     if tq.tqt:
         return TQT_BASES[(False, tq.signed)].let(**_tqt(tq))
     bases = DYNAMIC_ACT_BASES if tq.is_dynamic else STATIC_ACT_BASES
@@ -264,6 +372,21 @@ def act_quant(tq: TensorQuant) -> Any:
     if tq.is_dynamic:
         kwargs["symmetric"] = tq.symmetric
     return bases[tq.symmetric].let(**kwargs)
+
+
+def _float_act(tq: TensorQuant) -> Any:
+    if tq.is_dynamic:
+        return DYNAMIC_FLOAT_BASES[tq.variant].let(**_float(tq), symmetric=True, signed=True)
+    return FLOAT_BASES[(False, tq.variant)].let(**_float(tq))
+
+
+ACT_FORMATS: dict[str, Callable[[TensorQuant], Any]] = {
+    "int": _int_act,
+    "float": _float_act,
+    "cast": lambda tq: _cast(tq, weight=False),
+    "mx": lambda tq: _mx(tq, weight=False),
+    "bdr": lambda tq: _bdr(tq, False, -1),
+}
 
 
 def bias_quant(tq: TensorQuant) -> Any:
@@ -315,6 +438,14 @@ def check_layer(plan: LayerPlan, module: nn.Module) -> None:
                         f"{where}: weight group_size={weight.group_size} does not divide axis {axis} of "
                         f"{tensor_name} (shape {tuple(tensor.shape)}); choose a group_size dividing {tensor.shape[axis]}"
                     )
+    for role, attr in (("input_tensors", ("in_features", "in_channels", "embed_dim")), ("output_tensors", ("out_features", "out_channels", "embed_dim"))):
+        spec = specs[role]
+        channels = next((getattr(module, a) for a in attr if hasattr(module, a)), None)
+        if spec is not None and spec.format in ("mx", "bdr") and channels % spec.group_size:
+            raise ValueError(
+                f"{where}: {role} {spec.format} {spec.variant} blocks of {spec.group_size} need the channel count to be a "
+                f"multiple of {spec.group_size}, got {channels} (padding is not supported)"
+            )
     if bias is not None and getattr(module, "bias", None) is None and not isinstance(module, nn.MultiheadAttention):
         plan.specs["bias"] = None  # nothing to quantize; the summary shows '-'
 

@@ -15,6 +15,9 @@
   ``AbsMinMax`` leaves max unclamped (wrong for an all-negative channel or group).
 - :func:`round_zero_points_half_even`: Quark rounds zero points half to even whatever the tensor's
   rounding; Brevitas rounds them with the tensor's.
+- :class:`CastQuant`: bfloat16 / float16 as a round-to-nearest-even cast, exact by construction,
+  behind Brevitas' float-quantizer interface (Brevitas' scaled-float emulation mis-rounds the
+  lowest bfloat16 binades, computed in float32).
 - :class:`FusedPof2IntQuant`: Brevitas' integer quantization, run as one fused kernel forward and
   backward for the case where that is bit-identical (see the class); the QAT speed comes from it.
 """
@@ -43,6 +46,35 @@ class QuarkIntScaling(nn.Module):
         return levels / 2 if self.signed else levels
 
 
+#: IEEE half formats: torch dtype -> (exponent bits, mantissa bits, exponent bias)
+CAST_FORMATS: dict[torch.dtype, tuple[int, int, int]] = {torch.bfloat16: (8, 7, 127), torch.float16: (5, 10, 15)}
+
+
+class CastQuant(nn.Module):
+    """x -> x cast to ``cast_dtype`` (round to nearest even, overflow to inf) and back, straight-through.
+
+    Returns Brevitas' float-quantizer tuple (value, scale 1, zero point 0, exponent and mantissa
+    widths, bias, saturating=False, IEEE inf and NaN mantissa codes), so Brevitas' proxies and
+    export see an ordinary minifloat.
+    """
+
+    def __init__(self, cast_dtype: torch.dtype) -> None:
+        super().__init__()
+        self.cast_dtype = cast_dtype
+        exponent, mantissa, bias = CAST_FORMATS[cast_dtype]
+        for name, value in (("exponent_bit_width", exponent), ("mantissa_bit_width", mantissa), ("exponent_bias", bias)):
+            self.register_buffer(name, torch.tensor(float(value)), persistent=False)
+        self.register_buffer("one", torch.tensor(1.0), persistent=False)
+        self.register_buffer("zero", torch.tensor(0.0), persistent=False)
+        self.inf_values = ("0" * mantissa,)
+        self.nan_values = tuple(format(i, f"0{mantissa}b") for i in range(1, 2**mantissa))
+
+    def forward(self, x: Tensor) -> tuple:
+        y = x + (x.to(self.cast_dtype).to(x.dtype) - x).detach()
+        return (y, self.one, self.zero, self.exponent_bit_width, self.mantissa_bit_width, self.exponent_bias,
+                False, self.inf_values, self.nan_values)
+
+
 class TQTIntScaling(nn.Module):
     """Integer threshold of TQT: 2^(b-1) for a signed grid, 2^b for an unsigned one."""
 
@@ -52,6 +84,18 @@ class TQTIntScaling(nn.Module):
 
     def forward(self, bit_width: Tensor) -> Tensor:
         return 2.0 ** (bit_width - 1) if self.signed else 2.0**bit_width
+
+
+class MXIntScaling(nn.Module):
+    """Integer threshold of OCP MXINT elements: 2^(b-2), so that the element scale is
+    2^(floor(log2 amax) - (b - 2)) (MXINT8: elements are 2^-6 units). Brevitas' MXInt quantizers
+    divide by 2^(b-1), which halves the scale and clips every block maximum."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    def forward(self, bit_width: Tensor) -> Tensor:
+        return 2.0 ** (bit_width - 2)
 
 
 class Pof2Scale(nn.Module):
