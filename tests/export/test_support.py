@@ -1,0 +1,132 @@
+"""The supported-layer table per format: every row exports and verifies; what the table and the
+rules refuse is refused before export, naming the modules; the refusals are real (without the
+check, the exporter fails)."""
+
+from __future__ import annotations
+
+import brevitas.nn as qnn
+import pytest
+import torch
+from torch import nn
+
+from export.helpers import A8, W8, W8A8, config, quantize
+from quark.torch.extensions.brevitas._backend.export import ExportFormat, UnsupportedExportError, support
+from quark.torch.extensions.brevitas.api import ModelExporter
+from quark.torch.quantization.config.config import QuantizationSpec
+from quark.torch.quantization.config.type import Dtype, QSchemeType
+from quark.torch.quantization.observer import PerChannelMinMaxObserver, PerTensorMinMaxObserver
+
+METHODS = {ExportFormat.qcdq: "export_onnx_model", ExportFormat.qonnx: "export_qonnx_model"}
+W8_PER_TENSOR = QuantizationSpec(dtype=Dtype.int8, observer_cls=PerTensorMinMaxObserver)
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x):
+        return self.attn(x, x, x, need_weights=False)[0]
+
+
+def _stock(layer_cls):
+    """A stock Brevitas activation layer in front of a float linear layer (no Quark spec)."""
+    return lambda: nn.Sequential(layer_cls(return_quant_tensor=False), nn.Linear(8, 4))
+
+
+#: table row -> (model builder, example input shape, quantize with ModelQuantizer?)
+ROWS = {
+    qnn.QuantLinear: (lambda: nn.Sequential(nn.Linear(8, 4)), (2, 8), True),
+    qnn.QuantConv1d: (lambda: nn.Sequential(nn.Conv1d(3, 4, 3)), (2, 3, 8), True),
+    qnn.QuantConv2d: (lambda: nn.Sequential(nn.Conv2d(3, 4, 3)), (2, 3, 6, 6), True),
+    qnn.QuantConv3d: (lambda: nn.Sequential(nn.Conv3d(2, 3, 3)), (1, 2, 4, 4, 4), True),
+    qnn.QuantConvTranspose1d: (lambda: nn.Sequential(nn.ConvTranspose1d(3, 4, 3)), (2, 3, 6), True),
+    qnn.QuantConvTranspose2d: (lambda: nn.Sequential(nn.ConvTranspose2d(3, 4, 3)), (2, 3, 5, 5), True),
+    qnn.QuantConvTranspose3d: (lambda: nn.Sequential(nn.ConvTranspose3d(2, 3, 3)), (1, 2, 3, 3, 3), True),
+    qnn.QuantMultiheadAttention: (Attention, (2, 5, 8), True),
+    qnn.QuantIdentity: (_stock(qnn.QuantIdentity), (2, 8), False),
+    qnn.QuantReLU: (_stock(qnn.QuantReLU), (2, 8), False),
+}
+
+
+def test_every_row_of_the_table_has_a_case():
+    assert set(ROWS) == set(support.LAYER_FORMATS)
+
+
+def _build(row):
+    build, shape, via_quantizer = ROWS[row]
+    torch.manual_seed(0)
+    model = build()
+    if via_quantizer:  # per-tensor weights: per-channel transposed convolutions are a refused rule
+        model = quantize(config(weight=W8_PER_TENSOR, input_tensors=A8, output_tensors=A8), model,
+                         [torch.randn(*shape) for _ in range(2)])
+    return model.eval(), torch.randn(*shape)
+
+
+@pytest.mark.parametrize("row, fmt", [(r, f) for r, formats in support.LAYER_FORMATS.items() for f in sorted(formats, key=str)],
+                         ids=lambda v: getattr(v, "__name__", getattr(v, "value", v)))
+def test_table_row_exports_and_verifies(onnx_path, row, fmt):
+    model, x = _build(row)
+    assert any(type(m) is row for m in model.modules())
+    report = getattr(ModelExporter(onnx_path), METHODS[fmt])(model, x)
+    assert report.passed and (report.max_diff_lsb is None or report.max_diff_lsb <= 1)
+
+
+@pytest.mark.parametrize("fmt", list(ExportFormat))
+def test_per_channel_transposed_convolution_with_quantized_input_is_refused_and_cannot_run(onnx_path, fmt):
+    torch.manual_seed(0)
+    model = quantize(config(weight=QuantizationSpec(dtype=Dtype.int8, observer_cls=PerChannelMinMaxObserver,
+                                                    qscheme=QSchemeType.per_channel, ch_axis=1), input_tensors=A8),
+                     nn.Sequential(nn.Conv2d(3, 4, 3), nn.ConvTranspose2d(4, 3, 3)), [torch.randn(2, 3, 6, 6)])
+    with pytest.raises(UnsupportedExportError,
+                       match=r"module '1' \(QuantConvTranspose2d\): weight qscheme per_channel/per_group with a quantized input"):
+        getattr(ModelExporter(onnx_path), METHODS[fmt])(model, torch.randn(2, 3, 6, 6))
+    with pytest.raises(RuntimeError, match="The size of tensor a"):  # the rule is real: the model cannot run
+        model(torch.randn(2, 3, 6, 6))
+
+
+@pytest.mark.parametrize("fmt", list(ExportFormat))
+def test_per_channel_transposed_convolution_with_float_input_exports(onnx_path, fmt):
+    torch.manual_seed(0)
+    model = quantize(config(weight=QuantizationSpec(dtype=Dtype.int8, observer_cls=PerChannelMinMaxObserver,
+                                                    qscheme=QSchemeType.per_channel, ch_axis=1)),
+                     nn.Sequential(nn.ConvTranspose2d(4, 3, 3)), None)
+    assert getattr(ModelExporter(onnx_path), METHODS[fmt])(model, torch.randn(2, 4, 5, 5)).passed
+
+
+def test_a_layer_outside_the_table_is_refused_with_the_exportable_list(onnx_path):
+    model = nn.Sequential(nn.Linear(8, 4), qnn.QuantSigmoid(return_quant_tensor=False))
+    with pytest.raises(UnsupportedExportError, match=r"module '1' \(QuantSigmoid\): no qcdq export; exportable layers: \['QuantConv1d'"):
+        ModelExporter(onnx_path).export_onnx_model(model, torch.randn(2, 8))
+
+
+def test_every_offending_quantizer_is_listed_at_once(onnx_path):
+    spec = QuantizationSpec(dtype=Dtype.int16, observer_cls=PerTensorMinMaxObserver)
+    torch.manual_seed(0)
+    model = quantize(config(weight=W8, input_tensors=spec), nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)),
+                     [torch.randn(4, 8)])
+    with pytest.raises(UnsupportedExportError) as info:
+        ModelExporter(onnx_path).export_onnx_model(model, torch.randn(2, 8))
+    assert [p.split(":")[0] for p in info.value.problems] == ["quantizer '0.input_quant' (activation)", "quantizer '2.input_quant' (activation)"]
+    assert "cannot export to qcdq (TorchScript exporter)" in str(info.value)
+
+
+def test_dynamo_rows_are_refused_before_export(onnx_path):
+    torch.manual_seed(0)
+    model = quantize(W8A8, Attention(), [torch.randn(2, 5, 8)])
+    with pytest.raises(UnsupportedExportError, match=r"module 'attn' \(QuantMultiheadAttention\): QCDQ with dynamo=True fails"):
+        ModelExporter(onnx_path, dynamo=True).export_onnx_model(model, torch.randn(2, 5, 8))
+    group = QuantizationSpec(dtype=Dtype.int4, observer_cls=PerChannelMinMaxObserver, qscheme=QSchemeType.per_group,
+                             ch_axis=1, group_size=4)
+    model = quantize(config(weight=group), nn.Sequential(nn.Linear(8, 4)), None)
+    with pytest.raises(UnsupportedExportError, match=r"'0.weight_quant' \(weight\): qscheme=per_group; qonnx allows per_tensor, per_channel \(or dynamo=False\)"):
+        ModelExporter(onnx_path, dynamo=True).export_qonnx_model(model, torch.randn(2, 8))
+
+
+def test_problems_of_a_supported_model_are_empty():
+    torch.manual_seed(0)
+    model = quantize(W8A8, nn.Sequential(nn.Linear(8, 4)), [torch.randn(2, 8)])
+    assert all(support.problems(model, fmt, dynamo=False) == [] for fmt in ExportFormat)
+    assert [(n, r) for n, r, _, spec in support.quantizers(model) if spec is not None] == [
+        ("0.input_quant", "activation"), ("0.weight_quant", "weight")
+    ]
