@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import brevitas.nn as qnn
 import numpy as np
+from brevitas.nn.quant_layer import QuantWeightBiasInputOutputLayer
 from torch import nn
 
 from quark.torch.extensions.brevitas._backend.export.errors import TargetCheckError
@@ -68,7 +68,7 @@ def check_specs(model: nn.Module) -> None:
             if role in req.roles and not req.ok(spec):
                 problems.append(f"quantizer {name!r} ({role}): {req.field}={req.shown(spec)}; IPU allows {req.allowed}")
     for name, layer in model.named_modules():
-        if not isinstance(layer, qnn.QuantWBIOL) or not layer.weight_quant.is_quant_enabled:
+        if not isinstance(layer, QuantWeightBiasInputOutputLayer) or not layer.weight_quant.is_quant_enabled:
             continue
         missing = [role for attr, role in _LAYER_ROLES.items()
                    if not getattr(layer, attr).is_quant_enabled and (attr != "bias_quant" or layer.bias is not None)]
