@@ -163,6 +163,13 @@ def _from_main(spec: main.QuantizationSpec, role: str, where: str) -> TensorQuan
 
 def _int_from_main(spec: main.QuantizationSpec, role: str, where: str) -> TensorQuant:
     bits, signed = INT_DTYPES[spec.dtype]
+    if role == "bias" and spec.observer_cls is None:  # scale = input scale x weight scale
+        product = {
+            "qscheme": (None, QSchemeType.per_tensor),
+            "scale_type": (None, ScaleType.float, ScaleType.pof2),
+            "qat_spec": (None,),
+        }
+        _require(where, spec, product, "a bias whose scale is input scale x weight scale (no observer_cls)")
     qscheme = spec.qscheme or QSchemeType.per_tensor
     observer = spec.observer_cls or (PerTensorMinMaxObserver if qscheme is QSchemeType.per_tensor else PerChannelMinMaxObserver)
     symmetric = True if spec.symmetric is None else spec.symmetric
