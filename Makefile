@@ -13,7 +13,8 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml requirements/lock.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c requirements/lock.txt -e ".[all,test]"
+	$(PY) -m pip install --quiet -c requirements/lock.txt -e ".[all,test,finn]"
+	$(PY) -m pip install --quiet --no-deps -c requirements/lock.txt finn-plus==1.6.1
 	touch $(STAMP)
 
 demo: $(STAMP)
