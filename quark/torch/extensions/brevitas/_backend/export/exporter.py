@@ -151,6 +151,7 @@ class ModelExporter:
             "opset_version": opset,
             "input_names": inputs.names,
             "output_names": output_names(num_outputs),
+            "verbose": False,  # the dynamo exporter otherwise prints its progress to stdout
         }
         if not self.dynamo:
             kwargs["keep_initializers_as_inputs"] = False  # graph inputs are the model's inputs only

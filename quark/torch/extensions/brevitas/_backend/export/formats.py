@@ -7,9 +7,10 @@ and so do Brevitas' ``export_qonnx`` / ``export_onnx_qcdq``; we default to the T
 - dynamo cannot write opset 17 (its lowest is 18; converting down fails "No Adapter From Version
   $14 for Reshape"), which the IPU target needs;
 - dynamo QCDQ refuses quantized biases (Brevitas: "QCDQ export with `dynamo=True` does not support
-  quantized bias") and failed on ``QuantMultiheadAttention``; it stores weights as float + Q + DQ
-  instead of integers + DQ, and prints progress to stdout;
-- TorchScript exported every zoo model (see docs/export.md) in both formats.
+  quantized bias") and stores weights as float + Q + DQ instead of integers + DQ;
+- ``QuantMultiheadAttention`` fails under dynamo (Brevitas reads its inputs' data pointers, which
+  torch.export's fake tensors lack), and per-group weights need the weights' storage too;
+- TorchScript exported and verified every zoo model in both formats (benchmarks/export_zoo.py).
 
 ``dynamo=True`` stays available (``ModelExporter(..., dynamo=True)``) and is tested on the plain
 layers; its known refusals are rows of :mod:`.support`.
