@@ -34,10 +34,11 @@ from quark.torch.quantization.config.type import Dtype, QSchemeType, ScaleType
 ELEMENTS = ("int8", "fp8_e4m3", "fp8_e5m2", "fp6_e3m2", "fp6_e2m3", "fp4")
 
 BUG_LOG2_ROUNDING = (
-    "MX shared exponent is floor(float32 log2(max|x|)); log2 rounds up to the integer k for a block "
-    "maximum a few float32 ulps below 2^k (1 ulp at k=-3, 2 at k=-6, 11 at k=-20, 39+ at k=-60), so X "
-    "is 2^(k - emax) instead of 2^(k - 1 - emax): fp8_e4m3 block max (2 - 2^-23) * 2^-10 gets X = "
-    "2^-18 (spec 2^-19), MXINT8 gets element step 2^-15 (spec 2^-16)"
+    "MX shared exponent is floor(float32 log2(max|x|)); log2 rounds up to the integer p for a block "
+    "maximum a few float32 ulps below 2^p (1 ulp at p=-2, 2 at p=-5, 11 at p=-19, 39+ at p=-59), so X "
+    "is 2^(p - emax) instead of 2^(p - 1 - emax): fp8_e4m3 block max (2 - 2^-23) * 2^-10 gets X = "
+    "2^-17 (spec 2^-18) and keeps 2^-9 instead of saturating to 448 * 2^-18; MXINT8 gets element step "
+    "2^-15 (spec 2^-16)"
 )
 BUG_TINY_BLOCK_SCALE = (
     "MX blocks with max|x| below ~1e-10 (all-zero blocks included) get the scale clamped at "
