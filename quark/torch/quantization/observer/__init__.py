@@ -158,11 +158,13 @@ class _HistogramObserver(ObserverBase):
         super().__init__(*args, **kwargs)
         self.register_buffer("hist", torch.zeros(0), persistent=False)
         self.bound = 0.0  # histogram covers [0, bound] (symmetric) or [-bound, bound]
+        self.amax = 0.0  # largest |x| seen
 
     def _observe(self, x: torch.Tensor) -> None:
         if self.symmetric:
             x = x.abs()
         amax = float(x.abs().max())
+        self.amax = max(self.amax, amax)
         if not self.hist.numel():
             # a power of two, so that histograms of different processes align by doubling
             self.bound = 2.0 ** math.ceil(math.log2(amax)) if amax > 0 else 1.0
@@ -194,6 +196,9 @@ class _HistogramObserver(ObserverBase):
         while self.bound < float(bound):
             self._double_range()
         dist.all_reduce(self.hist)
+        amax = torch.tensor(self.amax, dtype=torch.float64, device=self.hist.device)
+        dist.all_reduce(amax, op=dist.ReduceOp.MAX)
+        self.amax = float(amax)
 
     def _edges(self) -> torch.Tensor:
         lo = 0.0 if self.symmetric else -self.bound
@@ -289,7 +294,10 @@ class TQTJeffreysObserver(_HistogramObserver):
 
     The search runs on the histogram merged to about sqrt(n) bins for n observed values (the
     square-root rule, a power of two up to ``num_bins``): a finer histogram of few values is too
-    sparse for a divergence to mean anything.
+    sparse for a divergence to mean anything. With no more bins than quantization levels there is
+    nothing to search: the threshold is max|x|. Exact zeros (after a ReLU, most values) are left
+    out: they are exact at any threshold, and their spike in the first bin, spread over its group
+    by Q, drives the search to a threshold of a few bins (TensorRT's calibrator skips zeros too).
     """
 
     statistic = "ll_j"
@@ -298,11 +306,19 @@ class TQTJeffreysObserver(_HistogramObserver):
         super().__init__(*args, **kwargs)
         self.symmetric = True  # the histogram is of |x|
 
+    def _observe(self, x: torch.Tensor) -> None:
+        nonzero = x[x != 0]
+        if nonzero.numel():
+            super()._observe(nonzero)
+
     def _range(self) -> tuple[torch.Tensor, torch.Tensor]:
-        count = float(self.hist.sum())
-        bins = min(self.num_bins, 2 ** max(0, math.ceil(math.log2(math.sqrt(count)))))
-        hist = self.hist.view(bins, -1).sum(dim=1)
-        t = jeffreys_threshold(hist, self.bound / bins, levels=self.qmax + 1)
+        count = float(self.hist.sum()) if self.hist.numel() else 0.0
+        bins = min(self.num_bins, 2 ** max(0, math.ceil(math.log2(math.sqrt(count))))) if count else 1
+        levels = self.qmax + 1
+        if bins <= levels:
+            t = torch.tensor(self.amax, device=self.hist.device if self.hist.numel() else None)
+        else:
+            t = jeffreys_threshold(self.hist.view(bins, -1).sum(dim=1), self.bound / bins, levels=levels)
         return -t, t
 
 

@@ -61,7 +61,8 @@ def calibrate(
     hooks = []
     for name, proxy, spec in proxies:
         qmin, qmax = spec.grid
-        observer = spec.observer(symmetric=spec.symmetric, qmin=qmin, qmax=qmax, ch_axis=spec.ch_axis)
+        # an unsigned symmetric grid covers [0, max(x, 0)]: its observer must not fold |x| in
+        observer = spec.observer(symmetric=spec.symmetric and spec.signed, qmin=qmin, qmax=qmax, ch_axis=spec.ch_axis)
         observers[name] = observer
         hooks.append(proxy.register_forward_pre_hook(lambda _m, args, obs=observer: obs(args[0])))
         proxy.disable_quant = True

@@ -218,7 +218,7 @@ def initial_threshold(tq: TensorQuant, tensor: torch.Tensor) -> torch.Tensor:
     qmin, qmax = tq.grid
     observer = tq.observer(symmetric=True, qmin=qmin, qmax=qmax).to(tensor.device)
     observer(tensor.detach())
-    return observer.calculate_range()[1]
+    return torch.clamp(observer.calculate_range()[1], min=torch.finfo(torch.float32).tiny)  # all-zero weight
 
 
 def _scale_type(tq: TensorQuant) -> dict[str, Any]:
@@ -307,7 +307,7 @@ def _mx(tq: TensorQuant, weight: bool) -> Any:
     return inj
 
 
-def _bdr(tq: TensorQuant, weight: bool, axis: int) -> Any:
+def _bdr(tq: TensorQuant, weight: bool, axis: int | None) -> Any:
     from quark.torch.extensions.brevitas._backend.shared_microexponents import shared_microexponent_quant
 
     return shared_microexponent_quant(tq.variant, "weight" if weight else "act", axis).let(quark_spec=tq)
@@ -385,7 +385,7 @@ ACT_FORMATS: dict[str, Callable[[TensorQuant], Any]] = {
     "float": _float_act,
     "cast": lambda tq: _cast(tq, weight=False),
     "mx": lambda tq: _mx(tq, weight=False),
-    "bdr": lambda tq: _bdr(tq, False, -1),
+    "bdr": lambda tq: _bdr(tq, False, None),  # axis None: the layer's channel axis
 }
 
 
@@ -408,6 +408,13 @@ def check_layer(plan: LayerPlan, module: nn.Module) -> None:
             f"{where}: bias with scale = input scale x weight scale needs input_tensors and weight quantized "
             "too; quantize them, or give the bias spec its own observer_cls"
         )
+    if bias is not None and bias.bias_scale_from_product:
+        for role in ("input_tensors", "weight"):
+            if specs[role] is not None and specs[role].format != "int":
+                raise ValueError(
+                    f"{where}: a bias scaled by input scale x weight scale needs integer {role}, got a "
+                    f"{specs[role].format} format; give the bias spec its own observer_cls or leave bias float"
+                )
     if bias is not None and specs["input_tensors"] is not None and specs["input_tensors"].is_dynamic and bias.bias_scale_from_product:
         raise ValueError(f"{where}: a bias scaled by the input scale needs a static input_tensors spec, got is_dynamic=True")
     if bias is not None and bias.bias_scale_from_product and bias.scale_type is ScaleType.pof2:
