@@ -160,7 +160,7 @@ def test_dynamo_exporter_cannot_write_opset_17(onnx_path):
 
 def test_dynamo_qcdq_with_quantized_bias_is_refused_before_export(onnx_path):
     qmodel = quantized_mlp(W8A8_POF2)
-    with pytest.raises(UnsupportedExportError, match=r"quantizer '0.bias_quant' \(bias\): quantized; qcdq allows not quantized"):
+    with pytest.raises(UnsupportedExportError, match=r"quantizer '0.bias_quant' \(bias\): int32 bias; qcdq allows float biases \(or dynamo=False\)"):
         ModelExporter(onnx_path, dynamo=True).export_onnx_model(qmodel, torch.randn(3, 12))
 
 

@@ -10,10 +10,16 @@ import torch
 from torch import nn
 
 from export.helpers import A8, W8, W8A8, config, quantize
-from quark.torch.extensions.brevitas._backend.export import ExportFormat, UnsupportedExportError, support
+from quark.torch.extensions.brevitas._backend.export import (
+    ExportFailedError,
+    ExportFormat,
+    ExportVerificationError,
+    UnsupportedExportError,
+    support,
+)
 from quark.torch.extensions.brevitas.api import ModelExporter
 from quark.torch.quantization.config.config import QuantizationSpec
-from quark.torch.quantization.config.type import Dtype, QSchemeType
+from quark.torch.quantization.config.type import Dtype, QSchemeType, RoundType, ScaleType
 from quark.torch.quantization.observer import PerChannelMinMaxObserver, PerTensorMinMaxObserver
 
 METHODS = {ExportFormat.qcdq: "export_onnx_model", ExportFormat.qonnx: "export_qonnx_model"}
@@ -131,3 +137,36 @@ def test_problems_of_a_supported_model_are_empty():
     assert [(n, r) for n, r, _, spec in support.quantizers(model) if spec is not None] == [
         ("0.input_quant", "activation"), ("0.weight_quant", "weight")
     ]
+
+
+FLOOR_W = QuantizationSpec(dtype=Dtype.int8, observer_cls=PerTensorMinMaxObserver, scale_type=ScaleType.pof2,
+                           round_method=RoundType.floor)
+GROUP_W = QuantizationSpec(dtype=Dtype.int4, observer_cls=PerChannelMinMaxObserver, qscheme=QSchemeType.per_group,
+                           ch_axis=1, group_size=4)
+A8_POF2 = QuantizationSpec(dtype=Dtype.int8, observer_cls=PerTensorMinMaxObserver, scale_type=ScaleType.pof2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", list(ExportFormat))
+@pytest.mark.parametrize("weight, match, without_check", [
+    (FLOOR_W, r"'0.weight_quant' \(weight\): round_method=floor; .* allows half_even \(or dynamo=False\)", ExportVerificationError),
+    (GROUP_W, r"'0.weight_quant' \(weight\): qscheme=per_group; .* allows per_tensor, per_channel", ExportFailedError),
+], ids=["floor-weights", "per-group"])
+def test_dynamo_weight_rules_are_refused_and_real(onnx_path, monkeypatch, fmt, weight, match, without_check):
+    torch.manual_seed(0)
+    model = quantize(config(weight=weight, input_tensors=A8_POF2, output_tensors=A8_POF2),
+                     nn.Sequential(nn.Linear(16, 8, bias=False)), [torch.randn(4, 16)])
+    x = torch.randn(64, 16)
+    with pytest.raises(UnsupportedExportError, match=match):
+        getattr(ModelExporter(onnx_path, dynamo=True), METHODS[fmt])(model, x)
+    monkeypatch.setattr(support, "check", lambda *args: None)
+    with pytest.raises(without_check):
+        getattr(ModelExporter(onnx_path, dynamo=True), METHODS[fmt])(model, x)
+    assert getattr(ModelExporter(onnx_path), METHODS[fmt])(model, x).passed  # the TorchScript exporter handles it
+
+
+def test_docs_embed_the_current_support_table():
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "export.md").read_text()
+    assert support.markdown() in docs, "docs/export.md: paste the output of support.markdown()"

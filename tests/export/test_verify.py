@@ -13,7 +13,7 @@ from export.helpers import A8_POF2, W8A8, W8A8_POF2, config, quantized_mlp
 from quark.torch.extensions.brevitas._backend.export import ExportFormat, ExportVerificationError
 from quark.torch.extensions.brevitas._backend.export import handlers, verify
 from quark.torch.extensions.brevitas.api import ModelExporter
-from quark.torch.quantization.config.config import QuantizationSpec
+from quark.torch.quantization.config.config import QuantizationConfig, QuantizationSpec
 from quark.torch.quantization.config.type import Dtype, RoundType, ScaleType
 from quark.torch.quantization.observer import PerTensorMinMaxObserver
 
@@ -135,3 +135,23 @@ def test_output_lsb_walks_through_shape_ops():
     assert verify.Graph(model).output_lsb("y") == 0.25
     assert verify.Graph(_qdq(0.25, [helper.make_node("Softmax", ["d"], ["y"])])).output_lsb("y") is None
 
+
+
+def test_report_gives_the_difference_of_onnxruntime_as_deployed(onnx_path, caplog):
+    """ORT's default optimizations fuse Q/DQ into integer kernels: on int4 QCDQ (Clip patterns) the
+    outputs move by many LSBs although the graph as written matches exactly; the report says so."""
+    from quark.torch.quantization.config.config import Config
+    from torch import nn
+
+    int4 = QuantizationSpec(dtype=Dtype.int4, observer_cls=PerTensorMinMaxObserver, scale_type=ScaleType.pof2)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(128, 10))
+    from export.helpers import quantize
+
+    cfg = Config(global_quant_config=QuantizationConfig(weight=int4, input_tensors=int4),
+                 layer_quant_config={"5": QuantizationConfig(output_tensors=A8_POF2)})
+    qmodel = quantize(cfg, model, [torch.randn(4, 3, 8, 8) for _ in range(4)])
+    report = ModelExporter(onnx_path).export_onnx_model(qmodel, torch.randn(16, 3, 8, 8))
+    assert report.max_abs_diff == 0  # the graph as written
+    assert report.optimized_runtime_diff > 1 and "default graph optimizations differs" in caplog.text
+    assert "ONNX Runtime with its default optimizations: max |diff|" in str(report)

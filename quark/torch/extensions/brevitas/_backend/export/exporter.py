@@ -186,8 +186,11 @@ class ModelExporter:
                 f"the exported {fmt.value} graph {self.export_path} does not run in {FORMATS[fmt].runtime}: "
                 f"{type(error).__name__}: {error}", None
             ) from error
-        outputs = checks.compare(checks.Graph(onnx_model), produced, expected, output_names(len(expected)), exact, tolerance_lsb)
-        report = checks.ExportReport(verified=True, exact=exact, tolerance_lsb=float(tolerance_lsb), outputs=outputs, **common)
+        graph = checks.Graph(onnx_model)
+        outputs = checks.compare(graph, produced, expected, output_names(len(expected)), exact, tolerance_lsb)
+        deployed = _optimized_runtime_diff(checks, graph, onnx_model, feeds, expected, outputs) if fmt is ExportFormat.qcdq else None
+        report = checks.ExportReport(verified=True, exact=exact, tolerance_lsb=float(tolerance_lsb), outputs=outputs,
+                                     optimized_runtime_diff=deployed, **common)
         if not report.passed:
             raise ExportVerificationError(
                 f"the exported {fmt.value} graph {self.export_path} differs from the torch model beyond "
@@ -196,6 +199,28 @@ class ModelExporter:
                 report,
             )
         return report
+
+
+def _optimized_runtime_diff(checks, graph, onnx_model, feeds, expected, outputs) -> float | None:
+    """Largest difference (LSBs where quantized) with ONNX Runtime's default optimizations; warn beyond 1 LSB."""
+    try:
+        produced = checks.run_onnxruntime_optimized(onnx_model, feeds)
+    except Exception as error:  # informative only: the graph was verified as written
+        logger.warning("ONNX Runtime with its default optimizations could not run the graph: %s", error)
+        return None
+    diffs = []
+    for out, got, ref in zip(outputs, produced, expected):
+        diff = float(abs(got.astype("float64") - ref.astype("float64")).max()) if ref.size else 0.0
+        diffs.append(diff / out.lsb if out.lsb else diff)
+    worst = max(diffs, default=0.0)
+    if any(o.lsb for o in outputs) and worst > 1:
+        logger.warning(
+            "ONNX Runtime with its default graph optimizations differs from the torch model by %.3g LSB (the graph "
+            "as written matches); its Q/DQ fusion into integer kernels changes the numbers, measured large for "
+            "sub-8-bit Clip patterns. Deploy with SessionOptions.graph_optimization_level=ORT_DISABLE_ALL or 8-bit QDQ.",
+            worst,
+        )
+    return worst
 
 
 def _target(target_device: Any, plans: Sequence[Any] | None) -> DeviceType | None:

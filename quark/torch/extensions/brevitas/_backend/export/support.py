@@ -79,12 +79,13 @@ SPEC_RULES: tuple[SpecRule, ...] = (
     SpecRule(frozenset({QCDQ}), ANY_EXPORTER, ACT | WEIGHT, "zero_point_type",
              lambda s: not s.symmetric and s.zero_point_type is ZeroPointType.float32, "int32",
              "ONNX zero points are integers; export QONNX for a float zero point"),
-    SpecRule(frozenset({QCDQ}), frozenset({True}), BIAS, "bias", lambda s: True, "not quantized (or dynamo=False)",
-             "the dynamo QCDQ exporter refuses quantized biases (Brevitas)"),
+    SpecRule(frozenset({QCDQ}), frozenset({True}), BIAS, "bias", lambda s: True, "float biases (or dynamo=False)",
+             "Brevitas' dynamo QCDQ exporter refuses quantized biases"),
     SpecRule(BOTH, frozenset({True}), WEIGHT, "qscheme", lambda s: s.qscheme is QSchemeType.per_group,
              "per_tensor, per_channel (or dynamo=False)", "per-group export reads the weights' storage, which torch.export hides"),
-    SpecRule(frozenset({QONNX}), frozenset({True}), WEIGHT, "round_method", lambda s: s.round_method is not RoundType.half_even,
-             "half_even (or dynamo=False)", "under torch.export the weight is re-quantized from float with half-even rounding"),
+    SpecRule(BOTH, frozenset({True}), WEIGHT, "round_method", lambda s: s.round_method is not RoundType.half_even,
+             "half_even (or dynamo=False)",
+             "under torch.export the float weight is re-quantized in the graph (Quant ROUND / QuantizeLinear), half to even"),
 )
 
 
@@ -150,7 +151,7 @@ def problems(model: nn.Module, fmt: ExportFormat, dynamo: bool) -> list[str]:
             continue
         for rule in SPEC_RULES:
             if fmt in rule.formats and dynamo in rule.dynamo and role in rule.roles and rule.bad(spec):
-                value = "quantized" if rule.field == "bias" else f"{rule.field}={_value(spec, rule.field)}"
+                value = f"int{spec.bit_width} bias" if rule.field == "bias" else f"{rule.field}={_value(spec, rule.field)}"
                 found.append(f"quantizer {name!r} ({role}): {value}; {fmt.value} allows {rule.allowed}: {rule.reason}")
     return found
 
@@ -163,3 +164,27 @@ def check(model: nn.Module, fmt: ExportFormat, dynamo: bool) -> None:
         raise UnsupportedExportError(
             f"cannot export to {fmt.value} ({exporter} exporter):\n  " + "\n  ".join(found), found
         )
+
+
+def markdown() -> str:
+    """The support table and the rules as markdown (docs/export.md embeds it; a test keeps it in sync)."""
+    formats = list(ExportFormat)
+    lines = ["| layer | " + " | ".join(f.value for f in formats) + " |", "|---|" + "---|" * len(formats)]
+    for layer, allowed in LAYER_FORMATS.items():
+        lines.append(f"| `{layer.__name__}` | " + " | ".join("yes" if f in allowed else "-" for f in formats) + " |")
+    lines += ["", "| format | exporter | refused | allowed | why |", "|---|---|---|---|---|"]
+
+    def exporters(dynamo: frozenset[bool]) -> str:
+        return "any" if dynamo == ANY_EXPORTER else ("dynamo" if True in dynamo else "TorchScript")
+
+    for rule in SPEC_RULES:
+        fmts = "both" if rule.formats == BOTH else ", ".join(f.value for f in rule.formats)
+        refused = f"{'/'.join(sorted(rule.roles))} `{rule.field}`"
+        lines.append(f"| {fmts} | {exporters(rule.dynamo)} | {refused} | {rule.allowed} | {rule.reason} |")
+    for rule in LAYER_RULES:
+        fmts = "both" if rule.formats == BOTH else ", ".join(f.value for f in rule.formats)
+        layers = "/".join(f"`{c.__name__}`" for c in rule.layers)
+        refused, _, rest = rule.problem.partition("; allowed: ")
+        allowed, _, why = rest.partition(" (")
+        lines.append(f"| {fmts} | {exporters(rule.dynamo)} | {layers}: {refused} | {allowed} | {why.rstrip(')')} |")
+    return "\n".join(lines)
