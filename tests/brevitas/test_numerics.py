@@ -10,8 +10,8 @@ Zero point convention (checked against the code): asymmetric quantization rounds
 ``q = clamp(R(x / s + zp), 0, 2^b - 1)``, ``dequant = (q - zp) * s``. With an integer zero point
 this is ``R(x / s) + zp``; with ``ZeroPointType.float32`` the unrounded zero point is inside R.
 
-Discrepancies found by these tests and since fixed are described in the comment block above the
-``BUG_*`` names; the bug-specific tests below reproduce each on minimal tensors (regressions).
+Discrepancies found by these tests and since fixed are described in the comment block below
+(``BUG_*`` labels); the bug-specific tests reproduce each on minimal tensors (regressions).
 """
 
 from __future__ import annotations
@@ -73,15 +73,6 @@ ROUNDS = ("half_even", "floor", "round")
 # BUG_DYNAMIC_POF2: is_dynamic=True ignores scale_type: ``DynamicScaling`` takes ``scale_restrict``
 #   but the mapping only provides ``restrict_scale_threshold_impl``. int8 sym dynamic pof2 on
 #   max|x| = 1.0: expected 2^round(log2(1/127.5)) = 2^-7 = 0.0078125, got 1/127.5 = 0.0078431377.
-BUG_CAST_SCALE = (
-    "ScaleType.float16/bfloat16 not applied: CastScale gets dtype=float32 (mapping passes scale_dtype)"
-)
-BUG_ZP_ROUNDING = "asym zero point rounded with round_method (floor: zp 10 for -lo/s=10.75), not half_even"
-BUG_SYM_UNSIGNED = "sym unsigned scale from max|x| (1/255 on [-1, .5]) instead of max(max(x),0)/255 (.5/255)"
-BUG_ALL_NEGATIVE = (
-    "asym all-negative block: scale (max-min)/(2^b-1) instead of -min/(2^b-1); min clipped (-0.5 -> -0.4)"
-)
-BUG_DYNAMIC_POF2 = "is_dynamic=True ignores scale_type: pof2 scale 1/127.5 instead of 2^-7"
 
 
 # -- helpers ---------------------------------------------------------------------------------------

@@ -35,10 +35,9 @@ FACTS = {
     "float16": (5, 10, 15, 65504.0, 2**16 - 2 * 2**10 - 1),
 }
 
-BUG_CAST_INF = (
-    "CastQuant.forward computes x + (cast(x) - x).detach(): for x = +-inf that is inf + (inf - inf) "
-    "= NaN, so an infinite input gives NaN instead of x.to(dtype) = +-inf"
-)
+# Regression (found by this file, fixed): CastQuant.forward computes x + (cast(x) - x).detach(): for
+# x = +-inf that is inf + (inf - inf) = NaN, so an infinite input gives NaN instead of x.to(dtype) =
+# +-inf
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -176,7 +175,6 @@ def test_nan_input_gives_nan(name):
     assert out[0].isnan() and out[1] == 1.0
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_CAST_INF)
 @pytest.mark.parametrize("name", CASTS)
 def test_inf_input_stays_inf(name):
     x = torch.tensor([math.inf, -math.inf, 2.0])
@@ -312,13 +310,11 @@ def test_cast_bias_is_rejected(name):
         quantize(nn.Sequential(nn.Linear(32, 4)), bias=cast_spec(name))
 
 
-BUG_CAST_WEIGHT_DYNAMIC = (
-    "a cast weight spec with is_dynamic=True is accepted silently (_cast_from_main drops the field), "
-    "while every other weight format raises 'is_dynamic=True applies to activations'"
-)
+# Regression (found by this file, fixed): a cast weight spec with is_dynamic=True is accepted
+# silently (_cast_from_main drops the field), while every other weight format raises
+# 'is_dynamic=True applies to activations'
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_CAST_WEIGHT_DYNAMIC)
 def test_cast_weight_rejects_is_dynamic_like_other_formats():
     with pytest.raises(ValueError, match=r"is_dynamic=True"):
         quantize(nn.Sequential(nn.Linear(32, 4)), weight=cast_spec("bfloat16", is_dynamic=True))

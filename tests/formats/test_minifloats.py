@@ -64,14 +64,12 @@ QSCHEMES = {  # label -> (qscheme, ch_axis, group_size) for a Linear(64, 16) wei
 }
 SCALE_TYPES = ("float", "pof2", "float16", "bfloat16", "float32")
 
-BUG_INF_INPUT = (
-    "saturating OCP FP8 quantizer maps +-inf inputs to NaN (Brevitas computes inf/inf in the "
-    "internal scale) instead of +-max_finite as OCP's saturating conversion defines"
-)
-BUG_FP16_SCALE_UNDERFLOW = (
-    "scale_type=float16 with max|w|/max_finite below float16's smallest subnormal: the scale rounds "
-    "to 0 and every quantized weight of that tensor/channel is NaN (no clamp, no error)"
-)
+# Regression (found by this file, fixed): saturating OCP FP8 quantizer maps +-inf inputs to NaN
+# (Brevitas computes inf/inf in the internal scale) instead of +-max_finite as OCP's saturating
+# conversion defines
+# Regression (found by this file, fixed): scale_type=float16 with max|w|/max_finite below float16's
+# smallest subnormal: the scale rounds to 0 and every quantized weight of that tensor/channel is NaN
+# (no clamp, no error)
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -258,7 +256,6 @@ def test_nan_input_gives_nan(fmt):
     assert out[0].isnan() and out[2].isnan() and out[1] == 1.0
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_INF_INPUT)
 @pytest.mark.parametrize("fmt", ("fp8_e4m3", "fp8_e5m2"))
 def test_inf_input_saturates_to_max(fmt):
     f = R.FORMATS[fmt]
@@ -345,7 +342,6 @@ def test_per_channel_scale_is_amax_over_max_finite_exactly(fmt):
     assert same(qw.value, w)
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_FP16_SCALE_UNDERFLOW)
 def test_float16_scale_type_never_yields_nan_weights():
     lin = nn.Linear(4, 1)
     lin.weight.data.copy_(torch.tensor([[1e-4, -5e-5, 2e-5, 0.0]]))  # amax / 57344 < 6e-8

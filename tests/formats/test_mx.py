@@ -33,18 +33,15 @@ from quark.torch.quantization.config.type import Dtype, QSchemeType, ScaleType
 
 ELEMENTS = ("int8", "fp8_e4m3", "fp8_e5m2", "fp6_e3m2", "fp6_e2m3", "fp4")
 
-BUG_LOG2_ROUNDING = (
-    "MX shared exponent is floor(float32 log2(max|x|)); log2 rounds up to the integer p for a block "
-    "maximum a few float32 ulps below 2^p (1 ulp at p=-2, 2 at p=-5, 11 at p=-19, 39+ at p=-59), so X "
-    "is 2^(p - emax) instead of 2^(p - 1 - emax): fp8_e4m3 block max (2 - 2^-23) * 2^-10 gets X = "
-    "2^-17 (spec 2^-18) and keeps 2^-9 instead of saturating to 448 * 2^-18; MXINT8 gets element step "
-    "2^-15 (spec 2^-16)"
-)
-BUG_TINY_BLOCK_SCALE = (
-    "MX blocks with max|x| below ~1e-10 (all-zero blocks included) get the scale clamped at "
-    "scaling_min_val (1e-10 / 2^emax_elem, e.g. 3.9e-13 for fp8_e4m3), which is not a power of two "
-    "(not E8M0), and nonzero elements of such blocks are flushed to 0"
-)
+# Regression (found by this file, fixed): MX shared exponent is floor(float32 log2(max|x|)); log2
+# rounds up to the integer p for a block maximum a few float32 ulps below 2^p (1 ulp at p=-2, 2 at
+# p=-5, 11 at p=-19, 39+ at p=-59), so X is 2^(p - emax) instead of 2^(p - 1 - emax): fp8_e4m3 block
+# max (2 - 2^-23) * 2^-10 gets X = 2^-17 (spec 2^-18) and keeps 2^-9 instead of saturating to 448 *
+# 2^-18; MXINT8 gets element step 2^-15 (spec 2^-16)
+# Regression (found by this file, fixed): MX blocks with max|x| below ~1e-10 (all-zero blocks
+# included) get the scale clamped at scaling_min_val (1e-10 / 2^emax_elem, e.g. 3.9e-13 for
+# fp8_e4m3), which is not a power of two (not E8M0), and nonzero elements of such blocks are flushed
+# to 0
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -245,7 +242,6 @@ def test_conv_weight_blocks_along_input_channels(element, make, axis):
     assert same(reported_block_scale(qw, element).expand_as(w), X)
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_LOG2_ROUNDING)
 @pytest.mark.parametrize("element", ("int8", "fp8_e4m3"))
 def test_block_max_just_below_power_of_two(element):
     row = torch.zeros(1, 32)
@@ -271,7 +267,6 @@ def test_zero_block_stays_zero():
         assert same(qw.value, R.mx_quantize(w, element, axis=1)[0])
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_TINY_BLOCK_SCALE)
 @pytest.mark.parametrize("element", ("int8", "fp8_e4m3"))
 def test_zero_and_tiny_blocks_have_e8m0_scales(element):
     w = torch.zeros(2, 32)

@@ -238,6 +238,7 @@ def _cast_from_main(spec: main.QuantizationSpec, role: str, where: str) -> Tenso
         "round_method": (None, RoundType.half_even),
         "scale_type": (None,),
         "qat_spec": (None,),
+        "is_dynamic": (None, False) if role == "weight" else (None, False, True),
     }
     _require(where, spec, unscaled, f"dtype=Dtype.{spec.dtype.name} (a cast, no scale)")
     return TensorQuant(

@@ -58,8 +58,10 @@ from quark.torch.extensions.brevitas._backend.quantizers import (
     DynamicZeroPoint,
     Pof2Scale,
     QuarkIntScaling,
+    ExactFloorPowerOfTwoRestrictValue,
     FusedPof2IntQuant,
     MXIntScaling,
+    SaturatingFloatQuant,
     RoundHalfAwayFromZeroSte,
     TQTIntScaling,
     ZeroInclusiveMax,
@@ -127,10 +129,14 @@ TQT_BASES: dict[tuple[bool, bool], Any] = {
 #: scaled minifloats: (weight?, variant) -> stock Brevitas quantizer (OCP: saturating, OCP inf/NaN
 #: codes for 8 bits, none below; FNUZ: NaN at 0x80, bias 2^(e-1)).
 FLOAT_BASES: dict[tuple[bool, str], Any] = {
-    (True, "ocp"): FpOCPWeightPerTensorFloat,
-    (True, "fnuz"): FpFNUZWeightPerTensorFloat,
-    (False, "ocp"): FpOCPActPerTensorFloat.let(scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0),
-    (False, "fnuz"): FpFNUZActPerTensorFloat.let(scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0),
+    (True, "ocp"): FpOCPWeightPerTensorFloat.let(tensor_quant=SaturatingFloatQuant),
+    (True, "fnuz"): FpFNUZWeightPerTensorFloat.let(tensor_quant=SaturatingFloatQuant),
+    (False, "ocp"): FpOCPActPerTensorFloat.let(
+        scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0, tensor_quant=SaturatingFloatQuant
+    ),
+    (False, "fnuz"): FpFNUZActPerTensorFloat.let(
+        scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0, tensor_quant=SaturatingFloatQuant
+    ),
 }
 DYNAMIC_FLOAT_BASES: dict[str, Any] = {
     variant: FLOAT_BASES[(False, variant)].let(proxy_class=DynamicActFloatQuantProxyFromInjector, scaling_impl=DynamicScaling)
@@ -142,6 +148,14 @@ DYNAMIC_FLOAT_BASES: dict[str, Any] = {
 MX_BASES: dict[bool, tuple[Any, Any]] = {  # key: integer elements?
     True: (MXInt8Weight.let(int_scaling_impl=MXIntScaling), MXInt8Act.let(int_scaling_impl=MXIntScaling)),
     False: (MXFloat8e4m3Weight, MXFloat8e4m3Act),
+}
+#: every MX quantizer: exact floor(log2) for the shared exponent, and block maxima floored at
+#: E8M0's smallest value 2^-127, so an all-zero block still gets a power-of-two scale (Brevitas
+#: clamps at 1e-10, not a power of two).
+MX_EXACT = {
+    "restrict_scaling_impl": ExactFloorPowerOfTwoRestrictValue,
+    "restrict_threshold_impl": ExactFloorPowerOfTwoRestrictValue,
+    "scaling_min_val": 2.0**-127,
 }
 
 #: weight group proxies per element family
@@ -301,7 +315,7 @@ def _cast(tq: TensorQuant, weight: bool) -> Any:
 
 def _mx(tq: TensorQuant, weight: bool) -> Any:
     integer = tq.exponent_bit_width is None
-    inj = MX_BASES[integer][0 if weight else 1].let(quark_spec=tq, bit_width=tq.bit_width)
+    inj = MX_BASES[integer][0 if weight else 1].let(quark_spec=tq, bit_width=tq.bit_width, **MX_EXACT)
     if not integer:
         inj = inj.let(exponent_bit_width=tq.exponent_bit_width, mantissa_bit_width=tq.mantissa_bit_width)
     return inj

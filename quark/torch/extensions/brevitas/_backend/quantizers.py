@@ -15,6 +15,9 @@
   ``AbsMinMax`` leaves max unclamped (wrong for an all-negative channel or group).
 - :func:`round_zero_points_half_even`: Quark rounds zero points half to even whatever the tensor's
   rounding; Brevitas rounds them with the tensor's.
+- :class:`SaturatingFloatQuant`, :class:`ExactFloorPowerOfTwoRestrictValue`: Brevitas' float
+  quantizer and power-of-two restriction, fixed for infinite inputs and for floor(log2) just below
+  a power of two.
 - :class:`CastQuant`: bfloat16 / float16 as a round-to-nearest-even cast, exact by construction,
   behind Brevitas' float-quantizer interface (Brevitas' scaled-float emulation mis-rounds the
   lowest bfloat16 binades, computed in float32).
@@ -28,7 +31,10 @@ import copy
 
 import torch
 from brevitas.core.function_wrapper import RoundSte
+from brevitas.core.quant.float import FloatQuant, min_internal_scale
+from brevitas.utils.torch_utils import float_internal_scale
 from brevitas.core.quant.int_base import IntQuant
+from brevitas.core.restrict_val import PowerOfTwoRestrictValue
 from brevitas.core.zero_point import _ScaleShiftZeroPoint
 from brevitas.function.ops_ste import round_ste
 from torch import Tensor, nn
@@ -70,9 +76,66 @@ class CastQuant(nn.Module):
         self.nan_values = tuple(format(i, f"0{mantissa}b") for i in range(1, 2**mantissa))
 
     def forward(self, x: Tensor) -> tuple:
-        y = x + (x.to(self.cast_dtype).to(x.dtype) - x).detach()
+        y = _CastSte.apply(x, self.cast_dtype)
         return (y, self.one, self.zero, self.exponent_bit_width, self.mantissa_bit_width, self.exponent_bias,
                 False, self.inf_values, self.nan_values)
+
+
+class _CastSte(torch.autograd.Function):
+    """x -> x.to(dtype).to(x.dtype), gradient passed straight through (no inf - inf for infinite x)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, dtype: torch.dtype) -> Tensor:
+        return x.to(dtype).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+        return grad, None
+
+
+class SaturatingFloatQuant(FloatQuant):
+    """Brevitas' ``FloatQuant`` that maps +-inf to +-max when the format saturates (OCP conversion).
+
+    Brevitas computes the exponent of inf as inf and returns NaN; finite values are untouched
+    (they already saturate), and their gradients too.
+    """
+
+    def quantize(self, x: Tensor, scale: Tensor) -> tuple[Tensor, Tensor]:
+        # Brevitas' FloatQuant.quantize, with infinite scaled values replaced by +-max first
+        scaled_x = self.input_view_impl(x) / scale
+        clamp = self.float_clamp_impl
+        if clamp.saturating and clamp.max_available_float is not None:
+            scaled_x = torch.where(torch.isinf(scaled_x), torch.sign(scaled_x) * clamp.max_available_float(), scaled_x)
+        scale_min = min_internal_scale(self.exponent_bias_impl(), self.mantissa_bit_width_impl())
+        internal_scale = float_internal_scale(scaled_x, self.mantissa_bit_width_impl(), scale_min, self.eps)
+        return internal_scale * self.float_to_int_impl(scaled_x / internal_scale), scale
+
+
+class FrexpLogTwo(nn.Module):
+    """A log2 whose floor is exact: (e - 1) + (m - 1/2) for x = m * 2^e, m in [0.5, 1).
+
+    Equal to log2 at powers of two, monotonic in between, and always in [e - 1, e - 1/2), so no
+    float32 rounding of the sum can reach the next integer. float32 ``log2`` rounds up to k for
+    values a few ulps below 2^k, so floor(log2 x) can be one too large (an OCP MX block would then
+    get twice its shared scale); this surrogate is only used where the result is floored.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    def forward(self, x: Tensor) -> Tensor:
+        mantissa, exponent = torch.frexp(x)
+        return (exponent - 1).to(x.dtype) + (mantissa - 0.5)
+
+
+class ExactFloorPowerOfTwoRestrictValue(PowerOfTwoRestrictValue):
+    """Brevitas' power-of-two restriction with a floor-exact log2 (see :class:`FrexpLogTwo`)."""
+
+    def restrict_init_tensor(self, x: Tensor) -> Tensor:
+        return FrexpLogTwo()(x)
+
+    def restrict_init_module(self) -> nn.Module:
+        return FrexpLogTwo()
 
 
 class TQTIntScaling(nn.Module):
@@ -109,14 +172,19 @@ class Pof2Scale(nn.Module):
 
 
 class CastScale(nn.Module):
-    """scale -> scale rounded to ``scale_dtype`` (float16 / bfloat16 / float32), straight-through gradient."""
+    """scale -> scale rounded to ``scale_dtype`` (float16 / bfloat16 / float32), straight-through
+    gradient. A scale below the type's smallest positive value takes that value instead of
+    underflowing to 0 (which would make every quantized value NaN)."""
 
     def __init__(self, scale_dtype: torch.dtype):
         super().__init__()
         self.scale_dtype = scale_dtype
+        info = torch.finfo(scale_dtype)
+        self.smallest = info.tiny * info.eps  # smallest positive subnormal
 
     def forward(self, scale: Tensor) -> Tensor:
-        return scale + (scale.to(self.scale_dtype).to(scale.dtype) - scale).detach()
+        cast = scale.to(self.scale_dtype).to(scale.dtype).clamp(min=self.smallest)
+        return scale + (cast - scale).detach()
 
 
 class RoundHalfAwayFromZeroSte(nn.Module):
