@@ -19,7 +19,7 @@ from quark.torch.extensions.brevitas._backend.export import (
 )
 from quark.torch.extensions.brevitas.api import ModelExporter
 from quark.torch.quantization.config.config import QuantizationSpec
-from quark.torch.quantization.config.type import Dtype, QSchemeType, RoundType, ScaleType
+from quark.torch.quantization.config.type import Dtype, QSchemeType, RoundType, ScaleType, ZeroPointType
 from quark.torch.quantization.observer import PerChannelMinMaxObserver, PerTensorMinMaxObserver
 
 METHODS = {ExportFormat.qcdq: "export_onnx_model", ExportFormat.qonnx: "export_qonnx_model"}
@@ -170,3 +170,32 @@ def test_docs_embed_the_current_support_table():
 
     docs = (Path(__file__).resolve().parents[2] / "docs" / "export.md").read_text()
     assert support.markdown() in docs, "docs/export.md: paste the output of support.markdown()"
+
+
+_DYNAMIC = QuantizationSpec(dtype=Dtype.uint8, symmetric=False, is_dynamic=True)
+_FLOOR_A = QuantizationSpec(dtype=Dtype.int8, observer_cls=PerTensorMinMaxObserver, round_method=RoundType.floor)
+_A16 = QuantizationSpec(dtype=Dtype.int16, observer_cls=PerTensorMinMaxObserver)
+_FLOAT_ZP = QuantizationSpec(dtype=Dtype.uint8, observer_cls=PerTensorMinMaxObserver, symmetric=False,
+                             zero_point_type=ZeroPointType.float32)
+_B32 = QuantizationSpec(dtype=Dtype.int32)
+
+
+@pytest.mark.parametrize("roles, fmt, dynamo, without_check", [
+    ({"input_tensors": _DYNAMIC}, ExportFormat.qonnx, False, ExportFailedError),
+    ({"input_tensors": _DYNAMIC}, ExportFormat.qcdq, False, ExportFailedError),
+    ({"input_tensors": _FLOOR_A}, ExportFormat.qcdq, False, ExportVerificationError),
+    ({"input_tensors": _A16}, ExportFormat.qcdq, False, ExportFailedError),
+    ({"input_tensors": _FLOAT_ZP}, ExportFormat.qcdq, False, ExportVerificationError),
+    ({"input_tensors": A8, "bias": _B32}, ExportFormat.qcdq, True, ExportFailedError),
+], ids=["dynamic-qonnx", "dynamic-qcdq", "floor-qcdq", "int16-qcdq", "float-zero-point-qcdq", "int32-bias-qcdq-dynamo"])
+def test_every_spec_refusal_is_real(onnx_path, monkeypatch, roles, fmt, dynamo, without_check):
+    """Without the check, each refused spec fails in the exporter or gives a graph that differs."""
+    torch.manual_seed(0)
+    model = quantize(config(weight=W8, **roles), nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4)),
+                     [torch.randn(4, 16) + 0.5 for _ in range(2)])
+    x = torch.randn(64, 16) + 0.5
+    with pytest.raises(UnsupportedExportError):
+        getattr(ModelExporter(onnx_path, dynamo=dynamo), METHODS[fmt])(model, x)
+    monkeypatch.setattr(support, "check", lambda *args: None)
+    with pytest.raises(without_check):
+        getattr(ModelExporter(onnx_path, dynamo=dynamo), METHODS[fmt])(model, x)
