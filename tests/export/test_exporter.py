@@ -208,3 +208,48 @@ def test_unverified_export_reports_so(onnx_path):
     report = ModelExporter(onnx_path).export_onnx_model(quantized_mlp(), torch.randn(2, 12), verify=False)
     assert onnx_path.exists() and not report.verified and not report.passed and report.outputs == ()
 
+
+
+def test_model_outputs_other_than_tensors_are_refused(onnx_path):
+    class DictOutput(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = quantized_mlp()
+
+        def forward(self, x):
+            return {"logits": self.inner(x)}
+
+    with pytest.raises(TypeError, match=r"model output of type dict: expected tensors, tuples or lists of tensors"):
+        ModelExporter(onnx_path).export_onnx_model(DictOutput(), torch.randn(2, 12))
+
+
+def test_graph_outputs_that_do_not_match_the_model_are_named(onnx_path, monkeypatch):
+    from quark.torch.extensions.brevitas._backend.export import verify
+
+    monkeypatch.setitem(verify.RUNNERS, ExportFormat.qcdq, lambda model, feeds: [feeds[0][:, :3]])
+    with pytest.raises(RuntimeError, match=r"output 'output': the exported graph gives shape \(2, 3\), torch \(2, 4\)"):
+        ModelExporter(onnx_path).export_onnx_model(quantized_mlp(), torch.randn(2, 12))
+    monkeypatch.setitem(verify.RUNNERS, ExportFormat.qcdq, lambda model, feeds: [])
+    with pytest.raises(RuntimeError, match=r"the exported graph has 0 outputs, the torch model 1"):
+        ModelExporter(onnx_path).export_onnx_model(quantized_mlp(), torch.randn(2, 12))
+
+
+def test_finn_handoff_without_finn_says_how_to_install(onnx_path, monkeypatch):
+    import sys
+
+    from quark.torch.extensions.brevitas._backend.export.finn import finn_handoff
+
+    ModelExporter(onnx_path).export_qonnx_model(quantized_mlp(), torch.randn(2, 12))
+    monkeypatch.setitem(sys.modules, "finn.transformation.qonnx.convert_qonnx_to_finn", None)
+    with pytest.raises(ImportError, match=r"the FINN hand-off needs finn-plus .*pip install --no-deps finn-plus==1.6.1"):
+        finn_handoff(onnx_path, torch.randn(2, 12))
+
+
+def test_ipu_target_needs_quantizers_built_from_quark_specs(onnx_path):
+    import brevitas.nn as qnn
+
+    from quark.torch.extensions.brevitas._backend.export import TargetCheckError
+
+    model = nn.Sequential(qnn.QuantIdentity(return_quant_tensor=False), nn.Linear(4, 2))
+    with pytest.raises(TargetCheckError, match=r"quantizer '0.act_quant' \(activation\): not built from a Quark spec"):
+        ModelExporter(onnx_path).export_onnx_model(model, torch.randn(2, 4), target_device="IPU")
