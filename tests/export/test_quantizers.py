@@ -197,3 +197,16 @@ def test_four_bit_qcdq_uses_clip(onnx_path):
     bounds = {tuple(values[i].item() for i in n.input[1:]) for n in onnx.load(str(onnx_path)).graph.node if n.op_type == "Clip"}
     assert "Clip" in op_types(onnx_path) and bounds == {(-8, 7)}
     assert report.exact and report.max_abs_diff == 0
+
+
+@pytest.mark.parametrize("method", BOTH)
+def test_bias_rounding_survives_both_formats(onnx_path, method):
+    """int32 bias (scale = s_in x s_w) rounded down: QONNX re-quantizes it with FLOOR, QCDQ stores the integers."""
+    bias = QuantizationSpec(dtype=Dtype.int32, round_method=RoundType.floor)
+    torch.manual_seed(0)
+    model = quantize(config(weight=W8_POF2, input_tensors=A8_POF2, bias=bias),  # float output: the bias shows
+                     nn.Sequential(nn.Linear(16, 8)), [torch.randn(4, 16) for _ in range(2)])
+    scaled = model[0].bias / (model[0].input_quant.scale() * model[0].quant_weight().scale)
+    assert not torch.equal(torch.floor(scaled), torch.round(scaled))  # the rounding matters here
+    report = getattr(ModelExporter(onnx_path), method)(model, torch.randn(6, 16))
+    assert report.exact and report.max_abs_diff == 0
