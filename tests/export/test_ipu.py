@@ -191,3 +191,12 @@ def test_graph_check_compares_the_bias_scale_with_the_product(onnx_path):
     _set_init(model, lambda n, v: n == bias_scale, lambda v: v * np.float32(2))
     with pytest.raises(TargetCheckError, match=r"bias scale .* != input scale x weight scale"):
         ipu.check_graph(model)
+
+
+def test_minifloat_config_cannot_meet_the_ipu(onnx_path):
+    fp8 = QuantizationSpec(dtype=Dtype.fp8_e4m3, observer_cls=PerTensorMinMaxObserver)
+    torch.manual_seed(0)
+    model = ModelQuantizer(_config_with(input_tensors=fp8, bias=None)).quantize_model(
+        torch.nn.Sequential(torch.nn.Linear(8, 4, bias=False)), [torch.randn(4, 8)], progress=False)
+    with pytest.raises(TargetCheckError, match=r"'0.input_quant' \(activation\): dtype=fp8 \(e4m3.*\); IPU allows int8"):
+        ModelExporter(onnx_path).export_onnx_model(model, torch.randn(2, 8), target_device=DeviceType.IPU)

@@ -210,3 +210,39 @@ def test_bias_rounding_survives_both_formats(onnx_path, method):
     assert not torch.equal(torch.floor(scaled), torch.round(scaled))  # the rounding matters here
     report = getattr(ModelExporter(onnx_path), method)(model, torch.randn(6, 16))
     assert report.exact and report.max_abs_diff == 0
+
+
+MINIFLOATS = [Dtype.fp8_e4m3, Dtype.fp8_e5m2, Dtype.fp4, Dtype.bfloat16]
+
+
+def _minifloat_model(dtype: Dtype) -> nn.Module:
+    spec = (QuantizationSpec(dtype=dtype) if dtype in (Dtype.bfloat16, Dtype.float16)
+            else QuantizationSpec(dtype=dtype, observer_cls=PerTensorMinMaxObserver))
+    torch.manual_seed(0)
+    return quantize(config(weight=spec, input_tensors=spec), nn.Sequential(nn.Linear(32, 8)), [torch.randn(4, 32)])
+
+
+@pytest.mark.parametrize("dtype", MINIFLOATS, ids=lambda d: d.name)
+def test_minifloats_export_to_qonnx_floatquant_and_are_refused_by_qcdq(onnx_path, dtype):
+    model = _minifloat_model(dtype)
+    report = ModelExporter(onnx_path).export_qonnx_model(model, torch.randn(16, 32))
+    assert "FloatQuant" in op_types(onnx_path) and report.passed
+    with pytest.raises(UnsupportedExportError, match=r"'0.input_quant' \(activation\): format=.*; qcdq allows integer formats"):
+        ModelExporter(onnx_path).export_onnx_model(model, torch.randn(16, 32))
+
+
+@pytest.mark.parametrize("spec", [
+    QuantizationSpec(dtype=Dtype.mx, mx_element_dtype=Dtype.fp8_e4m3, qscheme=QSchemeType.per_group, ch_axis=1,
+                     group_size=32, scale_type=ScaleType.pof2),
+    QuantizationSpec(dtype=Dtype.mx9, qscheme=QSchemeType.per_group, ch_axis=1, group_size=16, scale_type=ScaleType.pof2),
+], ids=["mx-fp8", "mx9"])
+@pytest.mark.parametrize("method", BOTH)
+def test_block_formats_are_refused_and_would_fail(onnx_path, monkeypatch, spec, method):
+    from quark.torch.extensions.brevitas._backend.export import ExportFailedError, support
+
+    model = quantize(config(weight=spec), nn.Sequential(nn.Linear(32, 8)), None)
+    with pytest.raises(UnsupportedExportError, match=r"'0.weight_quant' \(weight\): format=(mx|bdr).*no export handler for block formats"):
+        getattr(ModelExporter(onnx_path), method)(model, torch.randn(4, 32))
+    monkeypatch.setattr(support, "check", lambda *args: None)
+    with pytest.raises(ExportFailedError, match="'NoneType' object is not callable"):
+        getattr(ModelExporter(onnx_path), method)(model, torch.randn(4, 32))

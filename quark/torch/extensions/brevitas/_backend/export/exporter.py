@@ -112,7 +112,6 @@ class ModelExporter:
         from quark.torch.extensions.brevitas._backend.export import ipu
 
         opset = self.opset_version or FORMATS[fmt].opset[self.dynamo]
-        support.check(model, fmt, self.dynamo)
         if target is DeviceType.IPU:
             if self.dynamo or opset != ipu.OPSET:
                 raise UnsupportedExportError(
@@ -121,6 +120,7 @@ class ModelExporter:
                     [f"opset {opset}", f"dynamo={self.dynamo}"],
                 )
             ipu.check_specs(model)
+        support.check(model, fmt, self.dynamo)
         inputs = ExampleInputs.of(model, args)
         expected = self._reference(model, inputs)
         onnx_model = self._write(model, inputs, fmt, opset, len(expected))

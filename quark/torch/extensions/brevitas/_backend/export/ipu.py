@@ -20,7 +20,7 @@ from brevitas.nn.quant_layer import QuantWeightBiasInputOutputLayer
 from torch import nn
 
 from quark.torch.extensions.brevitas._backend.export.errors import TargetCheckError
-from quark.torch.extensions.brevitas._backend.export.support import quantizers
+from quark.torch.extensions.brevitas._backend.export.support import dtype_name, quantizers
 from quark.torch.quantization.config.type import RoundType, ScaleType
 from quark.torch.quantization.plan import TensorQuant
 
@@ -41,8 +41,7 @@ _BIAS = frozenset({"bias"})
 
 #: XINT8, per quantizer role
 REQUIREMENTS: tuple[Requirement, ...] = (
-    Requirement(_DATA, "dtype", lambda s: s.bit_width == 8 and s.signed,
-                lambda s: f"{'int' if s.signed else 'uint'}{s.bit_width}", "int8"),
+    Requirement(_DATA, "dtype", lambda s: s.format == "int" and s.bit_width == 8 and s.signed, dtype_name, "int8"),
     Requirement(_DATA, "symmetric", lambda s: s.symmetric, lambda s: str(s.symmetric), "True (zero point 0)"),
     Requirement(_DATA | _BIAS, "scale_type", lambda s: s.tqt or s.scale_type is ScaleType.pof2 or s.bias_scale_from_product,
                 lambda s: s.scale_type.name, "pof2 (power-of-two scales)"),

@@ -61,7 +61,18 @@ class SpecRule:
     reason: str
 
 
+def dtype_name(spec: TensorQuant) -> str:
+    """The element type of a spec: int8, uint4, fp8 (e4m3 ocp), mx (fp8_e4m3), ..."""
+    if spec.format == "int":
+        return f"{'int' if spec.signed else 'uint'}{spec.bit_width}"
+    if spec.format == "float":
+        return f"fp{spec.bit_width} (e{spec.exponent_bit_width}m{spec.mantissa_bit_width} {spec.variant or ''})".replace(" )", ")")
+    return f"{spec.format} ({spec.variant})" if spec.variant else spec.format
+
+
 def _value(spec: TensorQuant, field: str) -> str:
+    if field == "format":
+        return dtype_name(spec)
     value = getattr(spec, field)
     return value.name if hasattr(value, "name") else repr(value)
 
@@ -69,12 +80,17 @@ def _value(spec: TensorQuant, field: str) -> str:
 ACT, WEIGHT, BIAS = frozenset({"activation"}), frozenset({"weight"}), frozenset({"bias"})
 
 SPEC_RULES: tuple[SpecRule, ...] = (
+    SpecRule(BOTH, ANY_EXPORTER, ACT | WEIGHT, "format", lambda s: s.format in ("mx", "bdr"), "integer, minifloat or cast formats",
+             "Brevitas 0.13.4 has no export handler for block formats (OCP MX, shared micro-exponents)"),
+    SpecRule(frozenset({QCDQ}), ANY_EXPORTER, ACT | WEIGHT, "format", lambda s: s.format in ("float", "cast"), "integer formats",
+             "Brevitas 0.13.4's QCDQ minifloat export fails (FP8: NotImplementedError at opsets 17, 19 and 21; other "
+             "minifloats and casts: 'Only OCP/FNUZ Standard'); export QONNX (FloatQuant)"),
     SpecRule(BOTH, ANY_EXPORTER, ACT, "is_dynamic", lambda s: s.is_dynamic, "False",
              "no export handler computes a scale at run time for this quantizer (QONNX has no dynamic Quant; "
              "Brevitas' QCDQ DynamicQuantizeLinear handler takes only its own unsigned min-max quantizer)"),
     SpecRule(frozenset({QCDQ}), ANY_EXPORTER, ACT, "round_method", lambda s: s.round_method is not RoundType.half_even,
              "half_even", "ONNX QuantizeLinear rounds half to even; export QONNX for other rounding"),
-    SpecRule(frozenset({QCDQ}), ANY_EXPORTER, ACT | WEIGHT, "bit_width", lambda s: s.bit_width > 8, "2..8",
+    SpecRule(frozenset({QCDQ}), ANY_EXPORTER, ACT | WEIGHT, "bit_width", lambda s: s.format == "int" and s.bit_width > 8, "2..8",
              "QuantizeLinear / DequantizeLinear hold int8 / uint8 at the opsets written here; export QONNX for wider"),
     SpecRule(frozenset({QCDQ}), ANY_EXPORTER, ACT | WEIGHT, "zero_point_type",
              lambda s: not s.symmetric and s.zero_point_type is ZeroPointType.float32, "int32",
