@@ -246,3 +246,25 @@ def test_block_formats_are_refused_and_would_fail(onnx_path, monkeypatch, spec, 
     monkeypatch.setattr(support, "check", lambda *args: None)
     with pytest.raises(ExportFailedError, match="'NoneType' object is not callable"):
         getattr(ModelExporter(onnx_path), method)(model, torch.randn(4, 32))
+
+
+@pytest.mark.parametrize("method", BOTH)
+def test_tqt_model_after_qat_steps_matches_its_export(onnx_path, method):
+    """Learned power-of-two thresholds (TQT), a few QAT steps, then export: within 1 LSB (measured 0)."""
+    from quark.torch.quantization.config.config import TQTSpec
+    from quark.torch.quantization.config.type import TQTThresholdInitMeth
+
+    tqt = QuantizationSpec(dtype=Dtype.int8, symmetric=True, scale_type=ScaleType.pof2,
+                           qat_spec=TQTSpec(TQTThresholdInitMeth._3SD))
+    torch.manual_seed(0)
+    model = quantize(config(weight=tqt, input_tensors=tqt, output_tensors=tqt),
+                     nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4)), [torch.randn(4, 16) for _ in range(3)])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    model.train()
+    for _ in range(5):
+        loss = model(torch.randn(8, 16)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    report = getattr(ModelExporter(onnx_path), method)(model.eval(), torch.randn(32, 16))
+    assert report.passed and report.max_diff_lsb <= 1
