@@ -5,9 +5,9 @@ custom blocks (``QuarkIntScaling``, ``Pof2Scale``, ``CastScale``) feed correctly
 how the scale is computed. Three things do not survive unchanged, measured with brevitas 0.13.4:
 
 - **Rounding** (QONNX). A proxy reports ``float_to_int_impl_type`` of the stock quantizer it was
-  built from (always ``ROUND``), not the ``float_to_int_impl`` we plug in, so activations with
-  ``RoundType.floor`` were exported as ``ROUND``. The handlers below take the rounding from the
-  normalised spec each injector carries (``quark_spec``) through :data:`QONNX_ROUNDING`.
+  built from (always ``ROUND``), not the ``float_to_int_impl`` we plug in, so activations and
+  biases with ``RoundType.floor`` were exported as ``ROUND``. The handlers below take the rounding
+  from the normalised spec each injector carries (``quark_spec``) through :data:`QONNX_ROUNDING`.
 - **Weights** (QONNX). The Quant node of a weight re-quantizes the float weight with ``ROUND``;
   weights rounded otherwise came out different. The handler feeds the weight as torch quantized it
   (already on the grid, so re-quantizing is exact) instead.
