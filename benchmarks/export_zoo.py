@@ -33,7 +33,18 @@ from quark.torch.extensions.brevitas._backend.export import (  # noqa: E402
 from quark.torch.extensions.brevitas.api import ModelExporter  # noqa: E402
 
 METHODS = {"qcdq": "export_onnx_model", "qonnx": "export_qonnx_model"}
-HEADERS = ("model", "config", "format", "exporter", "exported", "exact graph", "max |diff|", "max LSB", "ORT-opt LSB", "s")
+HEADERS = (
+    "model",
+    "config",
+    "format",
+    "exporter",
+    "exported",
+    "exact graph",
+    "max abs diff",
+    "max LSB",
+    "ORT-opt LSB",
+    "s",
+)
 
 
 def run(models: list[str], exporters: list[bool], width: int) -> list[tuple]:
@@ -51,19 +62,42 @@ def run(models: list[str], exporters: list[bool], width: int) -> list[tuple]:
                             report = getattr(ModelExporter(path, dynamo=dynamo), method)(qmodel, example)
                         except UnsupportedExportError as error:
                             reason = error.problems[0].split(": ", 1)[-1]
-                            rows.append((name, config, fmt, exporter, "refused: " + reason[:width], "", "", "", "", ""))
+                            rows.append(
+                                (
+                                    name,
+                                    config,
+                                    fmt,
+                                    exporter,
+                                    "refused: " + reason[:width],
+                                    "",
+                                    "",
+                                    "",
+                                    "",
+                                    "",
+                                )
+                            )
                             continue
                         except (ExportFailedError, ExportVerificationError) as error:
                             message = _cause(error)
-                            rows.append((name, config, fmt, exporter, "FAIL: " + message[:width], "", "", "", "", ""))
+                            rows.append(
+                                (name, config, fmt, exporter, "FAIL: " + message[:width], "", "", "", "", "")
+                            )
                             continue
                         lsb, deployed = report.max_diff_lsb, report.optimized_runtime_diff
-                        rows.append((
-                            name, config, fmt, exporter, "yes" if report.passed else "FAIL",
-                            "yes" if report.exact else "no", f"{report.max_abs_diff:.3g}",
-                            "-" if lsb is None else f"{lsb:.3g}", "-" if deployed is None else f"{deployed:.3g}",
-                            f"{time.perf_counter() - start:.1f}",
-                        ))
+                        rows.append(
+                            (
+                                name,
+                                config,
+                                fmt,
+                                exporter,
+                                "yes" if report.passed else "FAIL",
+                                "yes" if report.exact else "no",
+                                f"{report.max_abs_diff:.3g}",
+                                "-" if lsb is None else f"{lsb:.3g}",
+                                "-" if deployed is None else f"{deployed:.3g}",
+                                f"{time.perf_counter() - start:.1f}",
+                            )
+                        )
     return rows
 
 

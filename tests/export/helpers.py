@@ -15,7 +15,9 @@ from quark.torch.quantization.observer import PerChannelMinMaxObserver, PerTenso
 
 A8 = QuantizationSpec(dtype=Dtype.int8, observer_cls=PerTensorMinMaxObserver)
 A8_POF2 = QuantizationSpec(dtype=Dtype.int8, observer_cls=PerTensorMinMaxObserver, scale_type=ScaleType.pof2)
-W8 = QuantizationSpec(dtype=Dtype.int8, observer_cls=PerChannelMinMaxObserver, qscheme=QSchemeType.per_channel, ch_axis=0)
+W8 = QuantizationSpec(
+    dtype=Dtype.int8, observer_cls=PerChannelMinMaxObserver, qscheme=QSchemeType.per_channel, ch_axis=0
+)
 W8_POF2 = QuantizationSpec(dtype=Dtype.int8, observer_cls=PerTensorMinMaxObserver, scale_type=ScaleType.pof2)
 B32 = QuantizationSpec(dtype=Dtype.int32)
 

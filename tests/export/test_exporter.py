@@ -11,7 +11,6 @@ from export.helpers import (
     W8A8,
     W8A8_POF2,
     assert_same_state,
-    mlp_batches,
     op_types,
     quantize,
     quantized_mlp,
@@ -124,7 +123,9 @@ def test_failed_export_restores_the_model_and_the_next_export_succeeds(onnx_path
     model = FailsInExport(quantized_mlp()).train()
     before = snapshot(model)
     fmt = "qcdq" if method == "export_onnx_model" else "qonnx"
-    with pytest.raises(ExportFailedError, match=rf"{fmt} export with the TorchScript exporter .* failed: RuntimeError: boom"):
+    with pytest.raises(
+        ExportFailedError, match=rf"{fmt} export with the TorchScript exporter .* failed: RuntimeError: boom"
+    ):
         getattr(ModelExporter(onnx_path), method)(model, torch.randn(3, 12))
     assert_same_state(before, model)
     model.fail = False
@@ -160,7 +161,10 @@ def test_dynamo_exporter_cannot_write_opset_17(onnx_path):
 
 def test_dynamo_qcdq_with_quantized_bias_is_refused_before_export(onnx_path):
     qmodel = quantized_mlp(W8A8_POF2)
-    with pytest.raises(UnsupportedExportError, match=r"quantizer '0.bias_quant' \(bias\): int32 bias; qcdq allows float biases \(or dynamo=False\)"):
+    with pytest.raises(
+        UnsupportedExportError,
+        match=r"quantizer '0.bias_quant' \(bias\): int32 bias; qcdq allows float biases \(or dynamo=False\)",
+    ):
         ModelExporter(onnx_path, dynamo=True).export_onnx_model(qmodel, torch.randn(3, 12))
 
 
@@ -191,12 +195,27 @@ def test_bad_exporter_settings(onnx_path, kwargs, error, match):
 @pytest.mark.parametrize(
     "call, error, match",
     [
-        (lambda e, m: e.export_onnx_model(m, [1.0, 2.0]), TypeError, r"positional inputs must be tensors, got \['float', 'float'\]"),
+        (
+            lambda e, m: e.export_onnx_model(m, [1.0, 2.0]),
+            TypeError,
+            r"positional inputs must be tensors, got \['float', 'float'\]",
+        ),
         (lambda e, m: e.export_onnx_model(m, 3), TypeError, r"export args of type int: expected a tensor"),
-        (lambda e, m: e.export_onnx_model("model", torch.randn(1, 12)), TypeError, r"model must be an nn.Module, got str"),
-        (lambda e, m: e.export_onnx_model(m, torch.randn(1, 12), tolerance_lsb=-1), ValueError, r"tolerance_lsb=-1"),
-        (lambda e, m: e.export_onnx_model(m, torch.randn(1, 12), target_device="gpu"), ValueError,
-         r"target_device='gpu'\): expected one of \['CPU', 'IPU'\]"),
+        (
+            lambda e, m: e.export_onnx_model("model", torch.randn(1, 12)),
+            TypeError,
+            r"model must be an nn.Module, got str",
+        ),
+        (
+            lambda e, m: e.export_onnx_model(m, torch.randn(1, 12), tolerance_lsb=-1),
+            ValueError,
+            r"tolerance_lsb=-1",
+        ),
+        (
+            lambda e, m: e.export_onnx_model(m, torch.randn(1, 12), target_device="gpu"),
+            ValueError,
+            r"target_device='gpu'\): expected one of \['CPU', 'IPU'\]",
+        ),
     ],
 )
 def test_bad_export_calls(onnx_path, call, error, match):
@@ -209,7 +228,6 @@ def test_unverified_export_reports_so(onnx_path):
     assert onnx_path.exists() and not report.verified and not report.passed and report.outputs == ()
 
 
-
 def test_model_outputs_other_than_tensors_are_refused(onnx_path):
     class DictOutput(nn.Module):
         def __init__(self):
@@ -219,7 +237,9 @@ def test_model_outputs_other_than_tensors_are_refused(onnx_path):
         def forward(self, x):
             return {"logits": self.inner(x)}
 
-    with pytest.raises(TypeError, match=r"model output of type dict: expected tensors, tuples or lists of tensors"):
+    with pytest.raises(
+        TypeError, match=r"model output of type dict: expected tensors, tuples or lists of tensors"
+    ):
         ModelExporter(onnx_path).export_onnx_model(DictOutput(), torch.randn(2, 12))
 
 
@@ -227,7 +247,9 @@ def test_graph_outputs_that_do_not_match_the_model_are_named(onnx_path, monkeypa
     from quark.torch.extensions.brevitas._backend.export import verify
 
     monkeypatch.setitem(verify.RUNNERS, ExportFormat.qcdq, lambda model, feeds: [feeds[0][:, :3]])
-    with pytest.raises(RuntimeError, match=r"output 'output': the exported graph gives shape \(2, 3\), torch \(2, 4\)"):
+    with pytest.raises(
+        RuntimeError, match=r"output 'output': the exported graph gives shape \(2, 3\), torch \(2, 4\)"
+    ):
         ModelExporter(onnx_path).export_onnx_model(quantized_mlp(), torch.randn(2, 12))
     monkeypatch.setitem(verify.RUNNERS, ExportFormat.qcdq, lambda model, feeds: [])
     with pytest.raises(RuntimeError, match=r"the exported graph has 0 outputs, the torch model 1"):
@@ -241,7 +263,9 @@ def test_finn_handoff_without_finn_says_how_to_install(onnx_path, monkeypatch):
 
     ModelExporter(onnx_path).export_qonnx_model(quantized_mlp(), torch.randn(2, 12))
     monkeypatch.setitem(sys.modules, "finn.transformation.qonnx.convert_qonnx_to_finn", None)
-    with pytest.raises(ImportError, match=r"the FINN hand-off needs finn-plus .*pip install --no-deps finn-plus==1.6.1"):
+    with pytest.raises(
+        ImportError, match=r"the FINN hand-off needs finn-plus .*pip install --no-deps finn-plus==1.6.1"
+    ):
         finn_handoff(onnx_path, torch.randn(2, 12))
 
 
@@ -251,5 +275,7 @@ def test_ipu_target_needs_quantizers_built_from_quark_specs(onnx_path):
     from quark.torch.extensions.brevitas._backend.export import TargetCheckError
 
     model = nn.Sequential(qnn.QuantIdentity(return_quant_tensor=False), nn.Linear(4, 2))
-    with pytest.raises(TargetCheckError, match=r"quantizer '0.act_quant' \(activation\): not built from a Quark spec"):
+    with pytest.raises(
+        TargetCheckError, match=r"quantizer '0.act_quant' \(activation\): not built from a Quark spec"
+    ):
         ModelExporter(onnx_path).export_onnx_model(model, torch.randn(2, 4), target_device="IPU")

@@ -20,15 +20,27 @@ pytest.importorskip(
 )
 
 
-def _finn_config(weight_dtype: Dtype, act_dtype: Dtype, per_channel: bool, rounding: RoundType = RoundType.half_even) -> Config:
+def _finn_config(
+    weight_dtype: Dtype, act_dtype: Dtype, per_channel: bool, rounding: RoundType = RoundType.half_even
+) -> Config:
     """FINN-friendly: unsigned activations (inputs in [0, 1], after ReLU), zero points 0, pof2 scales."""
     if per_channel:
-        weight = QuantizationSpec(dtype=weight_dtype, observer_cls=PerChannelMinMaxObserver,
-                                  qscheme=QSchemeType.per_channel, ch_axis=0)
+        weight = QuantizationSpec(
+            dtype=weight_dtype,
+            observer_cls=PerChannelMinMaxObserver,
+            qscheme=QSchemeType.per_channel,
+            ch_axis=0,
+        )
     else:
-        weight = QuantizationSpec(dtype=weight_dtype, observer_cls=PerTensorMinMaxObserver, scale_type=ScaleType.pof2)
-    act = QuantizationSpec(dtype=act_dtype, observer_cls=PerTensorMinMaxObserver, scale_type=ScaleType.pof2,
-                           round_method=rounding)
+        weight = QuantizationSpec(
+            dtype=weight_dtype, observer_cls=PerTensorMinMaxObserver, scale_type=ScaleType.pof2
+        )
+    act = QuantizationSpec(
+        dtype=act_dtype,
+        observer_cls=PerTensorMinMaxObserver,
+        scale_type=ScaleType.pof2,
+        round_method=rounding,
+    )
     return Config(global_quant_config=QuantizationConfig(weight=weight, input_tensors=act))
 
 
@@ -62,13 +74,17 @@ def test_finn_convert_and_streamline_keep_the_outputs(tmp_path, digits, case):
     path = tmp_path / f"{case}.onnx"
     report = ModelExporter(path).export_qonnx_model(qmodel, x)
     assert report.passed
-    assert "Shape" not in {n.op_type for n in onnx.load(str(path)).graph.node}  # nn.Flatten, no dynamic shapes
+    assert "Shape" not in {
+        n.op_type for n in onnx.load(str(path)).graph.node
+    }  # nn.Flatten, no dynamic shapes
 
     finn = finn_handoff(path, x)
     assert [s.name for s in finn.steps] == ["qonnx cleanup", "ConvertQONNXtoFINN", "Streamline"]
     converted, streamlined = finn.steps[1], finn.steps[2]
     assert "MultiThreshold" in converted.op_types and "Quant" not in converted.op_types
-    assert {"MultiThreshold", "MatMul"} <= set(streamlined.op_types) and "BatchNormalization" not in streamlined.op_types
+    assert {"MultiThreshold", "MatMul"} <= set(
+        streamlined.op_types
+    ) and "BatchNormalization" not in streamlined.op_types
     assert converted.max_abs_diff <= 1e-5 and streamlined.max_abs_diff <= 1e-5
     assert (tmp_path / f"{case}_finn.onnx").exists()
 
@@ -87,7 +103,9 @@ def test_finn_rounds_activation_ties_up_whatever_the_quant_node_says(tmp_path, d
     assert ((x * 16) % 4 == 2).any()  # ties on the input grid
     path = tmp_path / "half_even.onnx"
     assert ModelExporter(path).export_qonnx_model(qmodel, x).passed
-    with pytest.raises(FinnHandoffError, match=r"FINN step ConvertQONNXtoFINN changed the outputs .*max \|diff\|"):
+    with pytest.raises(
+        FinnHandoffError, match=r"FINN step ConvertQONNXtoFINN changed the outputs .*max \|diff\|"
+    ):
         finn_handoff(path, x)
 
 
@@ -100,5 +118,8 @@ def test_finn_rejects_signed_relu_activations_and_names_the_step(tmp_path, digit
     x = next(iter(digits.loader("test", batch_size=4)))[0]
     path = tmp_path / "signed.onnx"
     assert ModelExporter(path).export_qonnx_model(qmodel, x).passed
-    with pytest.raises(FinnHandoffError, match=r"FINN step ConvertQONNXtoFINN failed .*unsigned and non-narrow Quant nodes for Relu"):
+    with pytest.raises(
+        FinnHandoffError,
+        match=r"FINN step ConvertQONNXtoFINN failed .*unsigned and non-narrow Quant nodes for Relu",
+    ):
         finn_handoff(path, x)

@@ -29,8 +29,14 @@ def test_xint8_preset_is_the_documented_scheme():
     layer = xint8().global_quant_config
     assert layer.target_device is DeviceType.IPU
     for spec in (layer.input_tensors, layer.weight):
-        assert (spec.dtype, spec.symmetric, spec.scale_type, spec.round_method, spec.qscheme, spec.is_dynamic) == (
-            Dtype.int8, True, ScaleType.pof2, RoundType.half_even, QSchemeType.per_tensor, False)
+        assert (
+            spec.dtype,
+            spec.symmetric,
+            spec.scale_type,
+            spec.round_method,
+            spec.qscheme,
+            spec.is_dynamic,
+        ) == (Dtype.int8, True, ScaleType.pof2, RoundType.half_even, QSchemeType.per_tensor, False)
     assert layer.bias.dtype is Dtype.int32 and layer.bias.observer_cls is None  # scale = s_in * s_w
     assert layer.output_tensors is None and xint8(exclude=["head"]).exclude == ["head"]
 
@@ -42,7 +48,9 @@ def test_presets_import_without_brevitas_or_onnx():
         "from quark.torch.extensions.brevitas.presets import xint8\n"
         "assert xint8().global_quant_config.weight.scale_type.name == 'pof2'\n"
     )
-    result = subprocess.run([sys.executable, "-W", "error", "-c", code], cwd=REPO, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code], cwd=REPO, capture_output=True, text=True
+    )
     assert result.returncode == 0 and result.stdout == "" and result.stderr == "", result.stderr
 
 
@@ -86,7 +94,9 @@ def test_xint8_models_meet_the_ipu_target(onnx_path, name):
 
 def test_layers_with_float_operands_are_named(onnx_path):
     quantizer, qmodel, x = _xint8("encoder")  # attention's activation x activation products stay float
-    with pytest.raises(TargetCheckError, match=r"MatMul .*: input 0 .* is not dequantized from an integer \(float operand\)"):
+    with pytest.raises(
+        TargetCheckError, match=r"MatMul .*: input 0 .* is not dequantized from an integer \(float operand\)"
+    ):
         ModelExporter(onnx_path).export_onnx_model(qmodel, x, plans=quantizer.plans)
 
 
@@ -98,22 +108,37 @@ def _config_with(**changes) -> object:
 
 
 A8_FLOAT = QuantizationSpec(dtype=Dtype.int8, observer_cls=PerTensorMinMaxObserver)
-U8_POF2 = QuantizationSpec(dtype=Dtype.uint8, observer_cls=PerTensorMinMaxObserver, symmetric=False, scale_type=ScaleType.pof2)
+U8_POF2 = QuantizationSpec(
+    dtype=Dtype.uint8, observer_cls=PerTensorMinMaxObserver, symmetric=False, scale_type=ScaleType.pof2
+)
 
 
 @pytest.mark.parametrize(
     "changes, match",
     [
-        ({"input_tensors": A8_FLOAT}, r"quantizer '0.input_quant' \(activation\): scale_type=float; IPU allows pof2"),
-        ({"input_tensors": U8_POF2}, r"quantizer '0.input_quant' \(activation\): dtype=uint8; IPU allows int8"),
-        ({"bias": None}, r"module '0' \(QuantLinear\): bias not quantized; the IPU runs a layer on the NPU only"),
-        ({"bias": QuantizationSpec(dtype=Dtype.int8)}, r"quantizer '0.bias_quant' \(bias\): dtype=int8; IPU allows int32"),
+        (
+            {"input_tensors": A8_FLOAT},
+            r"quantizer '0.input_quant' \(activation\): scale_type=float; IPU allows pof2",
+        ),
+        (
+            {"input_tensors": U8_POF2},
+            r"quantizer '0.input_quant' \(activation\): dtype=uint8; IPU allows int8",
+        ),
+        (
+            {"bias": None},
+            r"module '0' \(QuantLinear\): bias not quantized; the IPU runs a layer on the NPU only",
+        ),
+        (
+            {"bias": QuantizationSpec(dtype=Dtype.int8)},
+            r"quantizer '0.bias_quant' \(bias\): dtype=int8; IPU allows int32",
+        ),
     ],
 )
 def test_configs_that_cannot_meet_the_ipu_are_named_before_export(onnx_path, changes, match):
     torch.manual_seed(0)
     model = ModelQuantizer(_config_with(**changes)).quantize_model(
-        torch.nn.Sequential(torch.nn.Linear(8, 4)), [torch.randn(4, 8)], progress=False)
+        torch.nn.Sequential(torch.nn.Linear(8, 4)), [torch.randn(4, 8)], progress=False
+    )
     with pytest.raises(TargetCheckError, match=match):
         ModelExporter(onnx_path).export_onnx_model(model, torch.randn(2, 8), target_device=DeviceType.IPU)
     assert not onnx_path.exists()
@@ -132,7 +157,9 @@ def test_plans_targeting_two_devices_are_refused(onnx_path):
     quantizer = ModelQuantizer(config)
     qmodel = quantizer.quantize_model(entry.build(), calibration(entry), progress=False)
     with pytest.raises(ValueError, match=r"the layers target different devices \['CPU', 'IPU'\]"):
-        ModelExporter(onnx_path).export_onnx_model(qmodel, entry.sample(torch.Generator()), plans=quantizer.plans)
+        ModelExporter(onnx_path).export_onnx_model(
+            qmodel, entry.sample(torch.Generator()), plans=quantizer.plans
+        )
 
 
 def test_without_a_target_no_ipu_check_runs(onnx_path):
@@ -163,14 +190,26 @@ def _set_init(model, predicate, fn):
 @pytest.mark.parametrize(
     "edit, match",
     [
-        (lambda m: _set_init(m, lambda n, v: v.dtype == np.float32 and v.size == 1, lambda v: v * np.float32(1.1)),
-         r"scale \[.*\] is not an exact power of two"),
-        (lambda m: _set_init(m, lambda n, v: v.dtype == np.int8 and v.size == 1, lambda v: np.int8(3)),
-         r"zero point \[3\]; the IPU takes 0"),
-        (lambda m: _set_init(m, lambda n, v: v.dtype == np.int32 and np.any(v != 0), lambda v: v.astype(np.int8)),
-         r"bias .* is int8; the IPU takes int32"),
-        (lambda m: m.graph.input[0].type.tensor_type.shape.dim[0].__setattr__("dim_param", "batch"),
-         r"graph input 'input' has dynamic shape \['batch', 4, 32\]"),
+        (
+            lambda m: _set_init(
+                m, lambda n, v: v.dtype == np.float32 and v.size == 1, lambda v: v * np.float32(1.1)
+            ),
+            r"scale \[.*\] is not an exact power of two",
+        ),
+        (
+            lambda m: _set_init(m, lambda n, v: v.dtype == np.int8 and v.size == 1, lambda v: np.int8(3)),
+            r"zero point \[3\]; the IPU takes 0",
+        ),
+        (
+            lambda m: _set_init(
+                m, lambda n, v: v.dtype == np.int32 and np.any(v != 0), lambda v: v.astype(np.int8)
+            ),
+            r"bias .* is int8; the IPU takes int32",
+        ),
+        (
+            lambda m: m.graph.input[0].type.tensor_type.shape.dim[0].__setattr__("dim_param", "batch"),
+            r"graph input 'input' has dynamic shape \['batch', 4, 32\]",
+        ),
         (lambda m: m.opset_import[0].__setattr__("version", 18), r"opset 18; the IPU target takes opset 17"),
     ],
 )
@@ -197,6 +236,9 @@ def test_minifloat_config_cannot_meet_the_ipu(onnx_path):
     fp8 = QuantizationSpec(dtype=Dtype.fp8_e4m3, observer_cls=PerTensorMinMaxObserver)
     torch.manual_seed(0)
     model = ModelQuantizer(_config_with(input_tensors=fp8, bias=None)).quantize_model(
-        torch.nn.Sequential(torch.nn.Linear(8, 4, bias=False)), [torch.randn(4, 8)], progress=False)
-    with pytest.raises(TargetCheckError, match=r"'0.input_quant' \(activation\): dtype=fp8 \(e4m3.*\); IPU allows int8"):
+        torch.nn.Sequential(torch.nn.Linear(8, 4, bias=False)), [torch.randn(4, 8)], progress=False
+    )
+    with pytest.raises(
+        TargetCheckError, match=r"'0.input_quant' \(activation\): dtype=fp8 \(e4m3.*\); IPU allows int8"
+    ):
         ModelExporter(onnx_path).export_onnx_model(model, torch.randn(2, 8), target_device=DeviceType.IPU)

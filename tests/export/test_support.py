@@ -64,13 +64,19 @@ def _build(row):
     torch.manual_seed(0)
     model = build()
     if via_quantizer:  # per-tensor weights: per-channel transposed convolutions are a refused rule
-        model = quantize(config(weight=W8_PER_TENSOR, input_tensors=A8, output_tensors=A8), model,
-                         [torch.randn(*shape) for _ in range(2)])
+        model = quantize(
+            config(weight=W8_PER_TENSOR, input_tensors=A8, output_tensors=A8),
+            model,
+            [torch.randn(*shape) for _ in range(2)],
+        )
     return model.eval(), torch.randn(*shape)
 
 
-@pytest.mark.parametrize("row, fmt", [(r, f) for r, formats in support.LAYER_FORMATS.items() for f in sorted(formats, key=str)],
-                         ids=lambda v: getattr(v, "__name__", getattr(v, "value", v)))
+@pytest.mark.parametrize(
+    "row, fmt",
+    [(r, f) for r, formats in support.LAYER_FORMATS.items() for f in sorted(formats, key=str)],
+    ids=lambda v: getattr(v, "__name__", getattr(v, "value", v)),
+)
 def test_table_row_exports_and_verifies(onnx_path, row, fmt):
     model, x = _build(row)
     assert any(type(m) is row for m in model.modules())
@@ -81,11 +87,23 @@ def test_table_row_exports_and_verifies(onnx_path, row, fmt):
 @pytest.mark.parametrize("fmt", list(ExportFormat))
 def test_per_channel_transposed_convolution_with_quantized_input_is_refused_and_cannot_run(onnx_path, fmt):
     torch.manual_seed(0)
-    model = quantize(config(weight=QuantizationSpec(dtype=Dtype.int8, observer_cls=PerChannelMinMaxObserver,
-                                                    qscheme=QSchemeType.per_channel, ch_axis=1), input_tensors=A8),
-                     nn.Sequential(nn.Conv2d(3, 4, 3), nn.ConvTranspose2d(4, 3, 3)), [torch.randn(2, 3, 6, 6)])
-    with pytest.raises(UnsupportedExportError,
-                       match=r"module '1' \(QuantConvTranspose2d\): weight qscheme per_channel/per_group with a quantized input"):
+    model = quantize(
+        config(
+            weight=QuantizationSpec(
+                dtype=Dtype.int8,
+                observer_cls=PerChannelMinMaxObserver,
+                qscheme=QSchemeType.per_channel,
+                ch_axis=1,
+            ),
+            input_tensors=A8,
+        ),
+        nn.Sequential(nn.Conv2d(3, 4, 3), nn.ConvTranspose2d(4, 3, 3)),
+        [torch.randn(2, 3, 6, 6)],
+    )
+    with pytest.raises(
+        UnsupportedExportError,
+        match=r"module '1' \(QuantConvTranspose2d\): weight qscheme per_channel/per_group with a quantized input",
+    ):
         getattr(ModelExporter(onnx_path), METHODS[fmt])(model, torch.randn(2, 3, 6, 6))
     with pytest.raises(RuntimeError, match="The size of tensor a"):  # the rule is real: the model cannot run
         model(torch.randn(2, 3, 6, 6))
@@ -94,26 +112,44 @@ def test_per_channel_transposed_convolution_with_quantized_input_is_refused_and_
 @pytest.mark.parametrize("fmt", list(ExportFormat))
 def test_per_channel_transposed_convolution_with_float_input_exports(onnx_path, fmt):
     torch.manual_seed(0)
-    model = quantize(config(weight=QuantizationSpec(dtype=Dtype.int8, observer_cls=PerChannelMinMaxObserver,
-                                                    qscheme=QSchemeType.per_channel, ch_axis=1)),
-                     nn.Sequential(nn.ConvTranspose2d(4, 3, 3)), None)
+    model = quantize(
+        config(
+            weight=QuantizationSpec(
+                dtype=Dtype.int8,
+                observer_cls=PerChannelMinMaxObserver,
+                qscheme=QSchemeType.per_channel,
+                ch_axis=1,
+            )
+        ),
+        nn.Sequential(nn.ConvTranspose2d(4, 3, 3)),
+        None,
+    )
     assert getattr(ModelExporter(onnx_path), METHODS[fmt])(model, torch.randn(2, 4, 5, 5)).passed
 
 
 def test_a_layer_outside_the_table_is_refused_with_the_exportable_list(onnx_path):
     model = nn.Sequential(nn.Linear(8, 4), qnn.QuantSigmoid(return_quant_tensor=False))
-    with pytest.raises(UnsupportedExportError, match=r"module '1' \(QuantSigmoid\): no qcdq export; exportable layers: \['QuantConv1d'"):
+    with pytest.raises(
+        UnsupportedExportError,
+        match=r"module '1' \(QuantSigmoid\): no qcdq export; exportable layers: \['QuantConv1d'",
+    ):
         ModelExporter(onnx_path).export_onnx_model(model, torch.randn(2, 8))
 
 
 def test_every_offending_quantizer_is_listed_at_once(onnx_path):
     spec = QuantizationSpec(dtype=Dtype.int16, observer_cls=PerTensorMinMaxObserver)
     torch.manual_seed(0)
-    model = quantize(config(weight=W8, input_tensors=spec), nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)),
-                     [torch.randn(4, 8)])
+    model = quantize(
+        config(weight=W8, input_tensors=spec),
+        nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)),
+        [torch.randn(4, 8)],
+    )
     with pytest.raises(UnsupportedExportError) as info:
         ModelExporter(onnx_path).export_onnx_model(model, torch.randn(2, 8))
-    assert [p.split(":")[0] for p in info.value.problems] == ["quantizer '0.input_quant' (activation)", "quantizer '2.input_quant' (activation)"]
+    assert [p.split(":")[0] for p in info.value.problems] == [
+        "quantizer '0.input_quant' (activation)",
+        "quantizer '2.input_quant' (activation)",
+    ]
     assert "cannot export to qcdq (TorchScript exporter)" in str(info.value)
 
 
@@ -121,12 +157,23 @@ def test_dynamo_rows_are_refused_before_export(onnx_path):
     torch.manual_seed(0)
     model = quantize(W8A8, Attention(), [torch.randn(2, 5, 8)])
     for method in METHODS.values():
-        with pytest.raises(UnsupportedExportError, match=r"module 'attn' \(QuantMultiheadAttention\): dynamo=True; allowed: dynamo=False"):
+        with pytest.raises(
+            UnsupportedExportError,
+            match=r"module 'attn' \(QuantMultiheadAttention\): dynamo=True; allowed: dynamo=False",
+        ):
             getattr(ModelExporter(onnx_path, dynamo=True), method)(model, torch.randn(2, 5, 8))
-    group = QuantizationSpec(dtype=Dtype.int4, observer_cls=PerChannelMinMaxObserver, qscheme=QSchemeType.per_group,
-                             ch_axis=1, group_size=4)
+    group = QuantizationSpec(
+        dtype=Dtype.int4,
+        observer_cls=PerChannelMinMaxObserver,
+        qscheme=QSchemeType.per_group,
+        ch_axis=1,
+        group_size=4,
+    )
     model = quantize(config(weight=group), nn.Sequential(nn.Linear(8, 4)), None)
-    with pytest.raises(UnsupportedExportError, match=r"'0.weight_quant' \(weight\): qscheme=per_group; qonnx allows per_tensor, per_channel \(or dynamo=False\)"):
+    with pytest.raises(
+        UnsupportedExportError,
+        match=r"'0.weight_quant' \(weight\): qscheme=per_group; qonnx allows per_tensor, per_channel \(or dynamo=False\)",
+    ):
         ModelExporter(onnx_path, dynamo=True).export_qonnx_model(model, torch.randn(2, 8))
 
 
@@ -135,34 +182,61 @@ def test_problems_of_a_supported_model_are_empty():
     model = quantize(W8A8, nn.Sequential(nn.Linear(8, 4)), [torch.randn(2, 8)])
     assert all(support.problems(model, fmt, dynamo=False) == [] for fmt in ExportFormat)
     assert [(n, r) for n, r, _, spec in support.quantizers(model) if spec is not None] == [
-        ("0.input_quant", "activation"), ("0.weight_quant", "weight")
+        ("0.input_quant", "activation"),
+        ("0.weight_quant", "weight"),
     ]
 
 
-FLOOR_W = QuantizationSpec(dtype=Dtype.int8, observer_cls=PerTensorMinMaxObserver, scale_type=ScaleType.pof2,
-                           round_method=RoundType.floor)
-GROUP_W = QuantizationSpec(dtype=Dtype.int4, observer_cls=PerChannelMinMaxObserver, qscheme=QSchemeType.per_group,
-                           ch_axis=1, group_size=4)
+FLOOR_W = QuantizationSpec(
+    dtype=Dtype.int8,
+    observer_cls=PerTensorMinMaxObserver,
+    scale_type=ScaleType.pof2,
+    round_method=RoundType.floor,
+)
+GROUP_W = QuantizationSpec(
+    dtype=Dtype.int4,
+    observer_cls=PerChannelMinMaxObserver,
+    qscheme=QSchemeType.per_group,
+    ch_axis=1,
+    group_size=4,
+)
 A8_POF2 = QuantizationSpec(dtype=Dtype.int8, observer_cls=PerTensorMinMaxObserver, scale_type=ScaleType.pof2)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", list(ExportFormat))
-@pytest.mark.parametrize("weight, match, without_check", [
-    (FLOOR_W, r"'0.weight_quant' \(weight\): round_method=floor; .* allows half_even \(or dynamo=False\)", ExportVerificationError),
-    (GROUP_W, r"'0.weight_quant' \(weight\): qscheme=per_group; .* allows per_tensor, per_channel", ExportFailedError),
-], ids=["floor-weights", "per-group"])
+@pytest.mark.parametrize(
+    "weight, match, without_check",
+    [
+        (
+            FLOOR_W,
+            r"'0.weight_quant' \(weight\): round_method=floor; .* allows half_even \(or dynamo=False\)",
+            ExportVerificationError,
+        ),
+        (
+            GROUP_W,
+            r"'0.weight_quant' \(weight\): qscheme=per_group; .* allows per_tensor, per_channel",
+            ExportFailedError,
+        ),
+    ],
+    ids=["floor-weights", "per-group"],
+)
 def test_dynamo_weight_rules_are_refused_and_real(onnx_path, monkeypatch, fmt, weight, match, without_check):
     torch.manual_seed(0)
-    model = quantize(config(weight=weight, input_tensors=A8_POF2, output_tensors=A8_POF2),
-                     nn.Sequential(nn.Linear(16, 8, bias=False)), [torch.randn(4, 16)])
+    model = quantize(
+        config(weight=weight, input_tensors=A8_POF2, output_tensors=A8_POF2),
+        nn.Sequential(nn.Linear(16, 8, bias=False)),
+        [torch.randn(4, 16)],
+    )
     x = torch.randn(64, 16)
     with pytest.raises(UnsupportedExportError, match=match):
         getattr(ModelExporter(onnx_path, dynamo=True), METHODS[fmt])(model, x)
     monkeypatch.setattr(support, "check", lambda *args: None)
     with pytest.raises(without_check):
         getattr(ModelExporter(onnx_path, dynamo=True), METHODS[fmt])(model, x)
-    assert getattr(ModelExporter(onnx_path), METHODS[fmt])(model, x).passed  # the TorchScript exporter handles it
+    assert getattr(ModelExporter(onnx_path), METHODS[fmt])(
+        model, x
+    ).passed  # the TorchScript exporter handles it
 
 
 def test_docs_embed_the_current_support_table():
@@ -173,26 +247,46 @@ def test_docs_embed_the_current_support_table():
 
 
 _DYNAMIC = QuantizationSpec(dtype=Dtype.uint8, symmetric=False, is_dynamic=True)
-_FLOOR_A = QuantizationSpec(dtype=Dtype.int8, observer_cls=PerTensorMinMaxObserver, round_method=RoundType.floor)
+_FLOOR_A = QuantizationSpec(
+    dtype=Dtype.int8, observer_cls=PerTensorMinMaxObserver, round_method=RoundType.floor
+)
 _A16 = QuantizationSpec(dtype=Dtype.int16, observer_cls=PerTensorMinMaxObserver)
-_FLOAT_ZP = QuantizationSpec(dtype=Dtype.uint8, observer_cls=PerTensorMinMaxObserver, symmetric=False,
-                             zero_point_type=ZeroPointType.float32)
+_FLOAT_ZP = QuantizationSpec(
+    dtype=Dtype.uint8,
+    observer_cls=PerTensorMinMaxObserver,
+    symmetric=False,
+    zero_point_type=ZeroPointType.float32,
+)
 _B32 = QuantizationSpec(dtype=Dtype.int32)
 
 
-@pytest.mark.parametrize("roles, fmt, dynamo, without_check", [
-    ({"input_tensors": _DYNAMIC}, ExportFormat.qonnx, False, ExportFailedError),
-    ({"input_tensors": _DYNAMIC}, ExportFormat.qcdq, False, ExportFailedError),
-    ({"input_tensors": _FLOOR_A}, ExportFormat.qcdq, False, ExportVerificationError),
-    ({"input_tensors": _A16}, ExportFormat.qcdq, False, ExportFailedError),
-    ({"input_tensors": _FLOAT_ZP}, ExportFormat.qcdq, False, ExportVerificationError),
-    ({"input_tensors": A8, "bias": _B32}, ExportFormat.qcdq, True, ExportFailedError),
-], ids=["dynamic-qonnx", "dynamic-qcdq", "floor-qcdq", "int16-qcdq", "float-zero-point-qcdq", "int32-bias-qcdq-dynamo"])
+@pytest.mark.parametrize(
+    "roles, fmt, dynamo, without_check",
+    [
+        ({"input_tensors": _DYNAMIC}, ExportFormat.qonnx, False, ExportFailedError),
+        ({"input_tensors": _DYNAMIC}, ExportFormat.qcdq, False, ExportFailedError),
+        ({"input_tensors": _FLOOR_A}, ExportFormat.qcdq, False, ExportVerificationError),
+        ({"input_tensors": _A16}, ExportFormat.qcdq, False, ExportFailedError),
+        ({"input_tensors": _FLOAT_ZP}, ExportFormat.qcdq, False, ExportVerificationError),
+        ({"input_tensors": A8, "bias": _B32}, ExportFormat.qcdq, True, ExportFailedError),
+    ],
+    ids=[
+        "dynamic-qonnx",
+        "dynamic-qcdq",
+        "floor-qcdq",
+        "int16-qcdq",
+        "float-zero-point-qcdq",
+        "int32-bias-qcdq-dynamo",
+    ],
+)
 def test_every_spec_refusal_is_real(onnx_path, monkeypatch, roles, fmt, dynamo, without_check):
     """Without the check, each refused spec fails in the exporter or gives a graph that differs."""
     torch.manual_seed(0)
-    model = quantize(config(weight=W8, **roles), nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4)),
-                     [torch.randn(4, 16) + 0.5 for _ in range(2)])
+    model = quantize(
+        config(weight=W8, **roles),
+        nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4)),
+        [torch.randn(4, 16) + 0.5 for _ in range(2)],
+    )
     x = torch.randn(64, 16) + 0.5
     with pytest.raises(UnsupportedExportError):
         getattr(ModelExporter(onnx_path, dynamo=dynamo), METHODS[fmt])(model, x)

@@ -10,16 +10,24 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 from export.helpers import A8_POF2, W8A8, W8A8_POF2, config, quantized_mlp
-from quark.torch.extensions.brevitas._backend.export import ExportFormat, ExportVerificationError
-from quark.torch.extensions.brevitas._backend.export import handlers, verify
+from quark.torch.extensions.brevitas._backend.export import (
+    ExportFormat,
+    ExportVerificationError,
+    handlers,
+    verify,
+)
 from quark.torch.extensions.brevitas.api import ModelExporter
 from quark.torch.quantization.config.config import QuantizationConfig, QuantizationSpec
 from quark.torch.quantization.config.type import Dtype, RoundType, ScaleType
 from quark.torch.quantization.observer import PerTensorMinMaxObserver
 
 FORMATS = {"export_onnx_model": ExportFormat.qcdq, "export_qonnx_model": ExportFormat.qonnx}
-W8A8_POF2_OUT = config(weight=W8A8_POF2.global_quant_config.weight, input_tensors=A8_POF2,
-                       bias=W8A8_POF2.global_quant_config.bias, output_tensors=A8_POF2)
+W8A8_POF2_OUT = config(
+    weight=W8A8_POF2.global_quant_config.weight,
+    input_tensors=A8_POF2,
+    bias=W8A8_POF2.global_quant_config.bias,
+    output_tensors=A8_POF2,
+)
 
 
 @pytest.mark.parametrize("method", FORMATS)
@@ -51,7 +59,10 @@ def test_difference_beyond_tolerance_raises_with_the_report(onnx_path, monkeypat
     qmodel = quantized_mlp(W8A8_POF2_OUT)
     lsb = qmodel[2].output_quant.scale().item()
     _shift_outputs(monkeypatch, FORMATS[method], 2, lsb)
-    with pytest.raises(ExportVerificationError, match=r"(?s)differs from the torch model beyond 0 LSB \(exact graph\).*= 2 LSB of") as info:
+    with pytest.raises(
+        ExportVerificationError,
+        match=r"(?s)differs from the torch model beyond 0 LSB \(exact graph\).*= 2 LSB of",
+    ) as info:
         getattr(ModelExporter(onnx_path), method)(qmodel, torch.randn(5, 12))
     assert info.value.report.max_diff_lsb == pytest.approx(2) and not info.value.report.passed
 
@@ -68,8 +79,12 @@ def test_verification_catches_brevitas_stock_qonnx_rounding(onnx_path, monkeypat
     Ours (the default) take the rounding from the spec and match exactly."""
     from brevitas.export.onnx.qonnx.manager import QONNXManager
 
-    floor = QuantizationSpec(dtype=Dtype.int8, observer_cls=PerTensorMinMaxObserver, scale_type=ScaleType.pof2,
-                             round_method=RoundType.floor)
+    floor = QuantizationSpec(
+        dtype=Dtype.int8,
+        observer_cls=PerTensorMinMaxObserver,
+        scale_type=ScaleType.pof2,
+        round_method=RoundType.floor,
+    )
     qmodel = quantized_mlp(config(input_tensors=floor, output_tensors=A8_POF2))
     x = torch.randn(64, 12)
     assert ModelExporter(onnx_path).export_qonnx_model(qmodel, x).passed
@@ -83,7 +98,9 @@ def test_a_graph_that_does_not_run_is_a_verification_error(onnx_path, monkeypatc
         raise RuntimeError("kernel missing")
 
     monkeypatch.setitem(verify.RUNNERS, ExportFormat.qcdq, broken)
-    with pytest.raises(ExportVerificationError, match=r"does not run in onnxruntime: RuntimeError: kernel missing"):
+    with pytest.raises(
+        ExportVerificationError, match=r"does not run in onnxruntime: RuntimeError: kernel missing"
+    ):
         ModelExporter(onnx_path).export_onnx_model(quantized_mlp(), torch.randn(2, 12))
 
 
@@ -92,7 +109,9 @@ def test_a_graph_that_does_not_run_is_a_verification_error(onnx_path, monkeypatc
 
 def _graph(nodes, inits, out="y") -> onnx.ModelProto:
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
         [helper.make_tensor_value_info(out, TensorProto.FLOAT, [2, 2])],
         [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()],
     )
@@ -106,14 +125,24 @@ def _qdq(scale: float, tail: list) -> onnx.ModelProto:
         helper.make_node("DequantizeLinear", ["w", "s", "z"], ["wd"]),
         *tail,
     ]
-    inits = {"s": np.float32(scale), "z": np.int8(0), "w": np.ones((2, 2), np.int8), "b": np.full(2, 0.1, np.float32)}
+    inits = {
+        "s": np.float32(scale),
+        "z": np.int8(0),
+        "w": np.ones((2, 2), np.int8),
+        "b": np.full(2, 0.1, np.float32),
+    }
     return _graph(nodes, inits)
 
 
 @pytest.mark.parametrize(
     "model, exact",
     [
-        (_qdq(0.25, [helper.make_node("MatMul", ["d", "wd"], ["m"]), helper.make_node("Relu", ["m"], ["y"])]), True),
+        (
+            _qdq(
+                0.25, [helper.make_node("MatMul", ["d", "wd"], ["m"]), helper.make_node("Relu", ["m"], ["y"])]
+            ),
+            True,
+        ),
         (_qdq(0.3, [helper.make_node("MatMul", ["d", "wd"], ["y"])]), False),  # scale not a power of two
         (_qdq(0.25, [helper.make_node("Softmax", ["d"], ["y"])]), False),  # inexact op
         (_qdq(0.25, [helper.make_node("Add", ["d", "b"], ["y"])]), False),  # float constant operand
@@ -124,32 +153,40 @@ def test_is_exact(model, exact):
     assert verify.is_exact(model) is exact
 
 
-@pytest.mark.parametrize("values, pof2", [([0.25, 2.0, 1.0], True), ([0.3], False), ([0.0], False), ([-0.5], False), ([], False)])
+@pytest.mark.parametrize(
+    "values, pof2", [([0.25, 2.0, 1.0], True), ([0.3], False), ([0.0], False), ([-0.5], False), ([], False)]
+)
 def test_is_pof2(values, pof2):
     assert verify.is_pof2(np.asarray(values, np.float32)) is pof2
 
 
 def test_output_lsb_walks_through_shape_ops():
-    model = _qdq(0.25, [helper.make_node("Flatten", ["d"], ["f"]), helper.make_node("Reshape", ["f", "shape"], ["y"])])
+    model = _qdq(
+        0.25, [helper.make_node("Flatten", ["d"], ["f"]), helper.make_node("Reshape", ["f", "shape"], ["y"])]
+    )
     model.graph.initializer.append(numpy_helper.from_array(np.asarray([2, 2], np.int64), "shape"))
     assert verify.Graph(model).output_lsb("y") == 0.25
     assert verify.Graph(_qdq(0.25, [helper.make_node("Softmax", ["d"], ["y"])])).output_lsb("y") is None
 
 
-
 def test_report_gives_the_difference_of_onnxruntime_as_deployed(onnx_path, caplog):
     """ORT's default optimizations fuse Q/DQ into integer kernels: on int4 QCDQ (Clip patterns) the
     outputs move by many LSBs although the graph as written matches exactly; the report says so."""
-    from quark.torch.quantization.config.config import Config
     from torch import nn
+
+    from quark.torch.quantization.config.config import Config
 
     int4 = QuantizationSpec(dtype=Dtype.int4, observer_cls=PerTensorMinMaxObserver, scale_type=ScaleType.pof2)
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(128, 10))
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(128, 10)
+    )
     from export.helpers import quantize
 
-    cfg = Config(global_quant_config=QuantizationConfig(weight=int4, input_tensors=int4),
-                 layer_quant_config={"5": QuantizationConfig(output_tensors=A8_POF2)})
+    cfg = Config(
+        global_quant_config=QuantizationConfig(weight=int4, input_tensors=int4),
+        layer_quant_config={"5": QuantizationConfig(output_tensors=A8_POF2)},
+    )
     qmodel = quantize(cfg, model, [torch.randn(4, 3, 8, 8) for _ in range(4)])
     report = ModelExporter(onnx_path).export_onnx_model(qmodel, torch.randn(16, 3, 8, 8))
     assert report.max_abs_diff == 0  # the graph as written

@@ -50,7 +50,9 @@ def test_dynamo_zoo_fails_only_where_the_table_says(tmp_path, models, name, fmt)
     for config in CONFIGS:
         qmodel, example = models(name, config)
         try:
-            report = getattr(ModelExporter(tmp_path / f"{name}.onnx", dynamo=True), METHODS[fmt])(qmodel, example)
+            report = getattr(ModelExporter(tmp_path / f"{name}.onnx", dynamo=True), METHODS[fmt])(
+                qmodel, example
+            )
             outcomes[config] = "verified" if report.passed else "differs"
         except UnsupportedExportError:
             outcomes[config] = "refused"

@@ -27,17 +27,30 @@ def _bn_relu_conv(cin: int, cout: int) -> list[nn.Module]:
 def tfc() -> nn.Module:
     """FINN's TFC shape: fully connected layers on a flattened 8x8 image."""
     return nn.Sequential(
-        nn.Flatten(), nn.Linear(64, 64), nn.BatchNorm1d(64), nn.ReLU(),
-        nn.Linear(64, 64), nn.BatchNorm1d(64), nn.ReLU(), nn.Linear(64, 10),
+        nn.Flatten(),
+        nn.Linear(64, 64),
+        nn.BatchNorm1d(64),
+        nn.ReLU(),
+        nn.Linear(64, 64),
+        nn.BatchNorm1d(64),
+        nn.ReLU(),
+        nn.Linear(64, 10),
     )
 
 
 def cnv() -> nn.Module:
     """FINN's CNV shape: conv-BN-ReLU pairs, max pooling, fully connected head."""
     return nn.Sequential(
-        *_bn_relu_conv(1, 16), *_bn_relu_conv(16, 16), nn.MaxPool2d(2),
-        *_bn_relu_conv(16, 32), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(32 * 2 * 2, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 10),
+        *_bn_relu_conv(1, 16),
+        *_bn_relu_conv(16, 16),
+        nn.MaxPool2d(2),
+        *_bn_relu_conv(16, 32),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * 2 * 2, 32),
+        nn.BatchNorm1d(32),
+        nn.ReLU(),
+        nn.Linear(32, 10),
     )
 
 
@@ -67,20 +80,36 @@ class ResNetLike(nn.Module):
 
 def mobilenet_like() -> nn.Module:
     """Depthwise-separable blocks (3x3 depthwise, 1x1 pointwise) with ReLU6."""
+
     def separable(cin: int, cout: int, stride: int) -> list[nn.Module]:
-        return [nn.Conv2d(cin, cin, 3, stride, 1, groups=cin), nn.ReLU6(), nn.Conv2d(cin, cout, 1), nn.ReLU6()]
+        return [
+            nn.Conv2d(cin, cin, 3, stride, 1, groups=cin),
+            nn.ReLU6(),
+            nn.Conv2d(cin, cout, 1),
+            nn.ReLU6(),
+        ]
 
     return nn.Sequential(
-        nn.Conv2d(3, 16, 3, 2, 1), nn.ReLU6(), *separable(16, 32, 1), *separable(32, 32, 2),
-        nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32 * 2 * 2, 10),
+        nn.Conv2d(3, 16, 3, 2, 1),
+        nn.ReLU6(),
+        *separable(16, 32, 1),
+        *separable(32, 32, 2),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * 2 * 2, 10),
     )
 
 
 def conv1d_net() -> nn.Module:
     """1-D convolutions over a 4-channel sequence of 32 steps."""
     return nn.Sequential(
-        nn.Conv1d(4, 16, 5, padding=2), nn.ReLU(), nn.Conv1d(16, 16, 3, stride=2, padding=1), nn.ReLU(),
-        nn.MaxPool1d(2), nn.Flatten(), nn.Linear(16 * 8, 5),
+        nn.Conv1d(4, 16, 5, padding=2),
+        nn.ReLU(),
+        nn.Conv1d(16, 16, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.MaxPool1d(2),
+        nn.Flatten(),
+        nn.Linear(16 * 8, 5),
     )
 
 
@@ -138,7 +167,9 @@ ZOO: dict[str, ZooEntry] = {
     "mobilenet": ZooEntry(mobilenet_like, _image((4, 3, 16, 16)), "12"),
     "conv1d": ZooEntry(conv1d_net, _signal((4, 4, 32)), "6"),
     "encoder": ZooEntry(EncoderLike, _signal((2, 6, 16)), "head"),
-    "two_inputs": ZooEntry(TwoInputs, lambda g: (torch.randn(4, 6, generator=g), torch.randn(4, 3, generator=g)), "head"),
+    "two_inputs": ZooEntry(
+        TwoInputs, lambda g: (torch.randn(4, 6, generator=g), torch.randn(4, 3, generator=g)), "head"
+    ),
 }
 
 _A8_POF2 = QuantizationSpec(dtype=Dtype.int8, observer_cls=PerTensorMinMaxObserver, scale_type=ScaleType.pof2)
@@ -178,6 +209,8 @@ def quantized(name: str, config: str, seed: int = 0) -> tuple[nn.Module, Any]:
     entry = ZOO[name]
     torch.manual_seed(seed)
     model = entry.build().eval()
-    qmodel = ModelQuantizer(CONFIGS[config](entry.head)).quantize_model(model, calibration(entry), progress=False)
+    qmodel = ModelQuantizer(CONFIGS[config](entry.head)).quantize_model(
+        model, calibration(entry), progress=False
+    )
     example = entry.sample(torch.Generator().manual_seed(seed + 1))
     return qmodel, example

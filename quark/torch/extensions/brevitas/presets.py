@@ -34,5 +34,7 @@ def xint8(exclude: list[str] | None = None) -> Config:
         is_dynamic=False,
     )
     bias = QuantizationSpec(dtype=Dtype.int32, round_method=RoundType.half_even)  # no observer: s_in * s_w
-    layer = QuantizationConfig(input_tensors=int8_pof2, weight=int8_pof2, bias=bias, target_device=DeviceType.IPU)
+    layer = QuantizationConfig(
+        input_tensors=int8_pof2, weight=int8_pof2, bias=bias, target_device=DeviceType.IPU
+    )
     return Config(global_quant_config=layer, exclude=list(exclude or []))

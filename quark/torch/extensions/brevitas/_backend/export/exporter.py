@@ -23,10 +23,15 @@ from quark.torch.extensions.brevitas._backend.export.errors import (
     UnsupportedExportError,
 )
 from quark.torch.extensions.brevitas._backend.export.formats import EXPORTERS, FORMATS, ExportFormat
-from quark.torch.extensions.brevitas._backend.export.inputs import ExampleInputs, flatten_outputs, output_names
+from quark.torch.extensions.brevitas._backend.export.inputs import (
+    ExampleInputs,
+    flatten_outputs,
+    output_names,
+)
 from quark.torch.quantization.config.type import DeviceType
 
 logger = logging.getLogger(__name__)
+
 
 class ModelExporter:
     """Export a quantized model to ONNX and check that the graph computes what the model does.
@@ -47,7 +52,9 @@ class ModelExporter:
         print(report)  # largest difference to torch, in output LSBs
     """
 
-    def __init__(self, export_path: str | os.PathLike, *, opset_version: int | None = None, dynamo: bool = False) -> None:
+    def __init__(
+        self, export_path: str | os.PathLike, *, opset_version: int | None = None, dynamo: bool = False
+    ) -> None:
         if not isinstance(dynamo, bool):
             raise TypeError(f"ModelExporter(dynamo={dynamo!r}): expected True or False")
         lowest = EXPORTERS[dynamo][1]
@@ -94,7 +101,9 @@ class ModelExporter:
         target = _target(target_device, plans)
         return self._export(model, args, ExportFormat.qcdq, verify, tolerance_lsb, target)
 
-    def export_qonnx_model(self, model: nn.Module, args: Any, *, verify: bool = True, tolerance_lsb: float | None = None):
+    def export_qonnx_model(
+        self, model: nn.Module, args: Any, *, verify: bool = True, tolerance_lsb: float | None = None
+    ):
         """Write QONNX (Quant / BipolarQuant / Trunc nodes, for FINN) and verify it with qonnx.
 
         Arguments and errors as :meth:`export_onnx_model` (no target device: the FINN hand-off
@@ -104,7 +113,15 @@ class ModelExporter:
 
     # -- the flow ---------------------------------------------------------------------------------
 
-    def _export(self, model, args, fmt: ExportFormat, verify: bool, tolerance_lsb: float | None, target: DeviceType | None):
+    def _export(
+        self,
+        model,
+        args,
+        fmt: ExportFormat,
+        verify: bool,
+        tolerance_lsb: float | None,
+        target: DeviceType | None,
+    ):
         if not isinstance(model, nn.Module):
             raise TypeError(f"export: model must be an nn.Module, got {type(model).__name__}")
         if tolerance_lsb is not None and not (isinstance(tolerance_lsb, (int, float)) and tolerance_lsb >= 0):
@@ -125,7 +142,9 @@ class ModelExporter:
         expected = self._reference(model, inputs)
         onnx_model = self._write(model, inputs, fmt, opset, len(expected))
         target_checks = ipu.check_graph(onnx_model) if target is DeviceType.IPU else []
-        report = self._verify(onnx_model, fmt, opset, inputs, expected if verify else None, tolerance_lsb, target_checks)
+        report = self._verify(
+            onnx_model, fmt, opset, inputs, expected if verify else None, tolerance_lsb, target_checks
+        )
         logger.info("%s", report)
         return report
 
@@ -138,7 +157,9 @@ class ModelExporter:
         finally:
             model.train(training)
 
-    def _write(self, model: nn.Module, inputs: ExampleInputs, fmt: ExportFormat, opset: int, num_outputs: int):
+    def _write(
+        self, model: nn.Module, inputs: ExampleInputs, fmt: ExportFormat, opset: int, num_outputs: int
+    ):
         import onnx
 
         from quark.torch.extensions.brevitas._backend.export.handlers import MANAGERS
@@ -171,8 +192,14 @@ class ModelExporter:
     def _verify(self, onnx_model, fmt, opset, inputs, expected, tolerance_lsb, target_checks):
         from quark.torch.extensions.brevitas._backend.export import verify as checks
 
-        common = dict(path=self.export_path, format=fmt, exporter=EXPORTERS[self.dynamo][0], opset=opset,
-                      runtime=FORMATS[fmt].runtime, target_checks=tuple(target_checks))
+        common = dict(
+            path=self.export_path,
+            format=fmt,
+            exporter=EXPORTERS[self.dynamo][0],
+            opset=opset,
+            runtime=FORMATS[fmt].runtime,
+            target_checks=tuple(target_checks),
+        )
         if expected is None:
             return checks.ExportReport(verified=False, **common)
         exact = checks.is_exact(onnx_model)
@@ -184,13 +211,24 @@ class ModelExporter:
         except Exception as error:
             raise ExportVerificationError(
                 f"the exported {fmt.value} graph {self.export_path} does not run in {FORMATS[fmt].runtime}: "
-                f"{type(error).__name__}: {error}", None
+                f"{type(error).__name__}: {error}",
+                None,
             ) from error
         graph = checks.Graph(onnx_model)
         outputs = checks.compare(graph, produced, expected, output_names(len(expected)), exact, tolerance_lsb)
-        deployed = _optimized_runtime_diff(checks, graph, onnx_model, feeds, expected, outputs) if fmt is ExportFormat.qcdq else None
-        report = checks.ExportReport(verified=True, exact=exact, tolerance_lsb=float(tolerance_lsb), outputs=outputs,
-                                     optimized_runtime_diff=deployed, **common)
+        deployed = (
+            _optimized_runtime_diff(checks, graph, onnx_model, feeds, expected, outputs)
+            if fmt is ExportFormat.qcdq
+            else None
+        )
+        report = checks.ExportReport(
+            verified=True,
+            exact=exact,
+            tolerance_lsb=float(tolerance_lsb),
+            outputs=outputs,
+            optimized_runtime_diff=deployed,
+            **common,
+        )
         if not report.passed:
             raise ExportVerificationError(
                 f"the exported {fmt.value} graph {self.export_path} differs from the torch model beyond "

@@ -41,7 +41,9 @@ class FinnReport:
 
     def __str__(self) -> str:
         lines = [f"FINN hand-off {self.path} (inputs {', '.join(self.input_datatypes)})"]
-        lines += [f"  {s.name}: max |diff| {s.max_abs_diff:.3g}; ops {sorted(set(s.op_types))}" for s in self.steps]
+        lines += [
+            f"  {s.name}: max |diff| {s.max_abs_diff:.3g}; ops {sorted(set(s.op_types))}" for s in self.steps
+        ]
         return "\n".join(lines)
 
 
@@ -96,7 +98,9 @@ def finn_handoff(
             model = model.transform(transform())
             produced = run(model)
         except Exception as error:
-            raise FinnHandoffError(f"FINN step {name} failed on {qonnx_path}: {type(error).__name__}: {error}") from error
+            raise FinnHandoffError(
+                f"FINN step {name} failed on {qonnx_path}: {type(error).__name__}: {error}"
+            ) from error
         diff = max(float(np.max(np.abs(p - r))) for p, r in zip(produced, reference))
         allowed = rtol * max(1.0, max(float(np.max(np.abs(r))) for r in reference))
         steps.append(FinnStep(name, diff, tuple(n.op_type for n in model.graph.node)))
@@ -106,6 +110,8 @@ def finn_handoff(
             )
     output_path = os.fspath(output_path) if output_path else os.path.splitext(qonnx_path)[0] + "_finn.onnx"
     model.save(output_path)
-    report = FinnReport(output_path, tuple(steps), tuple(str(model.get_tensor_datatype(i.name)) for i in model.graph.input))
+    report = FinnReport(
+        output_path, tuple(steps), tuple(str(model.get_tensor_datatype(i.name)) for i in model.graph.input)
+    )
     logger.info("%s", report)
     return report

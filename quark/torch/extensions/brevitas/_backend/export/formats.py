@@ -38,7 +38,9 @@ class FormatInfo:
 
 
 FORMATS: dict[ExportFormat, FormatInfo] = {
-    ExportFormat.qcdq: FormatInfo("ONNX QuantizeLinear/Clip/DequantizeLinear", "onnxruntime", {False: 17, True: 18}),
+    ExportFormat.qcdq: FormatInfo(
+        "ONNX QuantizeLinear/Clip/DequantizeLinear", "onnxruntime", {False: 17, True: 18}
+    ),
     ExportFormat.qonnx: FormatInfo("QONNX Quant/BipolarQuant/Trunc", "qonnx", {False: 17, True: 18}),
 }
 

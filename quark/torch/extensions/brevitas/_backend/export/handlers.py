@@ -29,7 +29,11 @@ from brevitas.core.function_wrapper import Identity, TensorClamp
 from brevitas.core.quant.int_base import IntQuant
 from brevitas.export.common.handler.base import ClipMixin
 from brevitas.export.onnx.handler import ONNXBaseHandler
-from brevitas.export.onnx.qonnx.function import BrevitasQuantDynamoFn, BrevitasQuantOp, BrevitasQuantTorchScriptFn
+from brevitas.export.onnx.qonnx.function import (
+    BrevitasQuantDynamoFn,
+    BrevitasQuantOp,
+    BrevitasQuantTorchScriptFn,
+)
 from brevitas.export.onnx.qonnx.handler import (
     BrevitasActQuantProxyHandler,
     BrevitasBiasQuantProxyHandler,
@@ -166,7 +170,9 @@ class QCDQGroupwiseWeightHandler(ClipMixin, ONNXBaseHandler):
         self.permuted_shape = [first.value_.shape[d] for d in self.perm]
         int_dtype = torch.int8 if first.signed else torch.uint8
         self.int_weights = {
-            ptr: self._rows(torch.round(qw.value_ / qw.scale_ + qw.zero_point_), first.value_.shape).to(int_dtype)
+            ptr: self._rows(torch.round(qw.value_ / qw.scale_ + qw.zero_point_), first.value_.shape).to(
+                int_dtype
+            )
             for ptr, qw in quant.items()
         }
         scale = first.scale_.expand(first.value_.shape)
@@ -174,7 +180,11 @@ class QCDQGroupwiseWeightHandler(ClipMixin, ONNXBaseHandler):
         self.scale_rows = self._rows(scale, first.value_.shape)[:, 0].contiguous()
         self.zero_point_rows = self._rows(zero_point, first.value_.shape)[:, 0].to(int_dtype).contiguous()
         self.clip = self.int_clip_symbolic_kwargs(module.is_narrow_range, first.signed, first.bit_width)
-        self.symbolic_kwargs = {"scale": first.scale_, "zero_point": first.zero_point_, "bit_width": first.bit_width}
+        self.symbolic_kwargs = {
+            "scale": first.scale_,
+            "zero_point": first.zero_point_,
+            "bit_width": first.bit_width,
+        }
 
     def _rows(self, t: Tensor, shape: torch.Size) -> Tensor:
         return t.expand(shape).permute(self.perm).reshape(-1, self.permuted_shape[-1])

@@ -51,8 +51,11 @@ class ExampleInputs:
                 f"export args: positional inputs must be tensors, got {[type(positional[i]).__name__ for i in bad]} "
                 f"at positions {bad}; pass non-tensor arguments as keyword inputs (a dict)"
             )
-        params = [p.name for p in inspect.signature(model.forward).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        params = [
+            p.name
+            for p in inspect.signature(model.forward).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
         names = [params[i] if i < len(params) else f"input_{i}" for i in range(len(positional))]
         names += [k for k, v in keywords.items() if isinstance(v, torch.Tensor)]
         return cls(positional, keywords, names)
@@ -83,7 +86,7 @@ class KeywordAdapter(nn.Module):
 
     def forward(self, *tensors: torch.Tensor) -> Any:
         positional = tensors[: self.num_positional]
-        keywords = dict(zip(self.tensor_keys, tensors[self.num_positional:]))
+        keywords = dict(zip(self.tensor_keys, tensors[self.num_positional :]))
         return self.model(*positional, **keywords, **self.constants)
 
 
@@ -97,7 +100,9 @@ def flatten_outputs(output: Any) -> list[torch.Tensor]:
         return []
     if hasattr(output, "value") and isinstance(output.value, torch.Tensor):  # a Brevitas QuantTensor
         return [output.value]
-    raise TypeError(f"model output of type {type(output).__name__}: expected tensors, tuples or lists of tensors")
+    raise TypeError(
+        f"model output of type {type(output).__name__}: expected tensors, tuples or lists of tensors"
+    )
 
 
 def output_names(count: int) -> list[str]:

@@ -41,16 +41,33 @@ _BIAS = frozenset({"bias"})
 
 #: XINT8, per quantizer role
 REQUIREMENTS: tuple[Requirement, ...] = (
-    Requirement(_DATA, "dtype", lambda s: s.format == "int" and s.bit_width == 8 and s.signed, dtype_name, "int8"),
+    Requirement(
+        _DATA, "dtype", lambda s: s.format == "int" and s.bit_width == 8 and s.signed, dtype_name, "int8"
+    ),
     Requirement(_DATA, "symmetric", lambda s: s.symmetric, lambda s: str(s.symmetric), "True (zero point 0)"),
-    Requirement(_DATA | _BIAS, "scale_type", lambda s: s.tqt or s.scale_type is ScaleType.pof2 or s.bias_scale_from_product,
-                lambda s: s.scale_type.name, "pof2 (power-of-two scales)"),
-    Requirement(_DATA, "round_method", lambda s: s.round_method is RoundType.half_even,
-                lambda s: s.round_method.name, "half_even"),
+    Requirement(
+        _DATA | _BIAS,
+        "scale_type",
+        lambda s: s.tqt or s.scale_type is ScaleType.pof2 or s.bias_scale_from_product,
+        lambda s: s.scale_type.name,
+        "pof2 (power-of-two scales)",
+    ),
+    Requirement(
+        _DATA,
+        "round_method",
+        lambda s: s.round_method is RoundType.half_even,
+        lambda s: s.round_method.name,
+        "half_even",
+    ),
     Requirement(_DATA, "is_dynamic", lambda s: not s.is_dynamic, lambda s: str(s.is_dynamic), "False"),
     Requirement(_BIAS, "dtype", lambda s: s.bit_width == 32, lambda s: f"int{s.bit_width}", "int32"),
-    Requirement(_BIAS, "observer_cls", lambda s: s.bias_scale_from_product, lambda s: s.observer.__name__,
-                "None (bias scale = input scale x weight scale)"),
+    Requirement(
+        _BIAS,
+        "observer_cls",
+        lambda s: s.bias_scale_from_product,
+        lambda s: s.observer.__name__,
+        "None (bias scale = input scale x weight scale)",
+    ),
 )
 
 _LAYER_ROLES = {"input_quant": "input_tensors", "weight_quant": "weight", "bias_quant": "bias"}
@@ -61,16 +78,23 @@ def check_specs(model: nn.Module) -> None:
     problems = []
     for name, role, _proxy, spec in quantizers(model):
         if spec is None:
-            problems.append(f"quantizer {name!r} ({role}): not built from a Quark spec; the IPU check needs one")
+            problems.append(
+                f"quantizer {name!r} ({role}): not built from a Quark spec; the IPU check needs one"
+            )
             continue
         for req in REQUIREMENTS:
             if role in req.roles and not req.ok(spec):
-                problems.append(f"quantizer {name!r} ({role}): {req.field}={req.shown(spec)}; IPU allows {req.allowed}")
+                problems.append(
+                    f"quantizer {name!r} ({role}): {req.field}={req.shown(spec)}; IPU allows {req.allowed}"
+                )
     for name, layer in model.named_modules():
         if not isinstance(layer, QuantWeightBiasInputOutputLayer) or not layer.weight_quant.is_quant_enabled:
             continue
-        missing = [role for attr, role in _LAYER_ROLES.items()
-                   if not getattr(layer, attr).is_quant_enabled and (attr != "bias_quant" or layer.bias is not None)]
+        missing = [
+            role
+            for attr, role in _LAYER_ROLES.items()
+            if not getattr(layer, attr).is_quant_enabled and (attr != "bias_quant" or layer.bias is not None)
+        ]
         if missing:
             problems.append(
                 f"module {name!r} ({type(layer).__name__}): {', '.join(missing)} not quantized; the IPU runs a layer "
@@ -89,9 +113,14 @@ def check_graph(model) -> list[str]:
     if opset != OPSET:
         problems.append(f"opset {opset}; the IPU target takes opset {OPSET}")
     for value in [*model.graph.input, *model.graph.output]:
-        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in value.type.tensor_type.shape.dim]
+        dims = [
+            d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+            for d in value.type.tensor_type.shape.dim
+        ]
         if any(not isinstance(d, int) or d <= 0 for d in dims):
-            problems.append(f"graph {'input' if value in model.graph.input else 'output'} {value.name!r} has dynamic shape {dims}")
+            problems.append(
+                f"graph {'input' if value in model.graph.input else 'output'} {value.name!r} has dynamic shape {dims}"
+            )
     for node in model.graph.node:
         if node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
             continue
@@ -103,7 +132,9 @@ def check_graph(model) -> list[str]:
         if zero_point is not None and np.any(zero_point != 0):
             problems.append(f"{where}: zero point {_show(zero_point)}; the IPU takes 0")
         if zero_point is not None and zero_point.dtype not in (np.int8, np.int32):
-            problems.append(f"{where}: zero point dtype {zero_point.dtype}; the IPU takes int8 (int32 for biases)")
+            problems.append(
+                f"{where}: zero point dtype {zero_point.dtype}; the IPU takes int8 (int32 for biases)"
+            )
     for node in model.graph.node:
         if node.op_type in ("Conv", "Gemm", "MatMul"):
             problems.extend(_check_compute_node(graph, node))
@@ -122,7 +153,9 @@ def _check_compute_node(graph, node) -> list[str]:
     dq = [graph.producer.get(i) if i else None for i in node.input]
     for index, (name, producer) in enumerate(zip(node.input, dq)):
         if name and (producer is None or producer.op_type != "DequantizeLinear"):
-            problems.append(f"{where}: input {index} {name!r} is not dequantized from an integer (float operand)")
+            problems.append(
+                f"{where}: input {index} {name!r} is not dequantized from an integer (float operand)"
+            )
     if problems:
         return problems
     weight = graph.constants.get(dq[1].input[0])
@@ -135,8 +168,12 @@ def _check_compute_node(graph, node) -> list[str]:
         s_in, s_w, s_b = (graph.scale(p) for p in dq[:3])
         if s_in is not None and s_w is not None and s_b is not None:
             expected = np.asarray(s_in, np.float32) * np.asarray(s_w, np.float32)
-            if np.broadcast(expected, s_b).shape != np.shape(s_b) or not np.array_equal(np.broadcast_to(expected, np.shape(s_b)), s_b):
-                problems.append(f"{where}: bias scale {_show(s_b)} != input scale x weight scale {_show(expected)}")
+            if np.broadcast(expected, s_b).shape != np.shape(s_b) or not np.array_equal(
+                np.broadcast_to(expected, np.shape(s_b)), s_b
+            ):
+                problems.append(
+                    f"{where}: bias scale {_show(s_b)} != input scale x weight scale {_show(expected)}"
+                )
     return problems
 
 

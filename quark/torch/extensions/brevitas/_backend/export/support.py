@@ -66,7 +66,9 @@ def dtype_name(spec: TensorQuant) -> str:
     if spec.format == "int":
         return f"{'int' if spec.signed else 'uint'}{spec.bit_width}"
     if spec.format == "float":
-        return f"fp{spec.bit_width} (e{spec.exponent_bit_width}m{spec.mantissa_bit_width} {spec.variant or ''})".replace(" )", ")")
+        return f"fp{spec.bit_width} (e{spec.exponent_bit_width}m{spec.mantissa_bit_width} {spec.variant or ''})".replace(
+            " )", ")"
+        )
     return f"{spec.format} ({spec.variant})" if spec.variant else spec.format
 
 
@@ -80,28 +82,89 @@ def _value(spec: TensorQuant, field: str) -> str:
 ACT, WEIGHT, BIAS = frozenset({"activation"}), frozenset({"weight"}), frozenset({"bias"})
 
 SPEC_RULES: tuple[SpecRule, ...] = (
-    SpecRule(BOTH, ANY_EXPORTER, ACT | WEIGHT, "format", lambda s: s.format in ("mx", "bdr"), "integer, minifloat or cast formats",
-             "Brevitas 0.13.4 has no export handler for block formats (OCP MX, shared micro-exponents)"),
-    SpecRule(frozenset({QCDQ}), ANY_EXPORTER, ACT | WEIGHT, "format", lambda s: s.format in ("float", "cast"), "integer formats",
-             "Brevitas 0.13.4's QCDQ minifloat export fails (FP8: NotImplementedError at opsets 17, 19 and 21; other "
-             "minifloats and casts: 'Only OCP/FNUZ Standard'); export QONNX (FloatQuant)"),
-    SpecRule(BOTH, ANY_EXPORTER, ACT, "is_dynamic", lambda s: s.is_dynamic, "False",
-             "no export handler computes a scale at run time for this quantizer (QONNX has no dynamic Quant; "
-             "Brevitas' QCDQ DynamicQuantizeLinear handler takes only its own unsigned min-max quantizer)"),
-    SpecRule(frozenset({QCDQ}), ANY_EXPORTER, ACT, "round_method", lambda s: s.round_method is not RoundType.half_even,
-             "half_even", "ONNX QuantizeLinear rounds half to even; export QONNX for other rounding"),
-    SpecRule(frozenset({QCDQ}), ANY_EXPORTER, ACT | WEIGHT, "bit_width", lambda s: s.format == "int" and s.bit_width > 8, "2..8",
-             "QuantizeLinear / DequantizeLinear hold int8 / uint8 at the opsets written here; export QONNX for wider"),
-    SpecRule(frozenset({QCDQ}), ANY_EXPORTER, ACT | WEIGHT, "zero_point_type",
-             lambda s: not s.symmetric and s.zero_point_type is ZeroPointType.float32, "int32",
-             "ONNX zero points are integers; export QONNX for a float zero point"),
-    SpecRule(frozenset({QCDQ}), frozenset({True}), BIAS, "bias", lambda s: True, "float biases (or dynamo=False)",
-             "Brevitas' dynamo QCDQ exporter refuses quantized biases"),
-    SpecRule(BOTH, frozenset({True}), WEIGHT, "qscheme", lambda s: s.qscheme is QSchemeType.per_group,
-             "per_tensor, per_channel (or dynamo=False)", "per-group export reads the weights' storage, which torch.export hides"),
-    SpecRule(BOTH, frozenset({True}), WEIGHT, "round_method", lambda s: s.round_method is not RoundType.half_even,
-             "half_even (or dynamo=False)",
-             "under torch.export the float weight is re-quantized in the graph (Quant ROUND / QuantizeLinear), half to even"),
+    SpecRule(
+        BOTH,
+        ANY_EXPORTER,
+        ACT | WEIGHT,
+        "format",
+        lambda s: s.format in ("mx", "bdr"),
+        "integer, minifloat or cast formats",
+        "Brevitas 0.13.4 has no export handler for block formats (OCP MX, shared micro-exponents)",
+    ),
+    SpecRule(
+        frozenset({QCDQ}),
+        ANY_EXPORTER,
+        ACT | WEIGHT,
+        "format",
+        lambda s: s.format in ("float", "cast"),
+        "integer formats",
+        "Brevitas 0.13.4's QCDQ minifloat export fails (FP8: NotImplementedError at opsets 17, 19 and 21; other "
+        "minifloats and casts: 'Only OCP/FNUZ Standard'); export QONNX (FloatQuant)",
+    ),
+    SpecRule(
+        BOTH,
+        ANY_EXPORTER,
+        ACT,
+        "is_dynamic",
+        lambda s: s.is_dynamic,
+        "False",
+        "no export handler computes a scale at run time for this quantizer (QONNX has no dynamic Quant; "
+        "Brevitas' QCDQ DynamicQuantizeLinear handler takes only its own unsigned min-max quantizer)",
+    ),
+    SpecRule(
+        frozenset({QCDQ}),
+        ANY_EXPORTER,
+        ACT,
+        "round_method",
+        lambda s: s.round_method is not RoundType.half_even,
+        "half_even",
+        "ONNX QuantizeLinear rounds half to even; export QONNX for other rounding",
+    ),
+    SpecRule(
+        frozenset({QCDQ}),
+        ANY_EXPORTER,
+        ACT | WEIGHT,
+        "bit_width",
+        lambda s: s.format == "int" and s.bit_width > 8,
+        "2..8",
+        "QuantizeLinear / DequantizeLinear hold int8 / uint8 at the opsets written here; export QONNX for wider",
+    ),
+    SpecRule(
+        frozenset({QCDQ}),
+        ANY_EXPORTER,
+        ACT | WEIGHT,
+        "zero_point_type",
+        lambda s: not s.symmetric and s.zero_point_type is ZeroPointType.float32,
+        "int32",
+        "ONNX zero points are integers; export QONNX for a float zero point",
+    ),
+    SpecRule(
+        frozenset({QCDQ}),
+        frozenset({True}),
+        BIAS,
+        "bias",
+        lambda s: True,
+        "float biases (or dynamo=False)",
+        "Brevitas' dynamo QCDQ exporter refuses quantized biases",
+    ),
+    SpecRule(
+        BOTH,
+        frozenset({True}),
+        WEIGHT,
+        "qscheme",
+        lambda s: s.qscheme is QSchemeType.per_group,
+        "per_tensor, per_channel (or dynamo=False)",
+        "per-group export reads the weights' storage, which torch.export hides",
+    ),
+    SpecRule(
+        BOTH,
+        frozenset({True}),
+        WEIGHT,
+        "round_method",
+        lambda s: s.round_method is not RoundType.half_even,
+        "half_even (or dynamo=False)",
+        "under torch.export the float weight is re-quantized in the graph (Quant ROUND / QuantizeLinear), half to even",
+    ),
 )
 
 
@@ -125,18 +188,32 @@ def spec_of(proxy: nn.Module) -> TensorQuant | None:
 def _per_channel_weight_quantized_input(layer: nn.Module) -> bool:
     weight, inp = getattr(layer, "weight_quant", None), getattr(layer, "input_quant", None)
     spec = spec_of(weight) if weight is not None and weight.is_quant_enabled else None
-    return bool(spec is not None and spec.qscheme is not QSchemeType.per_tensor and inp is not None and inp.is_quant_enabled)
+    return bool(
+        spec is not None
+        and spec.qscheme is not QSchemeType.per_tensor
+        and inp is not None
+        and inp.is_quant_enabled
+    )
 
 
 LAYER_RULES: tuple[LayerRule, ...] = (
-    LayerRule(BOTH, ANY_EXPORTER, (qnn.QuantConvTranspose1d, qnn.QuantConvTranspose2d, qnn.QuantConvTranspose3d),
-              _per_channel_weight_quantized_input,
-              "weight qscheme per_channel/per_group with a quantized input; allowed: per_tensor weights, or a float "
-              "input (Brevitas 0.13.4 cannot run this layer: its quant-tensor handler broadcasts the channel scales "
-              "of a transposed convolution over the wrong axis, in any forward, export included)"),
-    LayerRule(BOTH, frozenset({True}), (qnn.QuantMultiheadAttention,), lambda layer: True,
-              "dynamo=True; allowed: dynamo=False (Brevitas' QuantMultiheadAttention reads its inputs' data pointers, "
-              "which torch.export's fake tensors lack: measured failing in the zoo's encoder, QCDQ and QONNX)"),
+    LayerRule(
+        BOTH,
+        ANY_EXPORTER,
+        (qnn.QuantConvTranspose1d, qnn.QuantConvTranspose2d, qnn.QuantConvTranspose3d),
+        _per_channel_weight_quantized_input,
+        "weight qscheme per_channel/per_group with a quantized input; allowed: per_tensor weights, or a float "
+        "input (Brevitas 0.13.4 cannot run this layer: its quant-tensor handler broadcasts the channel scales "
+        "of a transposed convolution over the wrong axis, in any forward, export included)",
+    ),
+    LayerRule(
+        BOTH,
+        frozenset({True}),
+        (qnn.QuantMultiheadAttention,),
+        lambda layer: True,
+        "dynamo=True; allowed: dynamo=False (Brevitas' QuantMultiheadAttention reads its inputs' data pointers, "
+        "which torch.export's fake tensors lack: measured failing in the zoo's encoder, QCDQ and QONNX)",
+    ),
 )
 
 
@@ -160,15 +237,26 @@ def problems(model: nn.Module, fmt: ExportFormat, dynamo: bool) -> list[str]:
                     f"{sorted(c.__name__ for c, f in LAYER_FORMATS.items() if fmt in f)}"
                 )
         for rule in LAYER_RULES:
-            if fmt in rule.formats and dynamo in rule.dynamo and isinstance(module, rule.layers) and rule.bad(module):
+            if (
+                fmt in rule.formats
+                and dynamo in rule.dynamo
+                and isinstance(module, rule.layers)
+                and rule.bad(module)
+            ):
                 found.append(f"module {name!r} ({type(module).__name__}): {rule.problem}")
     for name, role, _proxy, spec in quantizers(model):
         if spec is None:
             continue
         for rule in SPEC_RULES:
             if fmt in rule.formats and dynamo in rule.dynamo and role in rule.roles and rule.bad(spec):
-                value = f"int{spec.bit_width} bias" if rule.field == "bias" else f"{rule.field}={_value(spec, rule.field)}"
-                found.append(f"quantizer {name!r} ({role}): {value}; {fmt.value} allows {rule.allowed}: {rule.reason}")
+                value = (
+                    f"int{spec.bit_width} bias"
+                    if rule.field == "bias"
+                    else f"{rule.field}={_value(spec, rule.field)}"
+                )
+                found.append(
+                    f"quantizer {name!r} ({role}): {value}; {fmt.value} allows {rule.allowed}: {rule.reason}"
+                )
     return found
 
 
@@ -187,7 +275,9 @@ def markdown() -> str:
     formats = list(ExportFormat)
     lines = ["| layer | " + " | ".join(f.value for f in formats) + " |", "|---|" + "---|" * len(formats)]
     for layer, allowed in LAYER_FORMATS.items():
-        lines.append(f"| `{layer.__name__}` | " + " | ".join("yes" if f in allowed else "-" for f in formats) + " |")
+        lines.append(
+            f"| `{layer.__name__}` | " + " | ".join("yes" if f in allowed else "-" for f in formats) + " |"
+        )
     lines += ["", "| format | exporter | refused | allowed | why |", "|---|---|---|---|---|"]
 
     def exporters(dynamo: frozenset[bool]) -> str:
@@ -202,5 +292,7 @@ def markdown() -> str:
         layers = "/".join(f"`{c.__name__}`" for c in rule.layers)
         refused, _, rest = rule.problem.partition("; allowed: ")
         allowed, _, why = rest.partition(" (")
-        lines.append(f"| {fmts} | {exporters(rule.dynamo)} | {layers}: {refused} | {allowed} | {why.rstrip(')')} |")
+        lines.append(
+            f"| {fmts} | {exporters(rule.dynamo)} | {layers}: {refused} | {allowed} | {why.rstrip(')')} |"
+        )
     return "\n".join(lines)

@@ -38,7 +38,9 @@ FLOAT_RTOL = 1e-5
 # -- runtimes -------------------------------------------------------------------------------------
 
 
-def _run_onnxruntime(model: onnx.ModelProto, inputs: Sequence[np.ndarray], optimized: bool = False) -> list[np.ndarray]:
+def _run_onnxruntime(
+    model: onnx.ModelProto, inputs: Sequence[np.ndarray], optimized: bool = False
+) -> list[np.ndarray]:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -71,12 +73,15 @@ def run_onnxruntime_optimized(model: onnx.ModelProto, inputs: Sequence[np.ndarra
     """ONNX Runtime as deployed (default optimizations: Q/DQ fused into integer kernels); informative."""
     return _run_onnxruntime(model, inputs, optimized=True)
 
+
 # -- reading the graph ----------------------------------------------------------------------------
 
 #: quantizer op -> index of its scale input
 SCALE_INPUT: dict[str, int] = {"Quant": 1, "BipolarQuant": 1, "QuantizeLinear": 1, "DequantizeLinear": 1}
 #: ops that produce a float on a quantizer's grid from one on it (output LSB lookup walks through them)
-GRID_PRESERVING = frozenset({"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity", "MaxPool", "Relu"})
+GRID_PRESERVING = frozenset(
+    {"Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity", "MaxPool", "Relu"}
+)
 #: ops whose result is exact when their inputs are values on power-of-two grids
 EXACT_ARITHMETIC = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "Add", "Sub", "Mul", "Sum", "Neg"})
 #: ops that move or select values without computing new ones
@@ -90,7 +95,9 @@ class Graph:
 
     def __init__(self, model: onnx.ModelProto):
         self.model = model
-        self.constants: dict[str, np.ndarray] = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+        self.constants: dict[str, np.ndarray] = {
+            i.name: numpy_helper.to_array(i) for i in model.graph.initializer
+        }
         for node in model.graph.node:
             if node.op_type == "Constant":
                 value = next((a for a in node.attribute if a.name == "value"), None)
@@ -224,10 +231,16 @@ class ExportReport:
             f"{self.runtime}: {'exact graph, ' if self.exact else ''}tolerance {self.tolerance_lsb:g} LSB -> "
             f"{'PASS' if self.passed else 'FAIL' if self.verified else 'not verified'}"
         )
-        lines = [head, *("  " + o.describe() for o in self.outputs), *("  IPU: " + c for c in self.target_checks)]
+        lines = [
+            head,
+            *("  " + o.describe() for o in self.outputs),
+            *("  IPU: " + c for c in self.target_checks),
+        ]
         if self.optimized_runtime_diff is not None:
-            lines.append(f"  ONNX Runtime with its default optimizations: max |diff| {self.optimized_runtime_diff:.3g} "
-                         f"{'LSB' if any(o.lsb for o in self.outputs) else '(float output)'}")
+            lines.append(
+                f"  ONNX Runtime with its default optimizations: max |diff| {self.optimized_runtime_diff:.3g} "
+                f"{'LSB' if any(o.lsb for o in self.outputs) else '(float output)'}"
+            )
         return "\n".join(lines)
 
 
@@ -244,7 +257,9 @@ def compare(
     checks = []
     for name, got, ref in zip(names, produced, expected):
         if got.shape != ref.shape:
-            raise RuntimeError(f"output {name!r}: the exported graph gives shape {got.shape}, torch {ref.shape}")
+            raise RuntimeError(
+                f"output {name!r}: the exported graph gives shape {got.shape}, torch {ref.shape}"
+            )
         diff = float(np.max(np.abs(got.astype(np.float64) - ref.astype(np.float64)))) if ref.size else 0.0
         if math.isnan(diff):
             diff = math.inf
