@@ -86,10 +86,14 @@ def jeffreys_divergence(hist: list[float] | torch.Tensor, levels: int, i: int) -
       mass is spread evenly over the group's non-empty bins (empty bins stay 0).
     - both normalised to sum 1; J = sum over bins of (P - Q) * log(P / Q), where bins with P = Q = 0
       contribute 0 and a bin with P > 0, Q = 0 (or P = 0, Q > 0) makes J infinite.
+    - a candidate whose bins [0, i) hold fewer non-empty bins than min(levels, non-empty bins of the
+      whole histogram) is uninformative (normalised P and Q then coincide whatever was clipped): J = inf.
     """
     h = [float(c) for c in hist]
     n = len(h)
     assert levels <= i <= n
+    if sum(c > 0 for c in h[:i]) < min(levels, sum(c > 0 for c in h)):
+        return math.inf
     p = h[:i]
     p[i - 1] += sum(h[i:])
     inside = h[:i]
@@ -119,12 +123,14 @@ def jeffreys_divergences(hist, levels: int) -> list[float]:
 
 
 def jeffreys_threshold(hist, bin_width: float, levels: int) -> float:
-    """threshold = i_best * bin_width, i_best the first candidate of least J; len(hist) <= levels: full range."""
+    """threshold = i_best * bin_width, i_best the LARGEST candidate of least J (ties within 1e-12);
+    len(hist) <= levels: full range."""
     n = len(hist)
     if n <= levels:
         return n * bin_width
     js = jeffreys_divergences(hist, levels)
-    best = min(range(len(js)), key=lambda k: js[k])
+    least = min(js)
+    best = max(k for k in range(len(js)) if js[k] <= least + 1e-12)
     return (best + levels) * bin_width
 
 

@@ -95,6 +95,7 @@ def main(rank: int, world: int, out: Path) -> None:
                 build_model(), calib_batches(rank) if rank == 0 else [], progress=False
             )
             torch.save(thresholds(empty), out / f"{init}_empty_rank{rank}.pt")
+        dist.barrier()  # tear down together: gloo can hang in destroy once the peer has exited
     finally:
         dist.destroy_process_group()
 

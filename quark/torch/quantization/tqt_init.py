@@ -7,8 +7,12 @@
   last one (clipping); Q quantizes the same bins *without* that clipped mass into ``levels``
   groups of consecutive bins, spreading each group's mass evenly over its non-empty bins. Both
   are normalised. Where P > 0 but Q = 0 (the clipped mass lands in an empty bin) the divergence
-  is infinite and the candidate is out; bins empty in both contribute nothing. The threshold
-  minimising the Jeffreys divergence J(P, Q) = KL(P||Q) + KL(Q||P) wins.
+  is infinite and the candidate is out; bins empty in both contribute nothing. A candidate whose
+  range holds fewer non-empty bins than there are levels (or than the whole histogram has, if
+  fewer) is out too: P and Q are normalised shapes, and with so few populated bins Q reproduces
+  P whatever mass was clipped (one populated bin gives J = 0 at any clipping), so J says nothing
+  there. The threshold minimising the Jeffreys divergence J(P, Q) = KL(P||Q) + KL(Q||P) wins;
+  among ties (discrete data can fit several thresholds exactly), the largest, which clips least.
 
 The search is vectorised over candidates (in chunks to bound memory), with no per-bin Python loop
 and no copy to NumPy.
@@ -19,6 +23,9 @@ from __future__ import annotations
 import torch
 
 __all__ = ["three_sd", "jeffreys_threshold", "jeffreys_divergences"]
+
+#: divergences within this of the minimum count as equal (float64 sums of a few thousand terms)
+TIE_TOLERANCE = 1e-12
 
 
 def three_sd(mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
@@ -32,6 +39,8 @@ def jeffreys_divergences(hist: torch.Tensor, levels: int, chunk: int = 256) -> t
     n_bins = hist.numel()
     candidates = torch.arange(levels, n_bins + 1, device=hist.device)
     cumulative = torch.cumsum(hist, 0)
+    populated = torch.cumsum((hist > 0).to(torch.int64), 0)  # non-empty bins in [0, i)
+    informative = populated[candidates - 1] >= torch.clamp(populated[-1], max=levels)
     total = cumulative[-1]
     j = torch.arange(n_bins, device=hist.device)
     out = []
@@ -50,7 +59,7 @@ def jeffreys_divergences(hist: torch.Tensor, levels: int, chunk: int = 256) -> t
         ratio = torch.where(both, p / torch.where(both, q, 1.0), 1.0)
         divergence = torch.where(both, (p - q) * torch.log(ratio), 0.0).sum(1)
         out.append(torch.where(((p > 0) & (q == 0)).any(1), torch.inf, divergence))
-    return torch.cat(out)
+    return torch.where(informative, torch.cat(out), torch.inf)
 
 
 def jeffreys_threshold(hist: torch.Tensor, bin_width: float | torch.Tensor, levels: int) -> torch.Tensor:
@@ -62,5 +71,7 @@ def jeffreys_threshold(hist: torch.Tensor, bin_width: float | torch.Tensor, leve
     n_bins = hist.numel()
     if n_bins <= levels:
         return torch.as_tensor(bin_width * n_bins, dtype=torch.float32, device=hist.device)
-    best = torch.argmin(jeffreys_divergences(hist, levels))
+    divergences = jeffreys_divergences(hist, levels)
+    ties = divergences <= divergences.min() + TIE_TOLERANCE
+    best = torch.argmax(ties * torch.arange(1, ties.numel() + 1, device=ties.device))  # the largest tie
     return ((best + levels) * bin_width).to(torch.float32)
