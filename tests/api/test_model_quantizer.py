@@ -273,13 +273,25 @@ def test_every_conv_flavour_quantizes_weights_inputs_outputs_bias(layer, shape, 
     assert all(qmodel[0].__getattr__(n).is_quant_enabled for n in ("input_quant", "weight_quant", "output_quant", "bias_quant"))
 
 
+@pytest.mark.parametrize(
+    "layer, shape, axis",
+    [(nn.Conv2d(3, 4, 3), (2, 3, 6, 6), 1), (nn.Linear(8, 4), (2, 8), 1), (nn.ConvTranspose2d(4, 3, 3), (2, 4, 6, 6), 0)],
+)
+def test_per_input_channel_weight_scales_with_quantized_input_are_rejected(layer, shape, axis):
+    """Brevitas computes the output scale s_in * s_w per output channel; other axes crash it obscurely."""
+    weight = QuantizationSpec(dtype=Dtype.int8, qscheme=QSchemeType.per_channel, ch_axis=axis)
+    config = Config(global_quant_config=QuantizationConfig(weight=weight, input_tensors=A8))
+    with pytest.raises(ValueError, match=rf"per_channel weight scales along axis {axis} cannot combine with a quantized input"):
+        quantize(config, nn.Sequential(layer), [torch.randn(shape)])
+
+
 def test_product_scaled_bias_needs_per_output_channel_weight_scales():
-    weight = QuantizationSpec(dtype=Dtype.int8, qscheme=QSchemeType.per_channel, ch_axis=0)  # input channels here
+    weight = QuantizationSpec(dtype=Dtype.int4, qscheme=QSchemeType.per_group, ch_axis=1, group_size=16)
     config = Config(
         global_quant_config=QuantizationConfig(weight=weight, input_tensors=A8, bias=QuantizationSpec(dtype=Dtype.int32))
     )
-    with pytest.raises(ValueError, match=r"'0' \(ConvTranspose2d\): a bias scaled by input scale x weight scale needs one weight scale per output channel \(per_tensor, or per_channel with ch_axis=1\)"):
-        quantize(config, nn.Sequential(nn.ConvTranspose2d(3, 6, 3)), [torch.randn(1, 3, 4, 4)])
+    with pytest.raises(ValueError, match=r"'0' \(Conv2d\): a bias scaled by input scale x weight scale needs one weight scale per output channel \(per_tensor, or per_channel with ch_axis=0\)"):
+        quantize(config, nn.Sequential(nn.Conv2d(32, 6, 3)), [torch.randn(1, 32, 4, 4)])
 
 
 def test_multihead_attention_is_quantized_as_one_layer():

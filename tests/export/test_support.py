@@ -63,7 +63,7 @@ def _build(row):
     build, shape, via_quantizer = ROWS[row]
     torch.manual_seed(0)
     model = build()
-    if via_quantizer:  # per-tensor weights: per-channel transposed convolutions are a refused rule
+    if via_quantizer:
         model = quantize(
             config(weight=W8_PER_TENSOR, input_tensors=A8, output_tensors=A8),
             model,
@@ -85,28 +85,20 @@ def test_table_row_exports_and_verifies(onnx_path, row, fmt):
 
 
 @pytest.mark.parametrize("fmt", list(ExportFormat))
-def test_per_channel_transposed_convolution_with_quantized_input_is_refused_and_cannot_run(onnx_path, fmt):
+def test_per_channel_transposed_convolution_with_quantized_input_exports_exactly(onnx_path, fmt):
+    """Output-channel scales (ch_axis=1 of a transposed convolution's weight) and a quantized input."""
     torch.manual_seed(0)
+    pof2 = dict(observer_cls=PerChannelMinMaxObserver, qscheme=QSchemeType.per_channel, ch_axis=1)
     model = quantize(
         config(
-            weight=QuantizationSpec(
-                dtype=Dtype.int8,
-                observer_cls=PerChannelMinMaxObserver,
-                qscheme=QSchemeType.per_channel,
-                ch_axis=1,
-            ),
-            input_tensors=A8,
+            weight=QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2, **pof2),
+            input_tensors=QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2),
         ),
-        nn.Sequential(nn.Conv2d(3, 4, 3), nn.ConvTranspose2d(4, 3, 3)),
-        [torch.randn(2, 3, 6, 6)],
+        nn.Sequential(nn.ConvTranspose2d(4, 3, 3)),
+        [torch.randn(2, 4, 6, 6) for _ in range(2)],
     )
-    with pytest.raises(
-        UnsupportedExportError,
-        match=r"module '1' \(QuantConvTranspose2d\): weight qscheme per_channel/per_group with a quantized input",
-    ):
-        getattr(ModelExporter(onnx_path), METHODS[fmt])(model, torch.randn(2, 3, 6, 6))
-    with pytest.raises(RuntimeError, match="The size of tensor a"):  # the rule is real: the model cannot run
-        model(torch.randn(2, 3, 6, 6))
+    report = getattr(ModelExporter(onnx_path), METHODS[fmt])(model, torch.randn(2, 4, 6, 6))
+    assert report.passed and report.max_abs_diff == 0
 
 
 @pytest.mark.parametrize("fmt", list(ExportFormat))

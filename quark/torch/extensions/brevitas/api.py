@@ -17,12 +17,27 @@ import quark.torch.extensions.brevitas._backend  # noqa: F401  (version check)
 from quark.torch.extensions.brevitas import config as ext
 from quark.torch.extensions.brevitas._backend.calibrate import add_calibrated_flags, static_act_proxies
 from quark.torch.extensions.brevitas._backend.calibrate import calibrate as run_calibration
-from quark.torch.extensions.brevitas._backend.export import ModelExporter
+from quark.torch.extensions.brevitas._backend.export import (
+    ExportFailedError,
+    ExportFormat,
+    ExportVerificationError,
+    ModelExporter,
+    TargetCheckError,
+    UnsupportedExportError,
+)
 from quark.torch.extensions.brevitas._backend.mapping import SUPPORTED_LAYERS, build_layer, check_layer
 from quark.torch.quantization import plan as planning
 from quark.torch.quantization.config import config as main
 
-__all__ = ["ModelQuantizer", "ModelExporter"]
+__all__ = [
+    "ModelQuantizer",
+    "ModelExporter",
+    "ExportFormat",
+    "UnsupportedExportError",
+    "TargetCheckError",
+    "ExportFailedError",
+    "ExportVerificationError",
+]
 
 logger = logging.getLogger(__name__)
 

@@ -439,6 +439,15 @@ def check_layer(plan: LayerPlan, module: nn.Module) -> None:
                     f"got {role} scale_type={specs[role].scale_type.name}"
                 )
     weight = specs["weight"]
+    if specs["input_tensors"] is not None and weight is not None and weight.qscheme is QSchemeType.per_channel:
+        out_axis = OUTPUT_CHANNEL_AXIS.get(type(module), 0)
+        axis = _axis(weight, module, _weights(module)[0][1])
+        if axis != out_axis:
+            raise ValueError(
+                f"{where}: per_channel weight scales along axis {axis} cannot combine with a quantized input: "
+                f"Brevitas derives the output's scale (input scale x weight scale) per output channel; "
+                f"use ch_axis={out_axis} (output channels), per_group, or leave input_tensors float"
+            )
     if bias is not None and bias.bias_scale_from_product and weight is not None and weight.qscheme is not QSchemeType.per_tensor:
         out_axis = OUTPUT_CHANNEL_AXIS.get(type(module), 0)
         axis = _axis(weight, module, _weights(module)[0][1])

@@ -32,7 +32,7 @@ LAYER_FORMATS: dict[type[nn.Module], frozenset[ExportFormat]] = {
     qnn.QuantConv1d: BOTH,
     qnn.QuantConv2d: BOTH,
     qnn.QuantConv3d: BOTH,
-    qnn.QuantConvTranspose1d: BOTH,  # per-tensor weights only, see LAYER_RULES
+    qnn.QuantConvTranspose1d: BOTH,
     qnn.QuantConvTranspose2d: BOTH,
     qnn.QuantConvTranspose3d: BOTH,
     qnn.QuantMultiheadAttention: BOTH,
@@ -185,27 +185,7 @@ def spec_of(proxy: nn.Module) -> TensorQuant | None:
     return injector.quark_spec if injector is not None and "quark_spec" in injector else None
 
 
-def _per_channel_weight_quantized_input(layer: nn.Module) -> bool:
-    weight, inp = getattr(layer, "weight_quant", None), getattr(layer, "input_quant", None)
-    spec = spec_of(weight) if weight is not None and weight.is_quant_enabled else None
-    return bool(
-        spec is not None
-        and spec.qscheme is not QSchemeType.per_tensor
-        and inp is not None
-        and inp.is_quant_enabled
-    )
-
-
 LAYER_RULES: tuple[LayerRule, ...] = (
-    LayerRule(
-        BOTH,
-        ANY_EXPORTER,
-        (qnn.QuantConvTranspose1d, qnn.QuantConvTranspose2d, qnn.QuantConvTranspose3d),
-        _per_channel_weight_quantized_input,
-        "weight qscheme per_channel/per_group with a quantized input; allowed: per_tensor weights, or a float "
-        "input (Brevitas 0.13.4 cannot run this layer: its quant-tensor handler broadcasts the channel scales "
-        "of a transposed convolution over the wrong axis, in any forward, export included)",
-    ),
     LayerRule(
         BOTH,
         frozenset({True}),
