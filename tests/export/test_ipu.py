@@ -242,3 +242,12 @@ def test_minifloat_config_cannot_meet_the_ipu(onnx_path):
         TargetCheckError, match=r"'0.input_quant' \(activation\): dtype=fp8 \(e4m3.*\); IPU allows int8"
     ):
         ModelExporter(onnx_path).export_onnx_model(model, torch.randn(2, 8), target_device=DeviceType.IPU)
+
+
+def test_config_target_device_is_checked_without_passing_plans(onnx_path):
+    """quantize_model records its plans on the model: the exporter checks the config's IPU target."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 4))
+    qmodel = ModelQuantizer(xint8()).quantize_model(model, [torch.randn(4, 3, 8, 8) for _ in range(2)], progress=False)
+    report = ModelExporter(onnx_path).export_onnx_model(qmodel, torch.randn(1, 3, 8, 8))
+    assert report.passed and any("IPU" in check for check in report.target_checks)

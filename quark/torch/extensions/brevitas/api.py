@@ -17,6 +17,7 @@ import quark.torch.extensions.brevitas._backend  # noqa: F401  (version check)
 from quark.torch.extensions.brevitas import config as ext
 from quark.torch.extensions.brevitas._backend.calibrate import add_calibrated_flags, static_act_proxies
 from quark.torch.extensions.brevitas._backend.calibrate import calibrate as run_calibration
+from quark.torch.extensions.brevitas._backend.export.exporter import PLANS_ATTRIBUTE
 from quark.torch.extensions.brevitas._backend.export import (
     ExportFailedError,
     ExportFormat,
@@ -116,6 +117,7 @@ class ModelQuantizer:
         for name, new in replacements.items():
             _set_submodule(work, name, new)
         self.plans = plans
+        setattr(work, PLANS_ATTRIBUTE, plans)  # the exporter reads target_device from them
 
         add_calibrated_flags(work)
         if calibrate and static_act_proxies(work):

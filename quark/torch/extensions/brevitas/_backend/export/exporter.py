@@ -90,7 +90,8 @@ class ModelExporter:
             target_device: ``DeviceType.IPU`` checks the config before and the graph after
                 export against the IPU's XINT8 requirements.
             plans: ``ModelQuantizer.plans``; their ``target_device`` is used when
-                ``target_device`` is not given.
+                ``target_device`` is not given (default: the plans ``quantize_model`` recorded on
+                the model, so a config's ``target_device`` is checked without passing anything).
 
         Raises:
             UnsupportedExportError: the model has layers or quantizers QCDQ cannot express.
@@ -98,7 +99,7 @@ class ModelExporter:
             ExportFailedError: the ONNX exporter failed (the model is restored).
             ExportVerificationError: the graph differs from the model beyond the tolerance.
         """
-        target = _target(target_device, plans)
+        target = _target(target_device, plans if plans is not None else getattr(model, PLANS_ATTRIBUTE, None))
         return self._export(model, args, ExportFormat.qcdq, verify, tolerance_lsb, target)
 
     def export_qonnx_model(
@@ -259,6 +260,10 @@ def _optimized_runtime_diff(checks, graph, onnx_model, feeds, expected, outputs)
             worst,
         )
     return worst
+
+
+#: attribute where ``ModelQuantizer.quantize_model`` records the plans of the model it returns
+PLANS_ATTRIBUTE = "quark_plans"
 
 
 def _target(target_device: Any, plans: Sequence[Any] | None) -> DeviceType | None:
