@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import logging
 import warnings
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from torch import nn
 
-from quark.torch.quantization.config._fields import check_unknown_keys
+from quark.torch.quantization.config._fields import from_registry, named_dict
 
 __all__ = ["Preprocess", "algo_from_dict"]
 
@@ -25,7 +25,7 @@ class _Algo:
     name: ClassVar[str] = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, **{f.name: getattr(self, f.name) for f in fields(self)}}
+        return named_dict(self, self.name)
 
 
 @dataclass(eq=True)
@@ -76,12 +76,4 @@ ALGOS: dict[str, type[_Algo]] = {c.name: c for c in (Preprocess,)}
 
 
 def algo_from_dict(data: dict[str, Any]) -> _Algo:
-    if not isinstance(data, dict):
-        raise TypeError(f"algorithm entry {data!r}: expected a mapping with a 'name'")
-    data = dict(data)
-    name = data.pop("name", None)
-    if name not in ALGOS:
-        raise ValueError(f"algorithm name={name!r} is not known; allowed: {sorted(ALGOS)}")
-    cls = ALGOS[name]
-    check_unknown_keys(cls.__name__, data, {f.name for f in fields(cls)})
-    return cls(**data)
+    return from_registry("algorithm", data, ALGOS)

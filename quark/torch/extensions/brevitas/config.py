@@ -16,9 +16,10 @@ from quark.torch.quantization.config._fields import (
     check_type,
     check_unknown_keys,
     coerce_enum,
-    require_mapping,
     enum_to_json,
+    from_fields,
     read_file,
+    require_mapping,
     write_file,
 )
 from quark.torch.quantization.config.config import LayerConfigBase, QATSpec, TQTSpec, check_tqt
@@ -130,9 +131,7 @@ class QuantizationSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> QuantizationSpec:
-        require_mapping(cls.__name__, data)
-        check_unknown_keys(cls.__name__, data, {f.name for f in fields(cls)})
-        return cls(**data)
+        return from_fields(cls, data)
 
 
 @dataclass(eq=True)

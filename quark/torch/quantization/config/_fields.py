@@ -62,6 +62,33 @@ def check_unknown_keys(owner: str, data: dict[str, Any], known: set[str]) -> Non
         raise ValueError(f"{owner}: unknown keys {unknown}; allowed: {sorted(known)}")
 
 
+def from_fields(cls: type, data: Any) -> Any:
+    """``cls(**data)`` for a dataclass, after checking ``data`` is a mapping of its field names."""
+    from dataclasses import fields
+
+    require_mapping(cls.__name__, data)
+    check_unknown_keys(cls.__name__, data, {f.name for f in fields(cls)})
+    return cls(**data)
+
+
+def from_registry(owner: str, data: Any, registry: dict[str, type]) -> Any:
+    """Build the dataclass that ``data["name"]`` names in ``registry`` from the rest of ``data``."""
+    require_mapping(owner, data)
+    data = dict(data)
+    name = data.pop("name", None)
+    if name not in registry:
+        raise ValueError(f"{owner} name={name!r} is not known; allowed: {sorted(registry)}")
+    return from_fields(registry[name], data)
+
+
+def named_dict(obj: Any, name: str) -> dict[str, Any]:
+    """A dataclass as a dict, its registry ``name`` first (a deep copy: editing it leaves ``obj`` alone)."""
+    import copy
+    from dataclasses import fields
+
+    return copy.deepcopy({"name": name, **{f.name: enum_to_json(getattr(obj, f.name)) for f in fields(obj)}})
+
+
 def write_file(data: dict[str, Any], path: str | Path) -> None:
     """Write ``data`` as JSON or YAML, chosen by the file suffix."""
     path = Path(path)

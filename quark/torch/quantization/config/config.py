@@ -15,7 +15,6 @@ Layer types serialise by class name; observers by their registered name (see
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
@@ -24,9 +23,12 @@ from quark.torch.quantization.config._fields import (
     check_type,
     check_unknown_keys,
     coerce_enum,
-    require_mapping,
     enum_to_json,
+    from_fields,
+    from_registry,
+    named_dict,
     read_file,
+    require_mapping,
     write_file,
 )
 from quark.torch.quantization.config.type import (
@@ -64,18 +66,11 @@ class QATSpec:
     """Base of quantization-aware-training specs (``QuantizationSpec.qat_spec``)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": type(self).__name__, **{f.name: enum_to_json(getattr(self, f.name)) for f in fields(self)}}
+        return named_dict(self, type(self).__name__)
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> QATSpec:
-        require_mapping("qat_spec", data)
-        data = dict(data)
-        name = data.pop("name", None)
-        if name not in QAT_SPECS:
-            raise ValueError(f"qat_spec name={name!r} is not known; allowed: {sorted(QAT_SPECS)}")
-        cls = QAT_SPECS[name]
-        check_unknown_keys(name, data, {f.name for f in fields(cls)})
-        return cls(**data)
+        return from_registry("qat_spec", data, QAT_SPECS)
 
 
 @dataclass(eq=True, frozen=True)
@@ -226,9 +221,7 @@ class QuantizationSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> QuantizationSpec:
-        require_mapping(cls.__name__, data)
-        check_unknown_keys(cls.__name__, data, {f.name for f in fields(cls)})
-        return cls(**data)
+        return from_fields(cls, data)
 
 
 def _observer_from_name(name: str) -> type[ObserverBase]:
@@ -269,9 +262,7 @@ class LayerConfigBase:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Any:
-        require_mapping(cls.__name__, data)
-        check_unknown_keys(cls.__name__, data, {f.name for f in fields(cls)})
-        return cls(**data)
+        return from_fields(cls, data)
 
 
 @dataclass(eq=True)
@@ -299,7 +290,7 @@ class AlgoConfig:
     name: ClassVar[str] = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return copy.deepcopy({"name": self.name, **{f.name: getattr(self, f.name) for f in fields(self)}})
+        return named_dict(self, self.name)
 
 
 @dataclass(eq=True)
@@ -344,14 +335,7 @@ ALGO_CONFIGS: dict[str, type[AlgoConfig]] = {c.name: c for c in (SmoothQuantConf
 
 
 def _algo_from_dict(data: dict[str, Any]) -> AlgoConfig:
-    require_mapping("algo_config entry", data)
-    data = dict(data)
-    name = data.pop("name", None)
-    if name not in ALGO_CONFIGS:
-        raise ValueError(f"algo_config name={name!r} is not known; allowed: {sorted(ALGO_CONFIGS)}")
-    cls = ALGO_CONFIGS[name]
-    check_unknown_keys(cls.__name__, data, {f.name for f in fields(cls)})
-    return cls(**data)
+    return from_registry("algo_config", data, ALGO_CONFIGS)
 
 
 @dataclass(eq=True)
