@@ -151,18 +151,24 @@ def test_float_quant_with_layout_constructs():
 # -- QuantizationConfig / Config ---------------------------------------------------------------------
 
 
-def test_quantization_config_takes_extension_specs_only():
+def test_quantization_config_takes_extension_specs_and_main_specs():
     qc = QuantizationConfig(weight=QuantizationSpec(), input_tensors={"bit_width": 4, "symmetric": False})
     assert qc.input_tensors == QuantizationSpec(bit_width=4, symmetric=False)
+    # the main API's spec names the formats the extension's cannot (MX, MX6/MX9, casts, FNUZ)
+    mx = main.QuantizationSpec(dtype="mx", mx_element_dtype="fp4")
+    qc = QuantizationConfig(weight=mx, input_tensors={"dtype": "bfloat16"})
+    assert qc.weight == mx and qc.input_tensors == main.QuantizationSpec(dtype="bfloat16")
+    assert QuantizationConfig.from_dict(qc.to_dict()) == qc
     with pytest.raises(
         TypeError,
-        match=r"QuantizationConfig\.weight=.*expected quark\.torch\.extensions\.brevitas\.config\.QuantizationSpec or None",
+        match=r"QuantizationConfig\.weight=.*expected quark\.torch\.extensions\.brevitas\.config\.QuantizationSpec or "
+        r"quark\.torch\.quantization\.config\.config\.QuantizationSpec or None",
     ):
-        QuantizationConfig(weight=main.QuantizationSpec(dtype="int8"))
+        QuantizationConfig(weight="int8")
     with pytest.raises(
         ValueError, match=r"QuantizationSpec: unknown keys \['dtype'\]; allowed: .*'bit_width'"
     ):
-        QuantizationConfig(weight={"dtype": "int8"})
+        QuantizationConfig(weight={"dtype": "int8", "param_type": "stats"})
 
 
 def test_config_default_pre_quant_opt_config_is_preprocess():
@@ -312,6 +318,6 @@ def test_aliases_are_silent():
 
 
 def test_extension_layer_config_is_distinct_from_main():
-    assert QuantizationConfig.spec_class is QuantizationSpec
-    assert main.QuantizationConfig.spec_class is main.QuantizationSpec
+    assert QuantizationConfig.spec_classes == (QuantizationSpec, main.QuantizationSpec)
+    assert main.QuantizationConfig.spec_classes == (main.QuantizationSpec,)
     assert QuantizationSpec is not main.QuantizationSpec

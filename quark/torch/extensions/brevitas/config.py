@@ -23,6 +23,7 @@ from quark.torch.quantization.config._fields import (
     write_file,
 )
 from quark.torch.quantization.config.config import LayerConfigBase, QATSpec, TQTSpec, check_tqt
+from quark.torch.quantization.config.config import QuantizationSpec as MainQuantizationSpec
 from quark.torch.quantization.config.type import QSchemeType, ScaleType
 
 __all__ = [
@@ -136,7 +137,8 @@ class QuantizationSpec:
 
 @dataclass(eq=True)
 class QuantizationConfig(LayerConfigBase):
-    """Specs of the tensors of a layer: input_tensors, output_tensors, weight, bias."""
+    """Specs of the tensors of a layer: input_tensors, output_tensors, weight, bias; each this
+    module's QuantizationSpec or the main API's (for OCP MX, MX6 / MX9, casts, FNUZ FP8)."""
 
     input_tensors: QuantizationSpec | None = None
     output_tensors: QuantizationSpec | None = None
@@ -144,7 +146,9 @@ class QuantizationConfig(LayerConfigBase):
     bias: QuantizationSpec | None = None
     target_device: Any = None
 
-    spec_class: ClassVar[type] = QuantizationSpec
+    # The main API's QuantizationSpec is welcome too: it names the formats this spec cannot (OCP MX,
+    # MX6 / MX9, bfloat16 / float16 casts, FNUZ FP8), inside an extension Config and its Preprocess.
+    spec_classes: ClassVar[tuple[type, ...]] = (QuantizationSpec, MainQuantizationSpec)
 
 
 def _default_preprocess() -> list[Any]:

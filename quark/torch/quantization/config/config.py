@@ -238,9 +238,10 @@ _ROLES = ("input_tensors", "output_tensors", "weight", "bias")
 
 
 class LayerConfigBase:
-    """Shared behaviour of the layer configs of both flavours (each checks its own spec class)."""
+    """Shared behaviour of the layer configs of both flavours (each lists the spec classes it takes,
+    its own first)."""
 
-    spec_class: ClassVar[type]
+    spec_classes: ClassVar[tuple[type, ...]]
     roles: ClassVar[tuple[str, ...]] = _ROLES
 
     def __post_init__(self) -> None:
@@ -248,12 +249,16 @@ class LayerConfigBase:
         for role in self.roles:
             value = getattr(self, role)
             if isinstance(value, dict):
-                setattr(self, role, self.spec_class.from_dict(value))
-            elif value is not None and not isinstance(value, self.spec_class):
-                raise TypeError(
-                    f"{owner}.{role}={value!r}: expected {self.spec_class.__module__}.{self.spec_class.__name__} or None"
-                )
+                setattr(self, role, self._spec_class_of(value).from_dict(value))
+            elif value is not None and not isinstance(value, self.spec_classes):
+                allowed = " or ".join(f"{c.__module__}.{c.__name__}" for c in self.spec_classes)
+                raise TypeError(f"{owner}.{role}={value!r}: expected {allowed} or None")
         self.target_device = coerce_enum(owner, "target_device", self.target_device, DeviceType)
+
+    @classmethod
+    def _spec_class_of(cls, data: dict[str, Any]) -> type:
+        """The spec class whose fields hold every key of ``data`` (else the own one, which names the misfit)."""
+        return next((c for c in cls.spec_classes if set(data) <= {f.name for f in fields(c)}), cls.spec_classes[0])
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {r: (getattr(self, r).to_dict() if getattr(self, r) else None) for r in self.roles}
@@ -280,7 +285,7 @@ class QuantizationConfig(LayerConfigBase):
     bias: QuantizationSpec | None = None
     target_device: DeviceType | None = None
 
-    spec_class: ClassVar[type] = QuantizationSpec
+    spec_classes: ClassVar[tuple[type, ...]] = (QuantizationSpec,)
 
 
 @dataclass(eq=True)

@@ -502,10 +502,13 @@ def build_layer(plan: LayerPlan, module: nn.Module) -> nn.Module:
     kwargs: dict[str, Any] = {"return_quant_tensor": False}
     if isinstance(module, nn.MultiheadAttention):
         kwargs.update(dict.fromkeys(_MHA_FLOAT))
+    # each weight quantizer keyword, with the tensor it quantizes (MultiheadAttention has two)
+    weights = dict(zip(roles["weight"], (tensor for _, tensor in _weights(module))))
+    first_weight = next(iter(weights.values()))
     for role, names in roles.items():
         tq = plan.specs[role]
-        for name, weight in zip(names, [w for _, w in _weights(module)] * 2):
-            kwargs[name] = ROLE_BUILDERS[role](tq, module, weight) if tq is not None else None
+        for name in names:
+            kwargs[name] = ROLE_BUILDERS[role](tq, module, weights.get(name, first_weight)) if tq is not None else None
     param = next(module.parameters())
     kwargs.update(device=param.device, dtype=param.dtype)
     # Built on the real device (Brevitas would build on 'meta', where quantizers with an initial
