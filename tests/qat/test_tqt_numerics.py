@@ -221,7 +221,6 @@ def test_input_gradients_match_formula(flavour, label):
 
 def test_gradient_is_per_element_formula():
     """One element at a time: inside (round - x/s), below (qmin), above (qmax), all times s ln2."""
-    bits, signed = 4, True
     layer = _quant_layer("main", None, "int4").train()
     _set(_av(layer), 0.0)  # s = 1/8, grid [-8, 7] * s = [-1, 0.875]
     s = 1 / 8
