@@ -23,10 +23,10 @@ if _TESTS not in sys.path:
 
 from _reference import minifloat as R
 
-from quark.torch.extensions.brevitas.api import ModelQuantizer
-from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
+from quark.torch.quantization.config.config import QuantizationSpec
 from quark.torch.quantization.config.type import Dtype, QSchemeType, RoundType, ScaleType
 from quark.torch.quantization.observer import PerTensorMinMaxObserver
+from _formats_helpers import assert_trains, qat_model, quantize
 
 CASTS = ("bfloat16", "float16")
 #: (exponent bits, mantissa bits, bias, max finite, finite value count with one zero)
@@ -40,22 +40,10 @@ FACTS = {
 # +-inf
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one intra-op thread avoids OpenMP spin-waits on a shared CPU."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
 
 # -- helpers ---------------------------------------------------------------------------------------
 
 
-def quantize(model: nn.Module, calib=None, **roles) -> nn.Module:
-    return ModelQuantizer(Config(global_quant_config=QuantizationConfig(**roles))).quantize_model(
-        model, calib, progress=False
-    )
 
 
 def cast_spec(name: str, **kw) -> QuantizationSpec:
@@ -242,24 +230,7 @@ def test_straight_through_gradient(name):
 
 @pytest.mark.parametrize("name", CASTS)
 def test_qat_steps_have_finite_nonzero_weight_gradients(name):
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(32 * 4, 32))
-    model = quantize(model, None, weight=cast_spec(name), input_tensors=cast_spec(name))
-    g = torch.Generator().manual_seed(7)
-    data = [torch.randn(4, 32, 2, 2, generator=g) for _ in range(2)]
-    target = torch.randn(4, 32, generator=g)
-    model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
-    before = model[3].weight.detach().clone()
-    for step in range(3):
-        opt.zero_grad()
-        loss = ((model(data[step % 2]) - target) ** 2).mean()
-        loss.backward()
-        assert math.isfinite(loss.item())
-        for layer in (model[0], model[3]):
-            assert bool(torch.isfinite(layer.weight.grad).all()) and layer.weight.grad.abs().sum() > 0
-        opt.step()
-    assert not torch.equal(before, model[3].weight)
+    assert_trains(quantize(qat_model(), None, weight=cast_spec(name), input_tensors=cast_spec(name)))
 
 
 # -- config errors -------------------------------------------------------------------------------

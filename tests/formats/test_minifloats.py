@@ -30,12 +30,13 @@ from _reference import minifloat as R
 
 from quark.torch.extensions.brevitas import config as X
 from quark.torch.extensions.brevitas.api import ModelQuantizer
-from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
+from quark.torch.quantization.config.config import QuantizationSpec
 from quark.torch.quantization.config.type import Dtype, QSchemeType, RoundType, ScaleType
 from quark.torch.quantization.observer import (
     PerChannelMinMaxObserver,
     PerTensorMSEObserver,
 )
+from _formats_helpers import assert_trains, qat_model, qat_steps, quantize
 
 FORMATS = ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz", "fp8_e5m2fnuz", "fp6_e3m2", "fp6_e2m3", "fp4")
 WITH_NAN = ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz", "fp8_e5m2fnuz")
@@ -75,19 +76,7 @@ SCALE_TYPES = ("float", "pof2", "float16", "bfloat16", "float32")
 # -- helpers ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one intra-op thread avoids OpenMP spin-waits on a shared CPU (10x faster here)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
-
-def quantize(model: nn.Module, calib=None, **roles) -> nn.Module:
-    return ModelQuantizer(Config(global_quant_config=QuantizationConfig(**roles))).quantize_model(
-        model, calib, progress=False
-    )
 
 
 def quantize_ext(model: nn.Module, calib=None, **roles) -> nn.Module:
@@ -457,47 +446,15 @@ def test_extension_and_main_api_agree(fmt, e, m):
 # -- QAT ---------------------------------------------------------------------------------------------
 
 
-def _qat_steps(model: nn.Module, steps: int = 3) -> list[tuple[float, list[torch.Tensor]]]:
-    g = torch.Generator().manual_seed(7)
-    data = [torch.randn(4, 32, 2, 2, generator=g) for _ in range(2)]
-    target = torch.randn(4, 32, generator=g)
-    model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
-    layers = [m for m in model.modules() if hasattr(m, "quant_weight")]
-    history = []
-    for step in range(steps):
-        opt.zero_grad()
-        loss = ((model(data[step % 2]) - target) ** 2).mean()
-        loss.backward()
-        history.append((loss.item(), [l.weight.grad.clone() for l in layers]))
-        opt.step()
-    return history
-
-
-def qat_model() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(32 * 4, 32))
-
-
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_qat_steps_have_finite_nonzero_weight_gradients(fmt):
-    calib = [torch.randn(4, 32, 2, 2)]
-    model = quantize(qat_model(), calib, weight=spec(fmt), input_tensors=spec(fmt))
-    before = [p.detach().clone() for p in model.parameters()]
-    history = _qat_steps(model)
-    assert len(history) == 3
-    for loss, grads in history:
-        assert math.isfinite(loss)
-        assert len(grads) == 2
-        for grad in grads:
-            assert bool(torch.isfinite(grad).all()) and grad.abs().sum() > 0
-    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert_trains(quantize(qat_model(), [torch.randn(4, 32, 2, 2)], weight=spec(fmt), input_tensors=spec(fmt)))
 
 
 def test_qat_extension_float_quant():
     spec_ = ext_float(4, 3)
     model = quantize_ext(qat_model(), [torch.randn(4, 32, 2, 2)], weight=spec_, input_tensors=spec_)
-    for loss, grads in _qat_steps(model):
+    for loss, grads in qat_steps(model):
         assert math.isfinite(loss)
         assert all(bool(torch.isfinite(g).all()) and g.abs().sum() > 0 for g in grads)
 

@@ -12,7 +12,6 @@ step X * 2^-6 for MXINT8 (Brevitas' integer convention: value = int * scale).
 
 from __future__ import annotations
 
-import math
 import sys
 import warnings
 from pathlib import Path
@@ -27,9 +26,9 @@ if _TESTS not in sys.path:
 
 from _reference import minifloat as R
 
-from quark.torch.extensions.brevitas.api import ModelQuantizer
-from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
+from quark.torch.quantization.config.config import QuantizationSpec
 from quark.torch.quantization.config.type import Dtype, QSchemeType, ScaleType
+from _formats_helpers import assert_trains, qat_model, quantize
 
 ELEMENTS = ("int8", "fp8_e4m3", "fp8_e5m2", "fp6_e3m2", "fp6_e2m3", "fp4")
 
@@ -43,14 +42,6 @@ ELEMENTS = ("int8", "fp8_e4m3", "fp8_e5m2", "fp6_e3m2", "fp6_e2m3", "fp4")
 # fp8_e4m3), which is not a power of two (not E8M0), and nonzero elements of such blocks are flushed
 # to 0
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one intra-op thread avoids OpenMP spin-waits on a shared CPU."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(autouse=True)
@@ -72,10 +63,6 @@ def mx_act(element: str, **kw) -> QuantizationSpec:
     return QuantizationSpec(dtype=Dtype.mx, mx_element_dtype=Dtype[element], **kw)
 
 
-def quantize(model: nn.Module, calib=None, **roles) -> nn.Module:
-    return ModelQuantizer(Config(global_quant_config=QuantizationConfig(**roles))).quantize_model(
-        model, calib, progress=False
-    )
 
 
 def value(t):
@@ -324,22 +311,7 @@ def test_model_forward_uses_quantized_weights_and_inputs(element):
 
 @pytest.mark.parametrize("element", ELEMENTS)
 def test_qat_steps_have_finite_nonzero_weight_gradients(element):
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(32 * 4, 32))
-    model = quantize(model, weight=mx_weight(element), input_tensors=mx_act(element))
-    g = torch.Generator().manual_seed(7)
-    data = [torch.randn(4, 32, 2, 2, generator=g) for _ in range(2)]
-    target = torch.randn(4, 32, generator=g)
-    model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
-    for step in range(3):
-        opt.zero_grad()
-        loss = ((model(data[step % 2]) - target) ** 2).mean()
-        loss.backward()
-        assert math.isfinite(loss.item())
-        for layer in (model[0], model[3]):
-            assert bool(torch.isfinite(layer.weight.grad).all()) and layer.weight.grad.abs().sum() > 0
-        opt.step()
+    assert_trains(quantize(qat_model(), weight=mx_weight(element), input_tensors=mx_act(element)))
 
 
 # -- errors ----------------------------------------------------------------------------------------
