@@ -20,6 +20,7 @@ from typing import Any, Callable
 import torch
 from brevitas import config as brevitas_config
 from brevitas.core.function_wrapper import FloorSte, RoundSte
+from brevitas.core.restrict_val import FloatRestrictValue
 from brevitas.core.stats import NegativePercentileOrZero
 from brevitas.core.zero_point import ParameterZeroPoint
 from brevitas.graph.base import ModuleToModuleByInstance, load_old_module_state_dict
@@ -222,6 +223,8 @@ def _tqt(tq: TensorQuant) -> dict[str, Any]:
         "narrow_range": False,
         "signed": tq.signed,
         "int_scaling_impl": TQTIntScaling,
+        # TQTIntScaling is already an exact power of two: restricting it again each call is waste
+        "restrict_threshold_impl": FloatRestrictValue,
         "float_to_int_impl": ROUND_IMPLS[tq.round_method],
         **_fused(tq),
     }
