@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from _reference import compare
 from _reference import quant as R
 from quark.torch.extensions.brevitas import config as X
 from quark.torch.extensions.brevitas.api import ModelQuantizer
@@ -111,7 +112,7 @@ def spec(
 
 
 def exact(got: torch.Tensor, expected: torch.Tensor) -> None:
-    torch.testing.assert_close(got, expected.expand_as(got).to(got.dtype), atol=0, rtol=0)
+    compare.exact(got, expected, broadcast=True, equal_nan=False)
 
 
 def codes(qt) -> torch.Tensor:

@@ -10,6 +10,7 @@ import yaml
 from torch import nn
 
 from quark.torch.quantization import plan
+from quark.torch.quantization.tensor_quant import normalise
 from quark.torch.quantization.config import config as cfgmod
 from quark.torch.quantization.config.config import (
     AWQConfig,
@@ -186,7 +187,7 @@ def test_saved_files_are_plain_json_and_yaml(tmp_path):
 
 def test_to_dict_serialises_algo_names():
     data = CONFIGS["algos"].to_dict()
-    assert [a["name"] for a in data["algo_config"]] == ["smooth", "awq", "gptq"]
+    assert [a["name"] for a in data["algo_config"]] == ["smoothquant", "awq", "gptq"]
     assert data["algo_config"][0]["alpha"] == 0.5
     assert data["algo_config"][2]["block_size"] == 64
 
@@ -226,14 +227,10 @@ def test_layer_type_class_key_round_trips_to_name_key():
     assert back.layer_type_quant_config["Linear"] == spec_cfg
 
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4, 2))
-    plans_class = plan.resolve(model, by_class, SUPPORTED)
-    plans_name = plan.resolve(model, back, SUPPORTED)
+    plans_class = plan.resolve(by_class, plan.module_sites(model, SUPPORTED), plan.module_names(model), SUPPORTED)
+    plans_name = plan.resolve(back, plan.module_sites(model, SUPPORTED), plan.module_names(model), SUPPORTED)
     assert [(p.name, p.specs) for p in plans_class] == [(p.name, p.specs) for p in plans_name]
     assert {p.name: p.specs["weight"].bit_width for p in plans_name} == {"0": 8, "2": 4}
-    assert [p.sources["weight"] for p in plans_name] == [
-        "global_quant_config",
-        "layer_type_quant_config['Linear']",
-    ]
 
 
 def test_from_dict_accepts_quark_quant_method_key():
@@ -417,7 +414,7 @@ def test_quantization_config_role_type_error():
         ({"exclude": ["fc1", 2]}, r"Config\.exclude=\['fc1', 2\]: expected a list"),
         (
             {"algo_config": ["gptq"]},
-            r"Config\.algo_config entry 'gptq': expected one of \['awq', 'gptq', 'smooth'\]",
+            r"Config\.algo_config entry 'gptq': expected an algorithm config, one of \[.*'awq', 'gptq', 'smoothquant'\]",
         ),
     ],
 )
@@ -514,7 +511,7 @@ def test_from_dict_unknown_spec_key():
 def test_from_dict_unknown_algo_name_and_key():
     base = {"global_quant_config": {}}
     with pytest.raises(
-        ValueError, match=r"algo_config name='rotation' is not known; allowed: \['awq', 'gptq', 'smooth'\]"
+        ValueError, match=r"algo_config name='rotation' is not known; allowed: \[.*'awq', 'gptq', 'smoothquant'\]"
     ):
         Config.from_dict({**base, "algo_config": [{"name": "rotation"}]})
     with pytest.raises(ValueError, match=r"GPTQConfig: unknown keys \['damp'\]; allowed: .*'damp_percent'"):
@@ -558,7 +555,7 @@ def test_register_observer_percentile_subclass_round_trips(restore_observers, tm
     config.save(tmp_path / "c.yaml")
     loaded = Config.load(tmp_path / "c.yaml")
     assert loaded.global_quant_config.input_tensors.observer_cls is Percentile999
-    assert plan.normalise(loaded.global_quant_config.input_tensors, "input_tensors", "x").percentile == 99.9
+    assert normalise(loaded.global_quant_config.input_tensors, "input_tensors", "x").percentile == 99.9
 
 
 @pytest.mark.parametrize("bad", [int, "PerTensorMinMaxObserver", PerTensorMinMaxObserver()])
@@ -614,7 +611,7 @@ def test_pre_quant_opt_config_round_trips_and_rejects_non_transforms():
 
     config = Config(QuantizationConfig(), pre_quant_opt_config=[Preprocess(equalize_iterations=3)])
     assert Config.from_dict(config.to_dict()) == config
-    with pytest.raises(TypeError, match=r"Config\.pre_quant_opt_config=\[<object.*expected a list of transforms"):
+    with pytest.raises(TypeError, match=r"Config\.pre_quant_opt_config entry <object.*expected an algorithm config"):
         Config(QuantizationConfig(), pre_quant_opt_config=[object()])
 
 

@@ -251,7 +251,10 @@ def test_to_dict_content():
         "qat_spec": None,
     }
     assert data["global_quant_config"]["target_device"] == "ipu"
-    assert ROUND_TRIP_CONFIGS["defaults"].to_dict()["pre_quant_opt_config"][0]["name"] == "preprocess"
+    assert ROUND_TRIP_CONFIGS["defaults"].to_dict()["pre_quant_opt_config"][0]["name"] == "Pre-Processing"
+    # files written before the algorithms took Quark's names still load
+    old = {"global_quant_config": {}, "pre_quant_opt_config": [{"name": "preprocess", "equalize_iterations": 2}]}
+    assert Config.from_dict(old).pre_quant_opt_config == [Preprocess(equalize_iterations=2)]
 
 
 def test_save_bad_suffix(tmp_path):
@@ -264,7 +267,7 @@ def test_from_dict_errors():
         ValueError, match=r"Config: unknown keys \['layer_quant_config'\]; allowed: .*'backend'"
     ):
         Config.from_dict({"global_quant_config": {}, "layer_quant_config": {}})
-    with pytest.raises(ValueError, match=r"algorithm name='gpfq' is not known; allowed: \['preprocess'\]"):
+    with pytest.raises(ValueError, match=r"algo_config name='gpfq' is not known; allowed: \[.*'Pre-Processing'"):
         Config.from_dict({"global_quant_config": {}, "algo_config": [{"name": "gpfq"}]})
     with pytest.raises(
         ValueError, match=r"Preprocess: unknown keys \['iterations'\]; allowed: .*'equalize_iterations'"
@@ -296,10 +299,12 @@ def test_bad_global_quant_config_type(bad, shown):
 
 
 @pytest.mark.parametrize("field", ["pre_quant_opt_config", "algo_config"])
-def test_bad_algorithm_lists(field):
-    with pytest.raises(TypeError, match=rf"Config\.{field}: expected a list of algorithms, got Preprocess"):
-        Config(QuantizationConfig(), **{field: Preprocess()})
-    with pytest.raises(TypeError, match=rf"Config\.{field} entry 'preprocess': expected an algorithm"):
+def test_algorithm_fields_take_none_one_or_a_list(field):
+    assert getattr(Config(QuantizationConfig(), **{field: Preprocess()}), field) == [Preprocess()]
+    assert getattr(Config(QuantizationConfig(), **{field: None}), field) == []
+    with pytest.raises(TypeError, match=rf"Config\.{field}: expected None, an algorithm config or a list of them, got str"):
+        Config(QuantizationConfig(), **{field: "preprocess"})
+    with pytest.raises(TypeError, match=rf"Config\.{field} entry 'preprocess': expected an algorithm config"):
         Config(QuantizationConfig(), **{field: ["preprocess"]})
 
 

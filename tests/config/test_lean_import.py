@@ -18,6 +18,9 @@ MODULES = (
     "quark.torch.extensions.brevitas.config",
     "quark.torch.extensions.brevitas.algos",
     "quark.torch.quantization.plan",
+    "quark.torch.quantization.tensor_quant",
+    "quark.torch.quantization.config.algorithms",
+    "quark.torch.extensions.brevitas.normalise",
 )
 
 BLOCK = f"""
@@ -43,12 +46,14 @@ USE = """
 from torch import nn
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
 from quark.torch.extensions.brevitas import config as ext
-from quark.torch.quantization.plan import resolve
+from quark.torch.quantization.plan import module_names, module_sites, resolve
 c = Config(QuantizationConfig(weight=QuantizationSpec(dtype="int8")))
 assert Config.from_dict(c.to_dict()) == c
 e = ext.Config(ext.QuantizationConfig(weight=ext.QuantizationSpec()))
 assert ext.Config.from_dict(e.to_dict()) == e
-assert [p.name for p in resolve(nn.Sequential(nn.Linear(2, 2)), c, (nn.Linear,))] == ["0"]
+m = nn.Sequential(nn.Linear(2, 2))
+assert [p.name for p in resolve(c, module_sites(m, (nn.Linear,)), module_names(m), (nn.Linear,))] == ["0"]
+assert [p.name for p in resolve(e, module_sites(m, (nn.Linear,)), module_names(m), (nn.Linear,))] == ["0"]
 print("OK", end="")
 """
 

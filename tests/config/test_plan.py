@@ -20,9 +20,16 @@ from quark.torch.quantization.observer import (
     PerTensorMSEObserver,
     PerTensorPercentileObserver,
 )
-from quark.torch.quantization.plan import LayerPlan, TensorQuant, normalise, resolve
+from quark.torch.quantization.plan import LayerPlan, module_names, module_sites
+from quark.torch.quantization.plan import resolve as resolve_sites
+from quark.torch.quantization.tensor_quant import TensorQuant, normalise
 
 SUPPORTED = (nn.Linear, nn.Conv2d, nn.MultiheadAttention)
+
+
+def resolve(model, config, supported=SUPPORTED):
+    """The plan over ``model``'s modules of the supported types, as the layerwise backend resolves it."""
+    return resolve_sites(config, module_sites(model, supported), module_names(model), supported)
 
 
 class Net(nn.Module):
@@ -72,7 +79,6 @@ def test_global_plans_every_supported_module(net):
     assert by_name(plans)["conv"].module_type is nn.Conv2d
     assert by_name(plans)["attn"].module_type is nn.MultiheadAttention
     for p in plans:
-        assert p.sources == {"weight": "global_quant_config", "input_tensors": "global_quant_config"}
         assert p.specs["output_tensors"] is None and p.specs["bias"] is None
         assert p.specs["weight"] == TensorQuant(bit_width=8, signed=True)
         assert (p.specs["input_tensors"].bit_width, p.specs["input_tensors"].signed) == (8, False)
@@ -82,7 +88,7 @@ def test_empty_global_plans_unquantized_layers(net):
     plans = resolve(net, Config(QuantizationConfig()), SUPPORTED)
     assert [p.name for p in plans] == ALL_PLANNED
     assert not any(p.quantized for p in plans)
-    assert all(p.sources == {} for p in plans)
+    assert all(set(p.specs.values()) == {None} for p in plans)
 
 
 def test_multihead_attention_out_proj_never_planned_separately(net):
@@ -98,7 +104,6 @@ def test_multihead_attention_out_proj_never_planned_separately(net):
     names = [p.name for p in plans]
     assert "attn.out_proj" not in names  # ... planned only as part of its MultiheadAttention
     assert by_name(plans)["attn"].specs["weight"].bit_width == 8
-    assert by_name(plans)["attn"].sources["weight"] == "global_quant_config"
 
 
 def test_children_of_planned_module_not_planned():
@@ -126,26 +131,19 @@ def test_precedence_and_inheritance_per_role(net):
 
     fc1 = plans["fc1"]
     assert (fc1.specs["weight"].bit_width, fc1.specs["weight"].signed) == (4, False)
-    assert fc1.sources == {
-        "weight": "layer_quant_config['fc1']",
-        "input_tensors": "layer_quant_config['fc1']",
-        "output_tensors": "layer_type_quant_config['Linear']",  # None at name level -> type level
-        "bias": "global_quant_config",  # None at name and type level -> global
-    }
-    assert fc1.specs["input_tensors"].signed is True
+    assert fc1.specs["input_tensors"] == normalise(INT8, "input_tensors", "")  # name level
+    assert fc1.specs["output_tensors"] == normalise(UINT8, "output_tensors", "")  # None at name level -> type level
+    assert fc1.specs["bias"] == normalise(INT8, "bias", "")  # None at name and type level -> global
 
     fc2 = plans["fc2"]
     assert (fc2.specs["weight"].bit_width, fc2.specs["weight"].signed) == (4, True)
-    assert fc2.sources == {
-        "weight": "layer_type_quant_config['Linear']",
-        "output_tensors": "layer_type_quant_config['Linear']",
-        "input_tensors": "global_quant_config",
-        "bias": "global_quant_config",
-    }
+    assert fc2.specs["output_tensors"] == normalise(UINT8, "output_tensors", "")  # type level
+    assert fc2.specs["input_tensors"] == normalise(UINT8, "input_tensors", "")  # global
+    assert fc2.specs["bias"] == normalise(INT8, "bias", "")
 
     conv = plans["conv"]
     assert conv.specs["weight"].bit_width == 8 and conv.specs["output_tensors"] is None
-    assert set(conv.sources.values()) == {"global_quant_config"}
+    assert conv.specs["input_tensors"] == normalise(UINT8, "input_tensors", "")
     assert bits(plans.values(), "weight") == {
         "conv": (8, True),
         "fc1": (4, False),
@@ -184,8 +182,7 @@ def test_layer_type_key_class_or_string_same_plan(net):
     t = QuantizationConfig(weight=UINT4)
     by_class = resolve(net, Config(g, layer_type_quant_config={nn.Conv2d: t}), SUPPORTED)
     by_str = resolve(net, Config(g, layer_type_quant_config={"Conv2d": t}), SUPPORTED)
-    assert [(p.name, p.specs, p.sources) for p in by_class] == [(p.name, p.specs, p.sources) for p in by_str]
-    assert by_name(by_str)["conv"].sources["weight"] == "layer_type_quant_config['Conv2d']"
+    assert [(p.name, p.specs) for p in by_class] == [(p.name, p.specs) for p in by_str]
     assert by_name(by_str)["conv"].specs["weight"].bit_width == 4
     assert by_name(by_str)["fc1"].specs["weight"].bit_width == 8
 
@@ -208,7 +205,6 @@ def test_wildcard_name(net):
     plans = by_name(resolve(net, config, SUPPORTED))
     assert plans["head.0"].specs["weight"].bit_width == 4
     assert plans["head.2"].specs["weight"].bit_width == 4
-    assert plans["head.0"].sources["weight"] == "layer_quant_config['head.*']"
     assert plans["fc1"].specs["weight"].bit_width == 8
 
 
@@ -229,7 +225,6 @@ def test_exact_name_beats_wildcard(net, exact_first):
     config = Config(QuantizationConfig(weight=INT8), layer_quant_config=dict(items))
     plans = by_name(resolve(net, config, SUPPORTED))
     assert (plans["head.2"].specs["weight"].bit_width, plans["head.2"].specs["weight"].signed) == (4, False)
-    assert plans["head.2"].sources["weight"] == "layer_quant_config['head.2']"
     assert (plans["head.0"].specs["weight"].bit_width, plans["head.0"].specs["weight"].signed) == (4, True)
 
 
@@ -528,7 +523,7 @@ def test_per_group_with_a_per_tensor_observer_is_rejected_on_construction():
 
 
 def test_normalise_rejects_non_spec():
-    with pytest.raises(TypeError, match=r"here: expected a QuantizationSpec, got QuantizationConfig"):
+    with pytest.raises(TypeError, match=r"here: expected a QuantizationSpec \(.*\), got QuantizationConfig"):
         normalise(QuantizationConfig(), "weight", "here")
 
 

@@ -1,17 +1,9 @@
-"""Fixtures of the export tests; makes ``tests/`` importable (``export.zoo``, ``export.helpers``)."""
+"""Fixtures of the export tests."""
 
 from __future__ import annotations
 
 import logging
-import sys
-from pathlib import Path
-
 import pytest
-
-_TESTS = str(Path(__file__).resolve().parents[1])
-if _TESTS not in sys.path:
-    sys.path.insert(0, _TESTS)
-
 
 @pytest.fixture(autouse=True)
 def _quiet_logs():

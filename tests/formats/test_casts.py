@@ -9,19 +9,14 @@ Comparisons are exact.
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-_TESTS = str(Path(__file__).resolve().parents[1])
-if _TESTS not in sys.path:
-    sys.path.insert(0, _TESTS)
-
 from _reference import minifloat as R
+from _reference.compare import same
 
 from quark.torch.quantization.config.config import QuantizationSpec
 from quark.torch.quantization.config.type import Dtype, QSchemeType, RoundType, ScaleType
@@ -52,11 +47,6 @@ def cast_spec(name: str, **kw) -> QuantizationSpec:
 
 def value(t):
     return t.value if hasattr(t, "value") else t
-
-
-def same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    a, b = a.detach().to(torch.float64), b.detach().to(torch.float64)
-    return a.shape == b.shape and bool(((a == b) | (a.isnan() & b.isnan())).all())
 
 
 def torch_cast(x: torch.Tensor, name: str) -> torch.Tensor:

@@ -15,18 +15,13 @@ defines: see ``test_inf_input_saturates_to_max``).
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-_TESTS = str(Path(__file__).resolve().parents[1])
-if _TESTS not in sys.path:
-    sys.path.insert(0, _TESTS)
-
 from _reference import minifloat as R
+from _reference.compare import same
 
 from quark.torch.extensions.brevitas import config as X
 from quark.torch.extensions.brevitas.api import ModelQuantizer
@@ -122,12 +117,6 @@ def unit_scale_act_layer(fmt: str, cols: int = 32) -> nn.Module:
 
 def act(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return value(layer.input_quant(x.to(torch.float32).reshape(1, -1))).reshape(-1)
-
-
-def same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Exact equality, NaN == NaN, in float64."""
-    a, b = a.detach().to(torch.float64), b.detach().to(torch.float64)
-    return a.shape == b.shape and bool(((a == b) | (a.isnan() & b.isnan())).all())
 
 
 # -- the reference itself ----------------------------------------------------------------------------

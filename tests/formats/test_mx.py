@@ -12,19 +12,14 @@ step X * 2^-6 for MXINT8 (Brevitas' integer convention: value = int * scale).
 
 from __future__ import annotations
 
-import sys
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-_TESTS = str(Path(__file__).resolve().parents[1])
-if _TESTS not in sys.path:
-    sys.path.insert(0, _TESTS)
-
 from _reference import minifloat as R
+from _reference.compare import same
 
 from quark.torch.quantization.config.config import QuantizationSpec
 from quark.torch.quantization.config.type import Dtype, QSchemeType, ScaleType
@@ -67,11 +62,6 @@ def mx_act(element: str, **kw) -> QuantizationSpec:
 
 def value(t):
     return t.value if hasattr(t, "value") else t
-
-
-def same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    a, b = a.detach().to(torch.float64), b.detach().to(torch.float64)
-    return a.shape == b.shape and bool(((a == b) | (a.isnan() & b.isnan())).all())
 
 
 def reported_block_scale(qt, element: str) -> torch.Tensor:

@@ -5,20 +5,15 @@ paper). Every comparison is exact (atol = rtol = 0)."""
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
-
-_TESTS = str(Path(__file__).resolve().parents[1])
-if _TESTS not in sys.path:  # makes tests/_reference importable as _reference
-    sys.path.insert(0, _TESTS)
 
 import brevitas.nn as qnn  # noqa: E402
 from brevitas.quant_tensor import GroupwiseIntQuantTensor  # noqa: E402
 
 from _reference import bdr as R  # noqa: E402
+from _reference.compare import exact  # noqa: E402
 from quark.torch.extensions.brevitas._backend.shared_microexponents import (  # noqa: E402
     FORMATS,
     MX6,
@@ -36,11 +31,6 @@ from quark.torch.extensions.brevitas._backend.shared_microexponents import (  # 
 FMTS = ["mx6", "mx9"]
 WEIGHT = {"mx6": MX6Weight, "mx9": MX9Weight}
 ACT = {"mx6": MX6Act, "mx9": MX9Act}
-
-
-def exact(actual: torch.Tensor, expected: torch.Tensor) -> None:
-    assert actual.dtype == expected.dtype
-    torch.testing.assert_close(actual, expected, rtol=0, atol=0, equal_nan=True)
 
 
 def through_act_injector(x: torch.Tensor, fmt: str, axis: int) -> GroupwiseIntQuantTensor:

@@ -3,7 +3,12 @@
 ``config`` and ``algos`` import without Brevitas; ``api`` needs it.
 """
 
+from quark.torch.quantization.config.algorithms import add_backend
+
 __all__ = ["ModelQuantizer", "ModelExporter"]
+
+# The Brevitas implementations of the algorithm configs, imported when one is first run.
+add_backend("quark.torch.extensions.brevitas._backend.algorithms")
 
 
 def __getattr__(name):  # lazy, so that `import ...brevitas.config` works without Brevitas

@@ -1,7 +1,8 @@
 """``ModelQuantizer`` and ``ModelExporter``: the entry points of AMD Quark's Brevitas extension.
 
-Orchestration only: resolve the config into a plan, build Brevitas layers from the plan, swap
-them in, calibrate, run algorithms. The numerics live in ``_backend``.
+Orchestration only, every step looked up in a table: the config's view (per flavour), its
+rewriter (per ``quant_mode`` / ``backend``), its algorithms (per config class, with their phase),
+the rules (per layer). The numerics live in ``_backend``.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from typing import Any
 from torch import nn
 
 import quark.torch.extensions.brevitas._backend  # noqa: F401  (version check)
+import quark.torch.extensions.brevitas._backend.algorithms  # noqa: F401  (registers the implementations)
 from quark.torch.extensions.brevitas import config as ext
+from quark.torch.extensions.brevitas._backend import rules
 from quark.torch.extensions.brevitas._backend.calibrate import add_calibrated_flags, static_act_proxies
 from quark.torch.extensions.brevitas._backend.calibrate import calibrate as run_calibration
-from quark.torch.extensions.brevitas._backend.export.exporter import PLANS_ATTRIBUTE
+from quark.torch.extensions.brevitas._backend.data import CalibrationData
 from quark.torch.extensions.brevitas._backend.export import (
     ExportFailedError,
     ExportFormat,
@@ -26,9 +29,12 @@ from quark.torch.extensions.brevitas._backend.export import (
     TargetCheckError,
     UnsupportedExportError,
 )
-from quark.torch.extensions.brevitas._backend.mapping import SUPPORTED_LAYERS, build_layer, check_layer
+from quark.torch.extensions.brevitas._backend.export.exporter import PLANS_ATTRIBUTE
+from quark.torch.extensions.brevitas._backend.rewrite import rewriter_for
 from quark.torch.quantization import plan as planning
 from quark.torch.quantization.config import config as main
+from quark.torch.quantization.config.algorithms import Phase, implementation_of
+from quark.torch.quantization.config.config import ACTIVATION_ROLES
 
 __all__ = [
     "ModelQuantizer",
@@ -47,7 +53,8 @@ class ModelQuantizer:
     """Quantize a PyTorch model as a Quark config says, with Brevitas.
 
     Accepts the main Quark config (``quark.torch.quantization.config.config.Config``) or the
-    Brevitas extension's (``quark.torch.extensions.brevitas.config.Config``).
+    Brevitas extension's (``quark.torch.extensions.brevitas.config.Config``). The config's
+    mode and algorithms are checked here: one without an implementation fails at construction.
 
     Example::
 
@@ -56,19 +63,12 @@ class ModelQuantizer:
     """
 
     def __init__(self, config: main.Config | ext.Config) -> None:
-        if not isinstance(config, (main.Config, ext.Config)):
-            raise TypeError(
-                "ModelQuantizer(config): expected quark.torch.quantization.config.config.Config or "
-                f"quark.torch.extensions.brevitas.config.Config, got {type(config).__name__}"
-            )
-        if isinstance(config, main.Config) and config.algo_config:
-            names = [a.name for a in config.algo_config]
-            raise NotImplementedError(
-                f"Config.algo_config={names}: these algorithms are not available in this backend yet; "
-                "remove them from algo_config"
-            )
-        if isinstance(config, main.Config) and config.quant_mode is not main.QuantizationMode.eager_mode:
-            raise NotImplementedError(f"Config.quant_mode={config.quant_mode.name}: only eager_mode is available")
+        try:
+            self.view = planning.config_view(config)
+        except TypeError as error:
+            raise TypeError(f"ModelQuantizer(config): {error}") from None
+        self.rewriter = rewriter_for(self.view.mode)
+        self.algorithms = [(algo, implementation_of(algo)) for algo in self.view.algorithms]
         self.config = config
         self.plans: list[planning.LayerPlan] = []
 
@@ -84,66 +84,73 @@ class ModelQuantizer:
     ) -> nn.Module:
         """Return the quantized model, calibrated and in eval mode.
 
+        Steps: the config's specs are checked; the algorithms of the ``before_quantization``
+        phase run on the float model (e.g. ``Preprocess``); the plan is resolved once, on that
+        model, and checked against the rules; the rewriter swaps in the quantized layers; static
+        activations are calibrated; the ``after_calibration`` and ``after_quantization``
+        algorithms run.
+
         Args:
             model: the float model; left unchanged unless ``inplace``.
             calib_loader: a DataLoader or any iterable of tensors, tuples/lists (leading elements are
                 the positional inputs) or dicts (keyword inputs). Needed when a static activation is
-                quantized.
-            num_calib_batches: use at most this many calibration batches.
-            progress: show a progress bar during calibration.
-            inplace: modify ``model`` itself instead of a copy.
+                quantized or an algorithm needs data.
+            num_calib_batches: use at most this many batches (in calibration and in each pass of
+                an algorithm).
+            progress: show progress bars.
+            inplace: modify ``model`` itself instead of a copy (an error raised after the
+                ``before_quantization`` algorithms leaves it pre-processed).
             calibrate: False builds the quantized model without calibrating (no data needed), to
                 load a quantized checkpoint into it; ``qat.uncalibrated_quantizers`` lists what
                 is still uncalibrated.
         """
         if num_calib_batches is not None and num_calib_batches <= 0:
             raise ValueError(f"num_calib_batches={num_calib_batches}: must be a positive integer or None")
-        plans = self._plan(model)  # validates everything before the model is touched
-        if calibrate and calib_loader is None and _needs_calibration(plans):
-            raise ValueError(
-                "quantize_model: the config quantizes activations statically, which needs calibration data; "
-                "pass calib_loader (or calibrate=False to load a quantized checkpoint afterwards)"
-            )
+        specs = planning.config_specs(self.view)  # spec errors surface before the model is touched
+        if calib_loader is None:
+            self._require_no_data(specs, calibrate)
+        data = CalibrationData(calib_loader, num_calib_batches, progress) if calib_loader is not None else None
+        known_names = planning.module_names(model)
 
         work = model if inplace else copy.deepcopy(model)
-        pre_steps = self.config.pre_quant_opt_config
-        for step in pre_steps:
-            logger.info("applying %s", step.name)
-            work = step.apply(work, calib_loader=calib_loader)
-        if pre_steps:  # pre-processing may merge or add modules: plan the model it produced
-            plans = self._plan(work)
-        modules = dict(work.named_modules())
-        replacements = {p.name: build_layer(p, modules[p.name]) for p in plans if p.quantized}
-        for name, new in replacements.items():
-            _set_submodule(work, name, new)
+        work = self._run_phase(Phase.before_quantization, work, data)
+        work = self.rewriter.prepare(work)
+        sites = self.rewriter.sites(work)
+        plans = planning.resolve(
+            self.config, sites, [*known_names, *planning.module_names(work)], self.rewriter.supported_types
+        )
+        rules.check(plans, sites)
+        work = self.rewriter.rewrite(work, plans, sites)
         self.plans = plans
         setattr(work, PLANS_ATTRIBUTE, plans)  # the exporter reads target_device from them
 
         add_calibrated_flags(work)
         if calibrate and static_act_proxies(work):
-            run_calibration(work, calib_loader, num_batches=num_calib_batches, progress=progress)
-        for step in getattr(self.config, "algo_config", None) or []:
-            logger.info("applying %s", step.name)
-            work = step.apply(work, calib_loader=calib_loader)
-        logger.info("quantized %d layers", len(replacements))
+            run_calibration(work, data)
+        work = self._run_phase(Phase.after_calibration, work, data)
+        work = self._run_phase(Phase.after_quantization, work, data)
+        logger.info("quantized %d of %d %s sites", sum(p.quantized for p in plans), len(sites), self.rewriter.name)
         return work.eval()
 
-    def _plan(self, model: nn.Module) -> list[planning.LayerPlan]:
-        plans = planning.resolve(model, self.config, SUPPORTED_LAYERS)
-        modules = dict(model.named_modules())
-        for p in plans:
-            check_layer(p, modules[p.name])
-        return plans
+    def _require_no_data(self, specs: list[tuple[str, Any]], calibrate: bool) -> None:
+        """Without data: no static activation may need calibration, no algorithm may need data."""
+        static = [where for where, tq in specs if where.endswith(ACTIVATION_ROLES) and tq.needs_calibration]
+        if calibrate and static:
+            raise ValueError(
+                f"quantize_model: the config quantizes activations statically ({', '.join(static)}), which needs "
+                "calibration data; pass calib_loader (or calibrate=False to load a quantized checkpoint afterwards)"
+            )
+        hungry = [type(algo).__name__ for algo, impl in self.algorithms if impl.needs_data]
+        if hungry:
+            raise ValueError(f"quantize_model: {', '.join(hungry)} needs calibration data; pass calib_loader")
+
+    def _run_phase(self, phase: Phase, model: nn.Module, data: CalibrationData | None) -> nn.Module:
+        for algo, impl in self.algorithms:
+            if impl.phase is phase:
+                logger.info("applying %s (%s)", type(algo).__name__, phase.value)
+                model = impl.run(algo, model, data)
+        return model
 
     def summary(self) -> str:
         """Table of what each layer got, from the last ``quantize_model`` call."""
         return planning.format_plan(self.plans)
-
-
-def _needs_calibration(plans: list[planning.LayerPlan]) -> bool:
-    return any(p.specs[role] is not None and p.specs[role].needs_calibration for p in plans for role in planning.ACTIVATION_ROLES)
-
-
-def _set_submodule(root: nn.Module, name: str, module: nn.Module) -> None:
-    parent_name, _, child = name.rpartition(".")
-    setattr(root.get_submodule(parent_name) if parent_name else root, child, module)

@@ -9,20 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from pathlib import Path
 from typing import Any, ClassVar
 
 from quark.torch.quantization.config._fields import (
+    FileConfig,
     check_type,
     check_unknown_keys,
     coerce_enum,
     enum_to_json,
     from_fields,
-    read_file,
     require_mapping,
-    write_file,
 )
-from quark.torch.quantization.config.config import LayerConfigBase, QATSpec, TQTSpec, check_tqt
+from quark.torch.quantization.config.algorithms import AlgoConfig, Preprocess, algo_from_dict, algo_list
+from quark.torch.quantization.config.config import MAX_BIAS_BITS, MIN_BITS, LayerConfigBase, QATSpec, TQTSpec, check_tqt
 from quark.torch.quantization.config.config import QuantizationSpec as MainQuantizationSpec
 from quark.torch.quantization.config.type import QSchemeType, ScaleType
 
@@ -37,9 +36,6 @@ __all__ = [
     "QLayerConfig",
     "TQTSpec",
 ]
-
-#: bit widths the extension accepts; weights and activations are further limited to 2..16.
-MIN_BIT_WIDTH, MAX_BIT_WIDTH = 2, 32
 
 
 class Backend(Enum):
@@ -106,8 +102,8 @@ class QuantizationSpec:
         check_type(owner, "bit_width", self.bit_width, int, optional=False)
         check_type(owner, "exponent_bit_width", self.exponent_bit_width, int)
         check_type(owner, "mantissa_bit_width", self.mantissa_bit_width, int)
-        if not MIN_BIT_WIDTH <= self.bit_width <= MAX_BIT_WIDTH:
-            raise ValueError(f"{owner}.bit_width={self.bit_width}: allowed {MIN_BIT_WIDTH}..{MAX_BIT_WIDTH}")
+        if not MIN_BITS <= self.bit_width <= MAX_BIAS_BITS:  # weights and activations: up to MAX_BITS (the plan checks)
+            raise ValueError(f"{owner}.bit_width={self.bit_width}: allowed {MIN_BITS}..{MAX_BIAS_BITS}")
         if self.quant_type is QuantType.int_quant and (
             self.exponent_bit_width is not None or self.mantissa_bit_width is not None
         ):
@@ -151,14 +147,12 @@ class QuantizationConfig(LayerConfigBase):
     spec_classes: ClassVar[tuple[type, ...]] = (QuantizationSpec, MainQuantizationSpec)
 
 
-def _default_preprocess() -> list[Any]:
-    from quark.torch.extensions.brevitas.algos import Preprocess
-
+def _default_preprocess() -> list[AlgoConfig]:
     return [Preprocess()]
 
 
 @dataclass(eq=True)
-class Config:
+class Config(FileConfig):
     """Quantization of a whole model (Brevitas extension flavour).
 
     Args:
@@ -183,15 +177,7 @@ class Config:
             )
         self.backend = coerce_enum(owner, "backend", self.backend, Backend, optional=False)
         for fname in ("pre_quant_opt_config", "algo_config"):
-            steps = getattr(self, fname)
-            if not isinstance(steps, list):
-                raise TypeError(f"{owner}.{fname}: expected a list of algorithms, got {type(steps).__name__}")
-            for step in steps:
-                if not (hasattr(step, "apply") and hasattr(step, "name")):
-                    raise TypeError(
-                        f"{owner}.{fname} entry {step!r}: expected an algorithm from "
-                        "quark.torch.extensions.brevitas.algos (with .name and .apply)"
-                    )
+            setattr(self, fname, algo_list(owner, fname, getattr(self, fname)) or [])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -203,8 +189,6 @@ class Config:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Config:
-        from quark.torch.extensions.brevitas.algos import algo_from_dict
-
         require_mapping(cls.__name__, data, required=("global_quant_config",))
         check_unknown_keys(cls.__name__, data, {f.name for f in fields(cls)})
         kwargs: dict[str, Any] = {"global_quant_config": QuantizationConfig.from_dict(data["global_quant_config"])}
@@ -212,18 +196,14 @@ class Config:
             if fname in data:
                 if not isinstance(data[fname], list):
                     raise TypeError(f"{cls.__name__}.from_dict: {fname} must be a list, got {type(data[fname]).__name__}")
-                kwargs[fname] = [algo_from_dict(d) for d in data[fname]]
+                kwargs[fname] = [algo_from_dict(fname, d) for d in data[fname]]
         if "backend" in data:
             kwargs["backend"] = data["backend"]
         return cls(**kwargs)
 
-    def save(self, path: str | Path) -> None:
-        write_file(self.to_dict(), path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> Config:
-        return cls.from_dict(read_file(path))
-
 
 QTensorConfig = QuantizationSpec
 QLayerConfig = QuantizationConfig
+
+# The plan reads this flavour through the normaliser and view registered there.
+from quark.torch.extensions.brevitas import normalise as _normalise  # noqa: E402,F401

@@ -1,69 +1,13 @@
 """Quantization-aware training helpers for models returned by ``ModelQuantizer``.
 
-The quantized model trains in any ordinary PyTorch loop; these helpers cover the rest:
+The quantized model trains in any ordinary PyTorch loop; these helpers cover the rest (see
+:mod:`quark.torch.extensions.brevitas._backend.qat` for the details):
 
-- :func:`freeze`: end of training. Fixes every quantization parameter and bakes weights that
-  have learned (TQT) scales into their quantized values; outputs are unchanged, bit for bit.
-- :func:`uncalibrated_quantizers`: the static activation quantizers that were neither calibrated
-  nor loaded from a checkpoint (``quantize_model(..., calibrate=False)`` builds them so).
-- :func:`load_float_weights`: copy a float model's state_dict into the quantized model; the
-  quantizers' own state (scales, thresholds, flags) stays as it is.
-
-Batch norm: measured with ``benchmarks/digits_qat.py``, merging batch norm into the convolutions
-before quantization (``pre_quant_opt_config=[Preprocess()]``) trains as well as keeping it float
-during QAT, and the trained graph is then the deployed graph: nothing changes at freeze.
+- :func:`freeze`: end of training; fixes every quantization parameter, outputs unchanged.
+- :func:`uncalibrated_quantizers`: static activation quantizers neither calibrated nor loaded.
+- :func:`load_float_weights`: copy a float model's weights into the quantized model.
 """
 
-from __future__ import annotations
-
-from typing import Any
-
-import torch
-from brevitas.core.scaling.standalone import ParameterScaling
-from brevitas.proxy.parameter_quant import WeightQuantProxyFromInjector
-from brevitas.proxy.quant_proxy import QuantProxyFromInjector
-from torch import nn
-
-from quark.torch.extensions.brevitas._backend.calibrate import CALIBRATED_FLAG, static_act_proxies
+from quark.torch.extensions.brevitas._backend.qat import freeze, load_float_weights, uncalibrated_quantizers
 
 __all__ = ["freeze", "uncalibrated_quantizers", "load_float_weights"]
-
-
-def freeze(model: nn.Module) -> nn.Module:
-    """Fix all quantization parameters for deployment; returns ``model`` in eval mode.
-
-    Quantizer parameters (scales, thresholds, zero points) stop requiring gradients. A weight
-    whose scale is a learned parameter (TQT) is replaced by its quantized value, on which its
-    quantizer is the identity; weights whose scale derives from their own statistics keep their
-    float values (baking would move the statistic and so the scale).
-    """
-    model.eval()
-    for proxy in model.modules():
-        if isinstance(proxy, QuantProxyFromInjector):
-            for param in proxy.parameters():
-                param.requires_grad_(False)
-    with torch.no_grad():
-        for layer in model.modules():
-            proxy = getattr(layer, "weight_quant", None)
-            if isinstance(proxy, WeightQuantProxyFromInjector) and proxy.is_quant_enabled:
-                if isinstance(getattr(proxy.tensor_quant, "scaling_impl", None), ParameterScaling):
-                    layer.weight.copy_(layer.quant_weight().value)
-    return model
-
-
-def uncalibrated_quantizers(model: nn.Module) -> list[str]:
-    """Names of static activation quantizers neither calibrated nor loaded from a checkpoint."""
-    return [name for name, proxy, _ in static_act_proxies(model) if not bool(getattr(proxy, CALIBRATED_FLAG))]
-
-
-def load_float_weights(quant_model: nn.Module, float_state_dict: dict[str, Any]) -> None:
-    """Load a float model's weights into ``quant_model``.
-
-    Every float key must exist in the quantized model (else ``KeyError`` listing them); the
-    quantized model's extra keys, its quantizers' state, are left as they are.
-    """
-    own = quant_model.state_dict()
-    unknown = sorted(set(float_state_dict) - set(own))
-    if unknown:
-        raise KeyError(f"load_float_weights: keys not in the quantized model: {unknown[:20]}")
-    quant_model.load_state_dict({**own, **float_state_dict})

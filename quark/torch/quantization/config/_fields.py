@@ -118,6 +118,19 @@ def read_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
+class FileConfig:
+    """``save`` / ``load`` of a config class with ``to_dict`` / ``from_dict``, as JSON or YAML by suffix."""
+
+    def save(self, path: str | Path) -> None:
+        """Write the config to a ``.json`` or ``.yaml`` file."""
+        write_file(self.to_dict(), path)  # type: ignore[attr-defined]
+
+    @classmethod
+    def load(cls, path: str | Path) -> Any:
+        """Read a config written by :meth:`save` (or by hand)."""
+        return cls.from_dict(read_file(path))  # type: ignore[attr-defined]
+
+
 def require_mapping(owner: str, data: Any, required: tuple[str, ...] = ()) -> None:
     """``from_dict`` input must be a mapping holding the required keys."""
     if not isinstance(data, dict):

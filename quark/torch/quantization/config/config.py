@@ -16,10 +16,10 @@ Layer types serialise by class name; observers by their registered name (see
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any, ClassVar
 
 from quark.torch.quantization.config._fields import (
+    FileConfig,
     check_type,
     check_unknown_keys,
     coerce_enum,
@@ -27,9 +27,16 @@ from quark.torch.quantization.config._fields import (
     from_fields,
     from_registry,
     named_dict,
-    read_file,
     require_mapping,
-    write_file,
+)
+from quark.torch.quantization.config.algorithms import (
+    AlgoConfig,
+    AWQConfig,
+    GPTQConfig,
+    PreQuantOptConfig,
+    SmoothQuantConfig,
+    algo_from_dict,
+    algo_list,
 )
 from quark.torch.quantization.config.type import (
     DeviceType,
@@ -51,6 +58,7 @@ __all__ = [
     "QLayerConfig",
     "QTensorConfig",
     "AlgoConfig",
+    "PreQuantOptConfig",
     "QATSpec",
     "TQTSpec",
     "SmoothQuantConfig",
@@ -59,6 +67,12 @@ __all__ = [
 ]
 
 CONFIG_VERSION = 1
+
+#: the tensor roles of a layer config, in field order; activations are the first two
+ROLES = ("input_tensors", "output_tensors", "weight", "bias")
+ACTIVATION_ROLES = ROLES[:2]
+#: bit widths of integer weights and activations; a bias goes up to 32
+MIN_BITS, MAX_BITS, MAX_BIAS_BITS = 2, 16, 32
 
 
 @dataclass(eq=True, frozen=True)
@@ -234,15 +248,12 @@ def _observer_from_name(name: str) -> type[ObserverBase]:
         ) from None
 
 
-_ROLES = ("input_tensors", "output_tensors", "weight", "bias")
-
-
 class LayerConfigBase:
     """Shared behaviour of the layer configs of both flavours (each lists the spec classes it takes,
     its own first)."""
 
     spec_classes: ClassVar[tuple[type, ...]]
-    roles: ClassVar[tuple[str, ...]] = _ROLES
+    roles: ClassVar[tuple[str, ...]] = ROLES
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -289,62 +300,7 @@ class QuantizationConfig(LayerConfigBase):
 
 
 @dataclass(eq=True)
-class AlgoConfig:
-    """Base of the algorithm configs; ``name`` identifies the algorithm in serialised configs."""
-
-    name: ClassVar[str] = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return named_dict(self, self.name)
-
-
-@dataclass(eq=True)
-class SmoothQuantConfig(AlgoConfig):
-    """SmoothQuant (Xiao et al. 2022): migrate activation outliers into weights by per-channel scaling."""
-
-    name: ClassVar[str] = "smooth"
-    alpha: float = 1.0
-    scale_clamp_min: float = 1e-3
-    scaling_layers: list[dict[str, Any]] | None = None
-    model_decoder_layers: str | None = None
-    num_attention_heads: int = -1
-    num_key_value_heads: int = -1
-
-
-@dataclass(eq=True)
-class AWQConfig(AlgoConfig):
-    """AWQ (Lin et al. 2023): activation-aware weight scaling searched per layer group."""
-
-    name: ClassVar[str] = "awq"
-    scaling_layers: list[dict[str, Any]] | None = None
-    model_decoder_layers: str | None = None
-    num_attention_heads: int = -1
-    num_key_value_heads: int = -1
-
-
-@dataclass(eq=True)
-class GPTQConfig(AlgoConfig):
-    """GPTQ (Frantar et al. 2022): second-order weight rounding with error feedback."""
-
-    name: ClassVar[str] = "gptq"
-    damp_percent: float = 0.01
-    desc_act: bool = True
-    static_groups: bool = True
-    true_sequential: bool = True
-    inside_layer_modules: list[str] | None = None
-    model_decoder_layers: str | None = None
-    block_size: int = 128
-
-
-ALGO_CONFIGS: dict[str, type[AlgoConfig]] = {c.name: c for c in (SmoothQuantConfig, AWQConfig, GPTQConfig)}
-
-
-def _algo_from_dict(data: dict[str, Any]) -> AlgoConfig:
-    return from_registry("algo_config", data, ALGO_CONFIGS)
-
-
-@dataclass(eq=True)
-class Config:
+class Config(FileConfig):
     """Quantization of a whole model.
 
     For every module and tensor role the effective spec is ``layer_quant_config`` (by name,
@@ -357,9 +313,10 @@ class Config:
         layer_type_quant_config: per layer type, keyed by ``nn.Module`` subclass or class name.
         layer_quant_config: per module name pattern (``fnmatch`` wildcards).
         exclude: module name patterns left unquantized.
-        algo_config: algorithms to run after calibration (SmoothQuant, AWQ, GPTQ).
-        pre_quant_opt_config: transforms run on the float model first, e.g. the Brevitas
-            extension's ``Preprocess()`` (merge batch norm, equalize); empty by default.
+        algo_config: algorithms run on the quantized model (GPTQ, AWQ, ...): None, one, or a list.
+        pre_quant_opt_config: transforms run on the float model first (SmoothQuant, the Brevitas
+            extension's ``Preprocess()``): None, one, or a list; empty by default.
+            Each algorithm runs in the phase its implementation registered (see ``algorithms``).
         quant_mode: eager (module swap) or graph mode.
     """
 
@@ -368,7 +325,7 @@ class Config:
     layer_quant_config: dict[str, QuantizationConfig] = field(default_factory=dict)
     exclude: list[str] = field(default_factory=list)
     algo_config: list[AlgoConfig] | None = None
-    pre_quant_opt_config: list[Any] = field(default_factory=list)
+    pre_quant_opt_config: list[AlgoConfig] = field(default_factory=list)
     quant_mode: QuantizationMode = QuantizationMode.eager_mode
     version: int = CONFIG_VERSION
 
@@ -399,19 +356,8 @@ class Config:
             raise ValueError(f"{owner}.layer_type_quant_config names the same layer type twice: {duplicates}")
         if not isinstance(self.exclude, list) or not all(isinstance(e, str) for e in self.exclude):
             raise TypeError(f"{owner}.exclude={self.exclude!r}: expected a list of module name patterns")
-        if not isinstance(self.pre_quant_opt_config, list) or not all(
-            hasattr(step, "apply") and hasattr(step, "name") for step in self.pre_quant_opt_config
-        ):
-            raise TypeError(
-                f"{owner}.pre_quant_opt_config={self.pre_quant_opt_config!r}: expected a list of transforms "
-                "with .name and .apply, e.g. quark.torch.extensions.brevitas.algos.Preprocess()"
-            )
-        if self.algo_config is not None:
-            if isinstance(self.algo_config, AlgoConfig):
-                self.algo_config = [self.algo_config]  # Quark < 0.8 took a single algorithm
-            for algo in self.algo_config:
-                if not isinstance(algo, AlgoConfig):
-                    raise TypeError(f"{owner}.algo_config entry {algo!r}: expected one of {sorted(ALGO_CONFIGS)} configs")
+        self.pre_quant_opt_config = algo_list(owner, "pre_quant_opt_config", self.pre_quant_opt_config) or []
+        self.algo_config = algo_list(owner, "algo_config", self.algo_config)
         self.quant_mode = coerce_enum(owner, "quant_mode", self.quant_mode, QuantizationMode, optional=False)
 
     # -- serialisation -------------------------------------------------------------------------
@@ -444,29 +390,16 @@ class Config:
         pre = data.get("pre_quant_opt_config") or []
         if not isinstance(pre, list):
             raise TypeError(f"{owner}.from_dict: pre_quant_opt_config must be a list, got {type(pre).__name__}")
-        if pre:
-            from quark.torch.extensions.brevitas.algos import algo_from_dict
-
-            pre = [algo_from_dict(step) for step in pre]
         return cls(
             global_quant_config=layer.from_dict(data["global_quant_config"]),
-            pre_quant_opt_config=pre,
+            pre_quant_opt_config=[algo_from_dict("pre_quant_opt_config", step) for step in pre],
             layer_type_quant_config={k: layer.from_dict(v) for k, v in (data.get("layer_type_quant_config") or {}).items()},
             layer_quant_config={k: layer.from_dict(v) for k, v in (data.get("layer_quant_config") or {}).items()},
             exclude=data.get("exclude") if data.get("exclude") is not None else [],
-            algo_config=[_algo_from_dict(a) for a in algos] if algos is not None else None,
+            algo_config=[algo_from_dict("algo_config", a) for a in algos] if algos is not None else None,
             quant_mode=coerce_enum(owner, "quant_mode", data.get("quant_mode", "eager_mode"), QuantizationMode),
             version=version,
         )
-
-    def save(self, path: str | Path) -> None:
-        """Write the config to a ``.json`` or ``.yaml`` file."""
-        write_file(self.to_dict(), path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> Config:
-        """Read a config written by :meth:`save` (or by hand)."""
-        return cls.from_dict(read_file(path))
 
 
 # Quark >= 0.10 names; plain aliases, no deprecation warnings.

@@ -8,19 +8,17 @@ proxy's learned scale (and zero point), from which Brevitas computes Quark's sca
 
 from __future__ import annotations
 
-import inspect
-import itertools
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 from brevitas.proxy.parameter_quant import BiasQuantProxyFromInjector
 from brevitas.proxy.runtime_quant import ActQuantProxyFromInjectorBase
 from torch import nn
-from tqdm.auto import tqdm
 
-from quark.torch.quantization.plan import TensorQuant
+from quark.torch.extensions.brevitas._backend import data
+from quark.torch.quantization.tensor_quant import TensorQuant
 
 logger = logging.getLogger(__name__)
 
@@ -46,10 +44,8 @@ def static_act_proxies(model: nn.Module) -> list[tuple[str, ActQuantProxyFromInj
     return found
 
 
-def calibrate(
-    model: nn.Module, batches: Iterable[Any], num_batches: int | None = None, progress: bool = True
-) -> int:
-    """Run ``batches`` through ``model`` and initialise every static activation quantizer.
+def calibrate(model: nn.Module, calib_data: Iterable[Any] | data.CalibrationData) -> int:
+    """Run the calibration data through ``model`` and initialise every static activation quantizer.
 
     Returns the number of batches used. Raises ``ValueError`` when no batch arrived or a
     quantizer saw no data (its layer was never called).
@@ -73,8 +69,8 @@ def calibrate(
     used = 0
     try:
         with torch.no_grad():
-            for batch in _progress(batches, num_batches, progress):
-                run_batch(model, batch)
+            for batch in data.calibration_data(calib_data).passes("calibration"):
+                data.run_batch(model, batch)
                 used += 1
     finally:
         for hook in hooks:
@@ -110,65 +106,3 @@ def set_range(proxy: ActQuantProxyFromInjectorBase, spec: TensorQuant, lo: torch
         threshold = torch.log2(threshold)
     value = tensor_quant.scaling_impl.value
     value.data.copy_(threshold.to(value).expand_as(value))
-
-
-def _progress(batches: Iterable[Any], num_batches: int | None, enabled: bool) -> Iterable[Any]:
-    if num_batches is not None:
-        batches = itertools.islice(batches, num_batches)
-    try:
-        total = len(batches)  # type: ignore[arg-type]
-    except TypeError:
-        total = None
-    if total is not None and num_batches is not None:
-        total = min(total, num_batches)
-    elif total is None:
-        total = num_batches
-    return tqdm(batches, total=total, desc="calibration", disable=not enabled, leave=False)
-
-
-def run_batch(model: nn.Module, batch: Any) -> Any:
-    """Call ``model`` on one batch of any of the accepted forms.
-
-    - a tensor: the single input;
-    - a tuple or list: as many leading elements as ``forward`` has required positional inputs (a
-      classifier's ``(inputs, targets)`` gives ``inputs``), all of them when it takes ``*args``;
-    - a dict: keyword arguments, restricted to those ``forward`` accepts unless it takes ``**kwargs``.
-
-    Tensors move to the model's device; floating tensors take the model's floating dtype,
-    integer tensors (token ids) stay integer.
-    """
-    device, dtype = _device_dtype(model)
-    batch = _to(batch, device, dtype)
-    if isinstance(batch, torch.Tensor):
-        return model(batch)
-    params = inspect.signature(model.forward).parameters.values()
-    if isinstance(batch, Mapping):
-        if not any(p.kind is p.VAR_KEYWORD for p in params):
-            accepted = {p.name for p in params}
-            batch = {k: v for k, v in batch.items() if k in accepted}
-        return model(**batch)
-    if isinstance(batch, (tuple, list)):
-        if any(p.kind is p.VAR_POSITIONAL for p in params):
-            return model(*batch)
-        required = sum(
-            p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty for p in params
-        )
-        return model(*batch[: max(required, 1)])
-    raise TypeError(f"calibration batch of type {type(batch).__name__}: expected a tensor, tuple, list or dict")
-
-
-def _device_dtype(model: nn.Module) -> tuple[torch.device, torch.dtype]:
-    for p in itertools.chain(model.parameters(), model.buffers()):
-        if p.is_floating_point():
-            return p.device, p.dtype
-    return torch.device("cpu"), torch.float32
-
-
-def _to(obj: Any, device: torch.device, dtype: torch.dtype) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device=device, dtype=dtype if obj.is_floating_point() else None)
-    if isinstance(obj, Mapping):
-        return {k: _to(v, device, dtype) for k, v in obj.items()}
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_to(v, device, dtype) for v in obj)
-    return obj

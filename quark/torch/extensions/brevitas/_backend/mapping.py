@@ -1,6 +1,6 @@
 """Translation of the resolved plan onto Brevitas: tables, not if-chains.
 
-A :class:`~quark.torch.quantization.plan.TensorQuant` becomes a Brevitas quantizer injector in
+A :class:`~quark.torch.quantization.tensor_quant.TensorQuant` becomes a Brevitas quantizer injector in
 three steps, each a table lookup:
 
 1. a stock Brevitas quantizer chosen by (role kind, symmetric, statistic) -> ``*_BASES``;
@@ -70,7 +70,8 @@ from quark.torch.extensions.brevitas._backend.quantizers import (
     round_zero_points_half_even,
 )
 from quark.torch.quantization.config.type import QSchemeType, RoundType, ScaleType, ZeroPointType
-from quark.torch.quantization.plan import LayerPlan, TensorQuant
+from quark.torch.quantization.plan import LayerPlan
+from quark.torch.quantization.tensor_quant import TensorQuant
 
 ROUND_IMPLS: dict[RoundType, type[nn.Module]] = {
     RoundType.half_even: RoundSte,  # torch.round: ties to even
@@ -204,7 +205,6 @@ LAYERS: dict[type[nn.Module], tuple[type[nn.Module], dict[str, tuple[str, ...]]]
     nn.ConvTranspose3d: (qnn.QuantConvTranspose3d, _WBIOL_ROLES),
     nn.MultiheadAttention: (qnn.QuantMultiheadAttention, _MHA_ROLES),
 }
-SUPPORTED_LAYERS: tuple[type[nn.Module], ...] = tuple(LAYERS)
 
 
 def _fused(tq: TensorQuant) -> dict[str, Any]:
@@ -334,8 +334,8 @@ WEIGHT_FORMATS: dict[str, Callable[..., Any]] = {
     "int": _int_weight,
     "float": _float_weight,
     "cast": lambda tq, module, weight: _cast(tq, weight=True),
-    "mx": lambda tq, module, weight: _mx(tq, weight=True).let(group_dim=_axis(tq, module, weight)),
-    "bdr": lambda tq, module, weight: _bdr(tq, True, _axis(tq, module, weight)),
+    "mx": lambda tq, module, weight: _mx(tq, weight=True).let(group_dim=weight_axis(tq, module, weight)),
+    "bdr": lambda tq, module, weight: _bdr(tq, True, weight_axis(tq, module, weight)),
 }
 
 
@@ -344,14 +344,14 @@ def _per_tensor(inj: Any, tq: TensorQuant, module: nn.Module, weight: torch.Tens
 
 
 def _per_channel(inj: Any, tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
-    axis = _axis(tq, module, weight)
+    axis = weight_axis(tq, module, weight)
     return inj.let(
         scaling_per_output_type=ScalingPerOutputType.CHANNEL, output_channel_dim=axis, out_channels=weight.shape[axis]
     )
 
 
 def _per_group(inj: Any, tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
-    axis = _axis(tq, module, weight)
+    axis = weight_axis(tq, module, weight)
     return inj.let(
         proxy_class=GROUP_PROXIES[tq.format],
         scaling_per_output_type=ScalingPerOutputType.GROUP,
@@ -367,7 +367,7 @@ GRANULARITY: dict[QSchemeType, Callable[..., Any]] = {
 }
 
 
-def _axis(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> int:
+def weight_axis(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> int:
     """The weight axis of ``tq``: its ch_axis, else output channels (per channel) or input channels (blocks)."""
     if tq.ch_axis is not None:
         return tq.ch_axis % weight.dim()
@@ -415,75 +415,8 @@ def bias_quant(tq: TensorQuant) -> Any:
     return Int8BiasPerTensorFloatInternalScaling.let(**_common(tq))
 
 
-def check_layer(plan: LayerPlan, module: nn.Module) -> None:
-    """Rules that need the module: raise before anything is built."""
-    where = f"module {plan.name!r} ({type(module).__name__})"
-    specs = plan.specs
-    bias = specs["bias"]
-    if bias is not None and bias.bias_scale_from_product and (specs["input_tensors"] is None or specs["weight"] is None):
-        raise ValueError(
-            f"{where}: bias with scale = input scale x weight scale needs input_tensors and weight quantized "
-            "too; quantize them, or give the bias spec its own observer_cls"
-        )
-    if bias is not None and bias.bias_scale_from_product:
-        for role in ("input_tensors", "weight"):
-            if specs[role] is not None and specs[role].format != "int":
-                raise ValueError(
-                    f"{where}: a bias scaled by input scale x weight scale needs integer {role}, got a "
-                    f"{specs[role].format} format; give the bias spec its own observer_cls or leave bias float"
-                )
-    if bias is not None and specs["input_tensors"] is not None and specs["input_tensors"].is_dynamic and bias.bias_scale_from_product:
-        raise ValueError(f"{where}: a bias scaled by the input scale needs a static input_tensors spec, got is_dynamic=True")
-    if bias is not None and bias.bias_scale_from_product and bias.scale_type is ScaleType.pof2:
-        for role in ("input_tensors", "weight"):
-            if specs[role].scale_type is not ScaleType.pof2:
-                raise ValueError(
-                    f"{where}: bias scale_type=pof2 needs pof2 {role} scales (its scale is their product), "
-                    f"got {role} scale_type={specs[role].scale_type.name}"
-                )
-    weight = specs["weight"]
-    if specs["input_tensors"] is not None and weight is not None and weight.qscheme is QSchemeType.per_channel:
-        out_axis = OUTPUT_CHANNEL_AXIS.get(type(module), 0)
-        axis = _axis(weight, module, _weights(module)[0][1])
-        if axis != out_axis:
-            raise ValueError(
-                f"{where}: per_channel weight scales along axis {axis} cannot combine with a quantized input: "
-                f"Brevitas derives the output's scale (input scale x weight scale) per output channel; "
-                f"use ch_axis={out_axis} (output channels), per_group, or leave input_tensors float"
-            )
-    if bias is not None and bias.bias_scale_from_product and weight is not None and weight.qscheme is not QSchemeType.per_tensor:
-        out_axis = OUTPUT_CHANNEL_AXIS.get(type(module), 0)
-        axis = _axis(weight, module, _weights(module)[0][1])
-        if weight.qscheme is QSchemeType.per_group or axis != out_axis:
-            raise ValueError(
-                f"{where}: a bias scaled by input scale x weight scale needs one weight scale per output channel "
-                f"(per_tensor, or per_channel with ch_axis={out_axis}); got weight qscheme={weight.qscheme.name} "
-                f"ch_axis={weight.ch_axis}"
-            )
-    if weight is not None:
-        for tensor_name, tensor in _weights(module):
-            if weight.ch_axis is not None and not -tensor.dim() <= weight.ch_axis < tensor.dim():
-                raise ValueError(f"{where}: weight ch_axis={weight.ch_axis} is out of range for {tensor_name} of shape {tuple(tensor.shape)}")
-            if weight.qscheme is QSchemeType.per_group:
-                axis = _axis(weight, module, tensor)
-                if tensor.shape[axis] % weight.group_size:
-                    raise ValueError(
-                        f"{where}: weight group_size={weight.group_size} does not divide axis {axis} of "
-                        f"{tensor_name} (shape {tuple(tensor.shape)}); choose a group_size dividing {tensor.shape[axis]}"
-                    )
-    for role, attr in (("input_tensors", ("in_features", "in_channels", "embed_dim")), ("output_tensors", ("out_features", "out_channels", "embed_dim"))):
-        spec = specs[role]
-        channels = next((getattr(module, a) for a in attr if hasattr(module, a)), None)
-        if spec is not None and spec.format in ("mx", "bdr") and channels % spec.group_size:
-            raise ValueError(
-                f"{where}: {role} {spec.format} {spec.variant} blocks of {spec.group_size} need the channel count to be a "
-                f"multiple of {spec.group_size}, got {channels} (padding is not supported)"
-            )
-    if bias is not None and getattr(module, "bias", None) is None and not isinstance(module, nn.MultiheadAttention):
-        plan.specs["bias"] = None  # nothing to quantize; the summary shows '-'
-
-
-def _weights(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+def weights(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """(name, tensor) of each weight the layer's weight quantizers see."""
     if isinstance(module, nn.MultiheadAttention):
         if module.in_proj_weight is None:
             return [("q_proj_weight", module.q_proj_weight), ("out_proj.weight", module.out_proj.weight)]
@@ -506,12 +439,12 @@ def build_layer(plan: LayerPlan, module: nn.Module) -> nn.Module:
     if isinstance(module, nn.MultiheadAttention):
         kwargs.update(dict.fromkeys(_MHA_FLOAT))
     # each weight quantizer keyword, with the tensor it quantizes (MultiheadAttention has two)
-    weights = dict(zip(roles["weight"], (tensor for _, tensor in _weights(module))))
-    first_weight = next(iter(weights.values()))
+    by_keyword = dict(zip(roles["weight"], (tensor for _, tensor in weights(module))))
+    first_weight = next(iter(by_keyword.values()))
     for role, names in roles.items():
         tq = plan.specs[role]
         for name in names:
-            kwargs[name] = ROLE_BUILDERS[role](tq, module, weights.get(name, first_weight)) if tq is not None else None
+            kwargs[name] = ROLE_BUILDERS[role](tq, module, by_keyword.get(name, first_weight)) if tq is not None else None
     param = next(module.parameters())
     kwargs.update(device=param.device, dtype=param.dtype)
     # Built on the real device (Brevitas would build on 'meta', where quantizers with an initial

@@ -32,16 +32,13 @@ class ExportFormat(Enum):
 
 @dataclass(frozen=True)
 class FormatInfo:
-    description: str
     runtime: str  # what executes the graph for verification
     opset: dict[bool, int]  # dynamo? -> default ONNX opset
 
 
 FORMATS: dict[ExportFormat, FormatInfo] = {
-    ExportFormat.qcdq: FormatInfo(
-        "ONNX QuantizeLinear/Clip/DequantizeLinear", "onnxruntime", {False: 17, True: 18}
-    ),
-    ExportFormat.qonnx: FormatInfo("QONNX Quant/BipolarQuant/Trunc", "qonnx", {False: 17, True: 18}),
+    ExportFormat.qcdq: FormatInfo("onnxruntime", {False: 17, True: 18}),  # QuantizeLinear/Clip/DequantizeLinear
+    ExportFormat.qonnx: FormatInfo("qonnx", {False: 17, True: 18}),  # Quant/BipolarQuant/Trunc
 }
 
 #: dynamo? -> (name, lowest opset it writes)

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from quark.torch.extensions.brevitas._backend.calibrate import _device_dtype, _to
+from quark.torch.extensions.brevitas._backend.data import device_dtype, move
 
 
 @dataclass
@@ -28,8 +28,7 @@ class ExampleInputs:
 
     @classmethod
     def of(cls, model: nn.Module, args: Any) -> ExampleInputs:
-        device, dtype = _device_dtype(model)
-        args = _to(args, device, dtype)
+        args = move(args, *device_dtype(model))
         if isinstance(args, torch.Tensor):
             positional, keywords = (args,), {}
         elif isinstance(args, Mapping):

@@ -22,7 +22,7 @@ from torch import nn
 from quark.torch.extensions.brevitas._backend.export.errors import TargetCheckError
 from quark.torch.extensions.brevitas._backend.export.support import dtype_name, quantizers
 from quark.torch.quantization.config.type import RoundType, ScaleType
-from quark.torch.quantization.plan import TensorQuant
+from quark.torch.quantization.tensor_quant import TensorQuant
 
 OPSET = 17
 

@@ -20,7 +20,7 @@ from torch import nn
 from quark.torch.extensions.brevitas._backend.export.errors import UnsupportedExportError
 from quark.torch.extensions.brevitas._backend.export.formats import ExportFormat
 from quark.torch.quantization.config.type import QSchemeType, RoundType, ZeroPointType
-from quark.torch.quantization.plan import TensorQuant
+from quark.torch.quantization.tensor_quant import TensorQuant
 
 QCDQ, QONNX = ExportFormat.qcdq, ExportFormat.qonnx
 BOTH = frozenset(ExportFormat)
