@@ -23,14 +23,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from export.zoo import CONFIGS, ZOO, quantized  # noqa: E402
+from export.zoo import CONFIGS, ZOO, quantized
 
-from quark.torch.extensions.brevitas._backend.export import (  # noqa: E402
+from quark.torch.extensions.brevitas._backend.export import (
     ExportFailedError,
     ExportVerificationError,
     UnsupportedExportError,
 )
-from quark.torch.extensions.brevitas.api import ModelExporter  # noqa: E402
+from quark.torch.extensions.brevitas.api import ModelExporter
 
 METHODS = {"qcdq": "export_onnx_model", "qonnx": "export_qonnx_model"}
 HEADERS = (
@@ -116,7 +116,7 @@ def render(rows: list[tuple], markdown: bool) -> str:
         lines = ["| " + " | ".join(HEADERS) + " |", "|" + "|".join("---" for _ in HEADERS) + "|"]
         return "\n".join(lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
     widths = [max(len(str(c)) for c in col) for col in zip(HEADERS, *rows)]
-    fmt = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    fmt = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
     return "\n".join([fmt(HEADERS), fmt("-" * w for w in widths), *map(fmt, rows)])
 
 

@@ -69,7 +69,7 @@ def round_half_even(r: Fraction) -> int:
 
 def encode_block(block: list[float], fmt: str) -> tuple[int, list[int], list[int | float]]:
     """(E, [mu_j], [q_i]) of one block; q_i is NaN for a NaN input."""
-    k1, d1, k2, d2, m = FORMATS[fmt]
+    k1, _d1, k2, d2, m = FORMATS[fmt]
     assert len(block) == k1
     emin, emax = exponent_range(fmt)
     mu_max, q_max = 2**d2 - 1, 2**m - 1
@@ -93,7 +93,7 @@ def encode_block(block: list[float], fmt: str) -> tuple[int, list[int], list[int
 
 
 def decode_block(E: int, mus: list[int], codes: list[int | float], fmt: str) -> list[float]:
-    k1, d1, k2, d2, m = FORMATS[fmt]
+    _k1, _d1, k2, _d2, m = FORMATS[fmt]
     out = []
     for i, q in enumerate(codes):
         if isinstance(q, float) and math.isnan(q):
@@ -122,7 +122,7 @@ def quantize(x: torch.Tensor, fmt: str, axis: int = -1) -> torch.Tensor:
 
 def steps(x: torch.Tensor, fmt: str, axis: int = -1) -> torch.Tensor:
     """Per-element step 2^(E - mu_j - (m - 1)) (float64), same shape as x."""
-    k1, d1, k2, d2, m = FORMATS[fmt]
+    k1, _d1, k2, _d2, m = FORMATS[fmt]
     rows = _blocks(x, axis, k1)
     out = []
     for row in rows:

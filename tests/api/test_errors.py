@@ -55,6 +55,6 @@ def test_unsupported_brevitas_version_is_named_at_import():
         "m.version = lambda name: '0.11.0' if name == 'brevitas' else real(name); "
         "import quark.torch.extensions.brevitas.api"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode != 0
     assert "brevitas 0.11.0 is installed; quark.torch.extensions.brevitas supports brevitas 0.13.x" in result.stderr

@@ -19,7 +19,12 @@ from quark.torch.extensions.brevitas._backend import rules
 from quark.torch.extensions.brevitas._backend.rewrite import REWRITERS
 from quark.torch.extensions.brevitas.api import ModelQuantizer
 from quark.torch.quantization.config import algorithms
-from quark.torch.quantization.config.algorithms import AlgoConfig, Phase, PreQuantOptConfig, register_implementation
+from quark.torch.quantization.config.algorithms import (
+    AlgoConfig,
+    Phase,
+    PreQuantOptConfig,
+    register_implementation,
+)
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
 from quark.torch.quantization.config.type import Dtype, QSchemeType, QuantizationMode
 from quark.torch.quantization.plan import module_sites
@@ -146,7 +151,7 @@ def test_a_registered_rewriter_is_selected_by_the_config_mode(monkeypatch):
 
         name = "test"
         supported_types = (nn.Linear,)
-        seen: list = []
+        seen: ClassVar[list] = []
 
         def prepare(self, model):
             return model

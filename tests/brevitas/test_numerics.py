@@ -22,10 +22,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from _reference import compare
 from _reference import quant as R
+from torch import nn
+
 from quark.torch.extensions.brevitas import config as X
 from quark.torch.extensions.brevitas.api import ModelQuantizer
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec

@@ -10,7 +10,6 @@ import yaml
 from torch import nn
 
 from quark.torch.quantization import plan
-from quark.torch.quantization.tensor_quant import normalise
 from quark.torch.quantization.config import config as cfgmod
 from quark.torch.quantization.config.config import (
     AWQConfig,
@@ -40,6 +39,7 @@ from quark.torch.quantization.observer import (
     PerTensorPercentileObserver,
     register_observer,
 )
+from quark.torch.quantization.tensor_quant import normalise
 
 SUPPORTED = (nn.Linear, nn.Conv2d, nn.MultiheadAttention)
 

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from quark.torch.quantization.config.config import QuantizationSpec
-from quark.torch.quantization.tensor_quant import normalise
 from quark.torch.quantization.support import DOC_HEADER, support_table
+from quark.torch.quantization.tensor_quant import normalise
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "support.md"
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+
 import pytest
+
 
 @pytest.fixture(autouse=True)
 def _quiet_logs():

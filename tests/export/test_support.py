@@ -88,7 +88,7 @@ def test_table_row_exports_and_verifies(onnx_path, row, fmt):
 def test_per_channel_transposed_convolution_with_quantized_input_exports_exactly(onnx_path, fmt):
     """Output-channel scales (ch_axis=1 of a transposed convolution's weight) and a quantized input."""
     torch.manual_seed(0)
-    pof2 = dict(observer_cls=PerChannelMinMaxObserver, qscheme=QSchemeType.per_channel, ch_axis=1)
+    pof2 = {"observer_cls": PerChannelMinMaxObserver, "qscheme": QSchemeType.per_channel, "ch_axis": 1}
     model = quantize(
         config(
             weight=QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2, **pof2),

@@ -13,15 +13,14 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
-
+from _formats_helpers import assert_trains, qat_model, quantize
 from _reference import minifloat as R
 from _reference.compare import same
+from torch import nn
 
 from quark.torch.quantization.config.config import QuantizationSpec
 from quark.torch.quantization.config.type import Dtype, QSchemeType, RoundType, ScaleType
 from quark.torch.quantization.observer import PerTensorMinMaxObserver
-from _formats_helpers import assert_trains, qat_model, quantize
 
 CASTS = ("bfloat16", "float16")
 #: (exponent bits, mantissa bits, bias, max finite, finite value count with one zero)

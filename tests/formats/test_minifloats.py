@@ -18,10 +18,10 @@ import math
 
 import pytest
 import torch
-from torch import nn
-
+from _formats_helpers import assert_trains, qat_model, qat_steps, quantize
 from _reference import minifloat as R
 from _reference.compare import same
+from torch import nn
 
 from quark.torch.extensions.brevitas import config as X
 from quark.torch.extensions.brevitas.api import ModelQuantizer
@@ -31,7 +31,6 @@ from quark.torch.quantization.observer import (
     PerChannelMinMaxObserver,
     PerTensorMSEObserver,
 )
-from _formats_helpers import assert_trains, qat_model, qat_steps, quantize
 
 FORMATS = ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz", "fp8_e5m2fnuz", "fp6_e3m2", "fp6_e2m3", "fp4")
 WITH_NAN = ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz", "fp8_e5m2fnuz")

@@ -16,14 +16,13 @@ import warnings
 
 import pytest
 import torch
-from torch import nn
-
+from _formats_helpers import assert_trains, qat_model, quantize
 from _reference import minifloat as R
 from _reference.compare import same
+from torch import nn
 
 from quark.torch.quantization.config.config import QuantizationSpec
 from quark.torch.quantization.config.type import Dtype, QSchemeType, ScaleType
-from _formats_helpers import assert_trains, qat_model, quantize
 
 ELEMENTS = ("int8", "fp8_e4m3", "fp8_e5m2", "fp6_e3m2", "fp6_e2m3", "fp4")
 

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import math
 
+import brevitas.nn as qnn
 import pytest
 import torch
+from _reference import bdr as R
+from _reference.compare import exact
+from brevitas.quant_tensor import GroupwiseIntQuantTensor
 
-import brevitas.nn as qnn  # noqa: E402
-from brevitas.quant_tensor import GroupwiseIntQuantTensor  # noqa: E402
-
-from _reference import bdr as R  # noqa: E402
-from _reference.compare import exact  # noqa: E402
-from quark.torch.extensions.brevitas._backend.shared_microexponents import (  # noqa: E402
+from quark.torch.extensions.brevitas._backend.shared_microexponents import (
     FORMATS,
     MX6,
     MX9,
@@ -61,7 +60,7 @@ def check_quant_tensor(qt: GroupwiseIntQuantTensor, x: torch.Tensor, fmt: str, a
 
 def _gen(case: str) -> tuple[torch.Tensor, int]:
     g = torch.Generator().manual_seed(sum(map(ord, case)))
-    randn = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    randn = lambda *s: torch.randn(*s, generator=g)
     if case == "normal":
         return randn(6, 64), -1
     if case == "small":

@@ -7,10 +7,10 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+from _reference import tqt as R
 from brevitas.proxy.quant_proxy import QuantProxyFromInjector
 from torch import nn
 
-from _reference import tqt as R
 from quark.torch.extensions.brevitas._backend.calibrate import CALIBRATED_FLAG
 from quark.torch.extensions.brevitas.api import ModelQuantizer
 from quark.torch.extensions.brevitas.qat import freeze, load_float_weights, uncalibrated_quantizers
@@ -88,8 +88,8 @@ def _thresholds(q: nn.Module) -> dict[str, torch.Tensor]:
 
 def _assert_same_state(a: dict, b: dict) -> None:
     assert a.keys() == b.keys()
-    for k in a:
-        assert torch.equal(a[k], b[k]), k
+    for k, v in a.items():
+        assert torch.equal(v, b[k]), k
 
 
 @pytest.mark.parametrize("kind", list(CONFIGS))

@@ -14,10 +14,10 @@ import sys
 import time
 from pathlib import Path
 
+import _ddp_worker as W
 import pytest
 import torch
 
-import _ddp_worker as W
 from quark.torch.extensions.brevitas.api import ModelQuantizer
 
 pytestmark = pytest.mark.slow  # two fresh interpreters importing torch + Brevitas: ~10 s
@@ -82,8 +82,8 @@ def _single_process(init: str) -> torch.nn.Module:
 
 def _equal(a: dict, b: dict) -> None:
     assert a.keys() == b.keys()
-    for k in a:
-        assert torch.equal(a[k], b[k]), k
+    for k, v in a.items():
+        assert torch.equal(v, b[k]), k
 
 
 @pytest.mark.parametrize("init", list(W.INITS))

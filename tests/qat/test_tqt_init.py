@@ -11,9 +11,9 @@ import math
 
 import pytest
 import torch
+from _reference import tqt as R
 from torch import nn
 
-from _reference import tqt as R
 from quark.torch.extensions.brevitas.api import ModelQuantizer
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec, TQTSpec
 from quark.torch.quantization.config.type import Dtype, ScaleType, TQTThresholdInitMeth

@@ -18,11 +18,11 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from _reference import tqt as R
 from brevitas.core.function_wrapper import RoundSte
 from brevitas.core.quant.int_base import IntQuant
 from torch import nn
 
-from _reference import tqt as R
 from quark.torch.extensions.brevitas import config as X
 from quark.torch.extensions.brevitas._backend.quantizers import FusedPof2IntQuant
 from quark.torch.extensions.brevitas.api import ModelQuantizer
@@ -235,7 +235,7 @@ def test_gradients_finite_and_nonzero_through_a_network():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 4 * 4, 10))
     calib = [torch.randn(8, 3, 6, 6) for _ in range(2)]
-    spec = lambda d: QuantizationSpec(  # noqa: E731
+    spec = lambda d: QuantizationSpec(
         dtype=d, symmetric=True, scale_type=ScaleType.pof2, qat_spec=TQTSpec(TQTThresholdInitMeth._3SD)
     )
     cfg = Config(global_quant_config=QuantizationConfig(weight=spec(Dtype.int4), input_tensors=spec(Dtype.int8)))
@@ -254,7 +254,7 @@ def test_gradients_finite_and_nonzero_through_a_network():
 
 
 def _int_quants(bits: int, signed: bool):
-    kw = dict(narrow_range=False, signed=signed, input_view_impl=nn.Identity(), float_to_int_impl=RoundSte())
+    kw = {"narrow_range": False, "signed": signed, "input_view_impl": nn.Identity(), "float_to_int_impl": RoundSte()}
     return IntQuant(**kw), FusedPof2IntQuant(**kw)
 
 
@@ -370,15 +370,15 @@ def test_fused_kernel_used_for_tqt_and_pof2_only():
 @pytest.mark.parametrize(
     "kwargs,field",
     [
-        (dict(scale_type=ScaleType.float), "scale_type"),
-        (dict(scale_type=None), "scale_type"),
-        (dict(symmetric=False), "symmetric"),
-        (dict(qscheme=QSchemeType.per_channel, ch_axis=0), "qscheme"),
-        (dict(is_dynamic=True), "is_dynamic"),
+        ({"scale_type": ScaleType.float}, "scale_type"),
+        ({"scale_type": None}, "scale_type"),
+        ({"symmetric": False}, "symmetric"),
+        ({"qscheme": QSchemeType.per_channel, "ch_axis": 0}, "qscheme"),
+        ({"is_dynamic": True}, "is_dynamic"),
     ],
 )
 def test_main_spec_rejects_tqt_that_cannot_hold(kwargs, field):
-    base = dict(dtype=Dtype.int8, symmetric=True, scale_type=ScaleType.pof2)
+    base = {"dtype": Dtype.int8, "symmetric": True, "scale_type": ScaleType.pof2}
     with pytest.raises(ValueError, match=rf"qat_spec=TQTSpec needs {field}="):
         QuantizationSpec(**{**base, **kwargs}, qat_spec=TQTSpec(TQTThresholdInitMeth._3SD))
     QuantizationSpec(**{**base, **kwargs})  # fine without TQT
@@ -387,13 +387,13 @@ def test_main_spec_rejects_tqt_that_cannot_hold(kwargs, field):
 @pytest.mark.parametrize(
     "kwargs,field",
     [
-        (dict(scale_type=ScaleType.float), "scale_type"),
-        (dict(symmetric=False), "symmetric"),
-        (dict(qscheme=QSchemeType.per_channel), "qscheme"),
+        ({"scale_type": ScaleType.float}, "scale_type"),
+        ({"symmetric": False}, "symmetric"),
+        ({"qscheme": QSchemeType.per_channel}, "qscheme"),
     ],
 )
 def test_extension_spec_rejects_tqt_that_cannot_hold(kwargs, field):
-    base = dict(bit_width=4, scale_type=ScaleType.pof2)
+    base = {"bit_width": 4, "scale_type": ScaleType.pof2}
     with pytest.raises(ValueError, match=rf"qat_spec=TQTSpec needs {field}="):
         X.QuantizationSpec(**{**base, **kwargs}, qat_spec=TQTSpec())
     X.QuantizationSpec(**{**base, **kwargs})

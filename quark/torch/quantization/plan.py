@@ -15,10 +15,10 @@ Brevitas extension's in ``extensions/brevitas/normalise.py``). Pure data; no Bre
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable
+from typing import Any
 
 from torch import nn
 
@@ -218,5 +218,5 @@ def format_plan(plans: list[LayerPlan]) -> str:
         for p in plans
     ]
     widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
-    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
     return "\n".join([line(headers), line("-" * w for w in widths), *map(line, rows)])

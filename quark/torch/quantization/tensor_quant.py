@@ -9,8 +9,9 @@ Pure data; no Brevitas import.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from quark.torch.quantization.config import config as main
 from quark.torch.quantization.config.config import ACTIVATION_ROLES, MAX_BIAS_BITS, MAX_BITS, MIN_BITS

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["three_sd", "jeffreys_threshold", "jeffreys_divergences"]
+__all__ = ["jeffreys_divergences", "jeffreys_threshold", "three_sd"]
 
 #: divergences within this of the minimum count as equal (float64 sums of a few thousand terms)
 TIE_TOLERANCE = 1e-12

@@ -5,7 +5,7 @@
 
 from quark.torch.quantization.config.algorithms import add_backend
 
-__all__ = ["ModelQuantizer", "ModelExporter"]
+__all__ = ["ModelExporter", "ModelQuantizer"]
 
 # The Brevitas implementations of the algorithm configs, imported when one is first run.
 add_backend("quark.torch.extensions.brevitas._backend.algorithms")

@@ -9,6 +9,6 @@ Subclass :class:`PreQuantOptConfig` (runs on the float model) or :class:`AlgoCon
 calibration) and override ``apply`` to add an algorithm of your own.
 """
 
-from quark.torch.quantization.config.algorithms import AlgoConfig, PreQuantOptConfig, Preprocess
+from quark.torch.quantization.config.algorithms import AlgoConfig, Preprocess, PreQuantOptConfig
 
-__all__ = ["PreQuantOptConfig", "AlgoConfig", "Preprocess"]
+__all__ = ["AlgoConfig", "PreQuantOptConfig", "Preprocess"]

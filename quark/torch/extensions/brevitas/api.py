@@ -14,7 +14,7 @@ from typing import Any
 
 from torch import nn
 
-import quark.torch.extensions.brevitas._backend  # noqa: F401  (version check)
+import quark.torch.extensions.brevitas._backend
 import quark.torch.extensions.brevitas._backend.algorithms  # noqa: F401  (registers the implementations)
 from quark.torch.extensions.brevitas import config as ext
 from quark.torch.extensions.brevitas._backend import rules
@@ -37,13 +37,13 @@ from quark.torch.quantization.config.algorithms import Phase, implementation_of
 from quark.torch.quantization.config.config import ACTIVATION_ROLES
 
 __all__ = [
-    "ModelQuantizer",
-    "ModelExporter",
-    "ExportFormat",
-    "UnsupportedExportError",
-    "TargetCheckError",
     "ExportFailedError",
+    "ExportFormat",
     "ExportVerificationError",
+    "ModelExporter",
+    "ModelQuantizer",
+    "TargetCheckError",
+    "UnsupportedExportError",
 ]
 
 logger = logging.getLogger(__name__)

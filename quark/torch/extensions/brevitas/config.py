@@ -21,19 +21,26 @@ from quark.torch.quantization.config._fields import (
     require_mapping,
 )
 from quark.torch.quantization.config.algorithms import AlgoConfig, Preprocess, algo_from_dict, algo_list
-from quark.torch.quantization.config.config import MAX_BIAS_BITS, MIN_BITS, LayerConfigBase, QATSpec, TQTSpec, check_tqt
+from quark.torch.quantization.config.config import (
+    MAX_BIAS_BITS,
+    MIN_BITS,
+    LayerConfigBase,
+    QATSpec,
+    TQTSpec,
+    check_tqt,
+)
 from quark.torch.quantization.config.config import QuantizationSpec as MainQuantizationSpec
 from quark.torch.quantization.config.type import QSchemeType, ScaleType
 
 __all__ = [
     "Backend",
-    "QuantType",
-    "ParamType",
-    "QuantizationSpec",
-    "QuantizationConfig",
     "Config",
-    "QTensorConfig",
+    "ParamType",
     "QLayerConfig",
+    "QTensorConfig",
+    "QuantType",
+    "QuantizationConfig",
+    "QuantizationSpec",
     "TQTSpec",
 ]
 
@@ -206,4 +213,4 @@ QTensorConfig = QuantizationSpec
 QLayerConfig = QuantizationConfig
 
 # The plan reads this flavour through the normaliser and view registered there.
-from quark.torch.extensions.brevitas import normalise as _normalise  # noqa: E402,F401
+from quark.torch.extensions.brevitas import normalise as _normalise  # noqa: F401

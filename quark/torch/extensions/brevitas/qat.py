@@ -10,4 +10,4 @@ The quantized model trains in any ordinary PyTorch loop; these helpers cover the
 
 from quark.torch.extensions.brevitas._backend.qat import freeze, load_float_weights, uncalibrated_quantizers
 
-__all__ = ["freeze", "uncalibrated_quantizers", "load_float_weights"]
+__all__ = ["freeze", "load_float_weights", "uncalibrated_quantizers"]

@@ -114,7 +114,7 @@ def read_file(path: str | Path) -> dict[str, Any]:
     else:
         raise ValueError(f"config file {str(path)!r}: suffix must be .json, .yaml or .yml")
     if not isinstance(data, dict):
-        raise ValueError(f"config file {str(path)!r}: top level must be a mapping, got {type(data).__name__}")
+        raise ValueError(f"config file {str(path)!r}: top level must be a mapping, got {type(data).__name__}")  # noqa: TRY004  the file's content, not an argument
     return data
 
 

@@ -15,26 +15,27 @@ imported only when an implementation is first looked up.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 from quark.torch.quantization.config._fields import from_registry, named_dict
 
 __all__ = [
-    "Phase",
-    "AlgoConfig",
-    "PreQuantOptConfig",
-    "SmoothQuantConfig",
-    "AWQConfig",
-    "GPTQConfig",
-    "Preprocess",
     "ALGO_CONFIGS",
-    "register_algo_config",
+    "AWQConfig",
+    "AlgoConfig",
+    "GPTQConfig",
     "Implementation",
-    "register_implementation",
-    "implementation_of",
+    "Phase",
+    "PreQuantOptConfig",
+    "Preprocess",
+    "SmoothQuantConfig",
     "add_backend",
+    "implementation_of",
+    "register_algo_config",
+    "register_implementation",
 ]
 
 

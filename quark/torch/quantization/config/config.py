@@ -51,19 +51,19 @@ from quark.torch.quantization.config.type import (
 from quark.torch.quantization.observer import OBSERVERS, ObserverBase
 
 __all__ = [
+    "AWQConfig",
+    "AlgoConfig",
     "Config",
-    "QuantizationConfig",
-    "QuantizationSpec",
+    "GPTQConfig",
+    "PreQuantOptConfig",
+    "QATSpec",
     "QConfig",
     "QLayerConfig",
     "QTensorConfig",
-    "AlgoConfig",
-    "PreQuantOptConfig",
-    "QATSpec",
-    "TQTSpec",
+    "QuantizationConfig",
+    "QuantizationSpec",
     "SmoothQuantConfig",
-    "AWQConfig",
-    "GPTQConfig",
+    "TQTSpec",
 ]
 
 CONFIG_VERSION = 1
@@ -346,7 +346,7 @@ class Config(FileConfig):
             for key, value in mapping.items():
                 if type(value) is not layer_cls:
                     raise TypeError(f"{owner}.{fname}[{key!r}]: expected {layer_cls.__name__}, got {value!r}")
-                if fname == "layer_type_quant_config" and not (isinstance(key, str) or isinstance(key, type)):
+                if fname == "layer_type_quant_config" and not (isinstance(key, (str, type))):
                     raise TypeError(f"{owner}.{fname} key {key!r}: expected an nn.Module class or class name")
                 if fname == "layer_quant_config" and not isinstance(key, str):
                     raise TypeError(f"{owner}.{fname} key {key!r}: expected a module name pattern (str)")

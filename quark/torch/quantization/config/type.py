@@ -10,14 +10,14 @@ from __future__ import annotations
 from enum import Enum, auto
 
 __all__ = [
-    "QSchemeType",
-    "ZeroPointType",
-    "Dtype",
-    "ScaleType",
-    "RoundType",
     "DeviceType",
+    "Dtype",
+    "QSchemeType",
     "QuantizationMode",
+    "RoundType",
+    "ScaleType",
     "TQTThresholdInitMeth",
+    "ZeroPointType",
 ]
 
 

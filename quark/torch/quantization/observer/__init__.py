@@ -32,14 +32,14 @@ from quark.torch.quantization.config.type import QSchemeType
 from quark.torch.quantization.tqt_init import jeffreys_threshold, three_sd
 
 __all__ = [
+    "OBSERVERS",
     "ObserverBase",
-    "PerTensorMinMaxObserver",
     "PerChannelMinMaxObserver",
-    "PerTensorPercentileObserver",
     "PerTensorMSEObserver",
+    "PerTensorMinMaxObserver",
+    "PerTensorPercentileObserver",
     "TQT3SDObserver",
     "TQTJeffreysObserver",
-    "OBSERVERS",
     "register_observer",
 ]
 

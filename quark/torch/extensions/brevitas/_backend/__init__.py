@@ -27,5 +27,5 @@ import warnings
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="fast_hadamard_transform package not found")
     warnings.filterwarnings("ignore", message="brevitas.fx is deprecated", category=DeprecationWarning)
-    import brevitas.graph.base  # noqa: F401,E402
-    import brevitas.graph.equalize  # noqa: F401,E402
+    import brevitas.graph.base
+    import brevitas.graph.equalize  # noqa: F401

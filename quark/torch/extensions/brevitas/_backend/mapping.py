@@ -15,8 +15,10 @@ so that calibration and the summary can read it back from the built proxies.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+import brevitas.nn as qnn
 import torch
 from brevitas import config as brevitas_config
 from brevitas.core.function_wrapper import FloorSte, RoundSte
@@ -29,14 +31,14 @@ from brevitas.proxy.float_runtime_quant import DynamicActFloatQuantProxyFromInje
 from brevitas.proxy.groupwise_float_parameter_quant import GroupwiseWeightFloatQuantProxyFromInjector
 from brevitas.proxy.groupwise_int_parameter_quant import GroupwiseWeightQuantProxyFromInjector
 from brevitas.proxy.runtime_quant import DynamicActQuantProxyFromInjector
-from brevitas.quant.float_quant_fnuz import FpFNUZActPerTensorFloat, FpFNUZWeightPerTensorFloat
-from brevitas.quant.float_quant_ocp import FpOCPActPerTensorFloat, FpOCPWeightPerTensorFloat
-from brevitas.quant.mx_quant_ocp import MXFloat8e4m3Act, MXFloat8e4m3Weight, MXInt8Act, MXInt8Weight
 from brevitas.quant.fixed_point import (
     Int8ActPerTensorFixedPoint,
     Int8WeightPerTensorFixedPoint,
     Uint8ActPerTensorFixedPoint,
 )
+from brevitas.quant.float_quant_fnuz import FpFNUZActPerTensorFloat, FpFNUZWeightPerTensorFloat
+from brevitas.quant.float_quant_ocp import FpOCPActPerTensorFloat, FpOCPWeightPerTensorFloat
+from brevitas.quant.mx_quant_ocp import MXFloat8e4m3Act, MXFloat8e4m3Weight, MXInt8Act, MXInt8Weight
 from brevitas.quant.scaled_int import (
     Int8ActPerTensorFloat,
     Int8BiasPerTensorFloatInternalScaling,
@@ -49,7 +51,6 @@ from brevitas.quant.shifted_scaled_int import (
     ShiftedUint8WeightPerTensorFloat,
     ShiftedUint8WeightPerTensorFloatMSE,
 )
-import brevitas.nn as qnn
 from torch import nn
 
 from quark.torch.extensions.brevitas._backend.quantizers import (
@@ -57,13 +58,13 @@ from quark.torch.extensions.brevitas._backend.quantizers import (
     CastScale,
     DynamicScaling,
     DynamicZeroPoint,
-    Pof2Scale,
-    QuarkIntScaling,
     ExactFloorPowerOfTwoRestrictValue,
     FusedPof2IntQuant,
     MXIntScaling,
-    SaturatingFloatQuant,
+    Pof2Scale,
+    QuarkIntScaling,
     RoundHalfAwayFromZeroSte,
+    SaturatingFloatQuant,
     TQTIntScaling,
     ZeroInclusiveMax,
     ZeroInclusiveMinMax,

@@ -26,7 +26,7 @@ from torch import nn
 
 from quark.torch.extensions.brevitas._backend.calibrate import CALIBRATED_FLAG, static_act_proxies
 
-__all__ = ["freeze", "uncalibrated_quantizers", "load_float_weights"]
+__all__ = ["freeze", "load_float_weights", "uncalibrated_quantizers"]
 
 
 def freeze(model: nn.Module) -> nn.Module:
@@ -45,9 +45,9 @@ def freeze(model: nn.Module) -> nn.Module:
     with torch.no_grad():
         for layer in model.modules():
             proxy = getattr(layer, "weight_quant", None)
-            if isinstance(proxy, WeightQuantProxyFromInjector) and proxy.is_quant_enabled:
-                if isinstance(getattr(proxy.tensor_quant, "scaling_impl", None), ParameterScaling):
-                    layer.weight.copy_(layer.quant_weight().value)
+            learned = isinstance(getattr(getattr(proxy, "tensor_quant", None), "scaling_impl", None), ParameterScaling)
+            if isinstance(proxy, WeightQuantProxyFromInjector) and proxy.is_quant_enabled and learned:
+                layer.weight.copy_(layer.quant_weight().value)
     return model
 
 

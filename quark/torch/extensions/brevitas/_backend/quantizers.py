@@ -32,11 +32,11 @@ import copy
 import torch
 from brevitas.core.function_wrapper import RoundSte
 from brevitas.core.quant.float import FloatQuant, min_internal_scale
-from brevitas.utils.torch_utils import float_internal_scale
 from brevitas.core.quant.int_base import IntQuant
 from brevitas.core.restrict_val import PowerOfTwoRestrictValue
 from brevitas.core.zero_point import _ScaleShiftZeroPoint
 from brevitas.function.ops_ste import round_ste
+from brevitas.utils.torch_utils import float_internal_scale
 from torch import Tensor, nn
 
 

@@ -8,9 +8,8 @@ changes the plan. ``docs/support.md`` lists the rows (generated; a test keeps it
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable
 
 from torch import nn
 

@@ -92,20 +92,20 @@ from dependencies import value
 from torch import Tensor, nn
 
 __all__ = [
-    "SharedMicroexponentFormat",
+    "FORMATS",
     "MX6",
     "MX9",
-    "FORMATS",
-    "shared_microexponent_fake_quant",
-    "SharedMicroexponentTensorQuant",
-    "SharedMicroexponentBlockView",
-    "SharedMicroexponentWeightProxy",
-    "SharedMicroexponentActProxy",
-    "SharedMicroexponentQuant",
-    "MX6Weight",
     "MX6Act",
-    "MX9Weight",
+    "MX6Weight",
     "MX9Act",
+    "MX9Weight",
+    "SharedMicroexponentActProxy",
+    "SharedMicroexponentBlockView",
+    "SharedMicroexponentFormat",
+    "SharedMicroexponentQuant",
+    "SharedMicroexponentTensorQuant",
+    "SharedMicroexponentWeightProxy",
+    "shared_microexponent_fake_quant",
     "shared_microexponent_quant",
 ]
 

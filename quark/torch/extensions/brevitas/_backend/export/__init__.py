@@ -14,10 +14,10 @@ from quark.torch.extensions.brevitas._backend.export.exporter import ModelExport
 from quark.torch.extensions.brevitas._backend.export.formats import ExportFormat
 
 __all__ = [
-    "ModelExporter",
-    "ExportFormat",
-    "UnsupportedExportError",
-    "TargetCheckError",
     "ExportFailedError",
+    "ExportFormat",
     "ExportVerificationError",
+    "ModelExporter",
+    "TargetCheckError",
+    "UnsupportedExportError",
 ]

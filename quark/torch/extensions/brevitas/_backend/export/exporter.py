@@ -193,14 +193,14 @@ class ModelExporter:
     def _verify(self, onnx_model, fmt, opset, inputs, expected, tolerance_lsb, target_checks):
         from quark.torch.extensions.brevitas._backend.export import verify as checks
 
-        common = dict(
-            path=self.export_path,
-            format=fmt,
-            exporter=EXPORTERS[self.dynamo][0],
-            opset=opset,
-            runtime=FORMATS[fmt].runtime,
-            target_checks=tuple(target_checks),
-        )
+        common = {
+            "path": self.export_path,
+            "format": fmt,
+            "exporter": EXPORTERS[self.dynamo][0],
+            "opset": opset,
+            "runtime": FORMATS[fmt].runtime,
+            "target_checks": tuple(target_checks),
+        }
         if expected is None:
             return checks.ExportReport(verified=False, **common)
         exact = checks.is_exact(onnx_model)
@@ -244,7 +244,7 @@ def _optimized_runtime_diff(checks, graph, onnx_model, feeds, expected, outputs)
     """Largest difference (LSBs where quantized) with ONNX Runtime's default optimizations; warn beyond 1 LSB."""
     try:
         produced = checks.run_onnxruntime_optimized(onnx_model, feeds)
-    except Exception as error:  # informative only: the graph was verified as written
+    except Exception as error:  # noqa: BLE001  informative only: the graph was verified as written
         logger.warning("ONNX Runtime with its default optimizations could not run the graph: %s", error)
         return None
     diffs = []

@@ -8,8 +8,8 @@ problem of a model and raises one :class:`UnsupportedExportError` naming the mod
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 import brevitas.nn as qnn
 from brevitas.nn.mixin.base import QuantLayerMixin

@@ -159,9 +159,9 @@ def is_exact(model: onnx.ModelProto) -> bool:
             exact.update(node.output)
             if node.op_type == "Shape" or all(i in on_grid for i in inputs):
                 on_grid.update(node.output)
-            if node.op_type == "Constant" and node.output[0] in graph.constants:
-                if np.issubdtype(graph.constants[node.output[0]].dtype, np.integer):
-                    on_grid.update(node.output)
+            constant = graph.constants.get(node.output[0]) if node.op_type == "Constant" else None
+            if constant is not None and np.issubdtype(constant.dtype, np.integer):
+                on_grid.update(node.output)
     return all(o.name in exact for o in model.graph.output)
 
 

@@ -12,8 +12,8 @@ from typing import Protocol
 
 from torch import nn
 
-from quark.torch.extensions.brevitas.config import Backend
 from quark.torch.extensions.brevitas._backend.rewrite.layerwise import LAYERWISE
+from quark.torch.extensions.brevitas.config import Backend
 from quark.torch.quantization.config.type import QuantizationMode
 from quark.torch.quantization.plan import LayerPlan, Site
 
