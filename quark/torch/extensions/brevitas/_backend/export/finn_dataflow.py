@@ -18,6 +18,8 @@ FPGA users read: :func:`dataflow_from_qonnx` (steps 1-4 of the module docstring 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
 import math
@@ -97,19 +99,23 @@ def _tag_origins(model) -> None:
 
 
 def _transform(model, transform):
-    """``model.transform(transform)``, then untagged new nodes inherit the module of the node
-    that produced or consumed the same tensor before (FINN builds new nodes for hardware layers,
-    keeping tensor names)."""
+    """``model.transform(transform)``, then untagged new nodes inherit the module of the node that
+    used the same weights, or produced or consumed the same tensor, before (FINN builds new nodes
+    for hardware layers, keeping tensor names)."""
     before: dict[str, str] = {}
     for node in model.graph.node:
         module = _tag(node)
         if module:
             for tensor in [*node.output, *node.input]:
                 before.setdefault(tensor, module)
-    model = model.transform(transform)
+    with contextlib.redirect_stdout(io.StringIO()) as printed:  # FINN prints its progress
+        model = model.transform(transform)
+    for line in printed.getvalue().splitlines():
+        logger.debug("FINN %s: %s", type(transform).__name__, line)
     for node in model.graph.node:
         if _tag(node) is None:
-            module = next((before[t] for t in [*node.output, *node.input] if t in before), None)
+            weights = [t for t in node.input if model.get_initializer(t) is not None]
+            module = next((before[t] for t in [*weights, *node.output, *node.input] if t in before), None)
             if module:
                 _set_tag(node, module)
     return model
@@ -527,3 +533,502 @@ def _float_layers(partition) -> list[str]:
         if any(partition.get_tensor_datatype(t) == DataType["FLOAT32"] for t in tensors):
             found.append(_named(partition, node))
     return found
+
+
+# -- fit and speed for a part ----------------------------------------------------------------------
+
+#: resources FINN's analytical models estimate (no flip-flop model), compared with the part
+ESTIMATED = ("LUT", "BRAM_18K", "URAM", "DSP")
+#: folding attributes reported and written to the folding configuration (FINN's list in
+#: ``step_target_fps_parallelization``)
+FOLDING_ATTRIBUTES = ("PE", "SIMD", "parallel_window", "ram_style", "ram_style_thresholds", "resType",
+                      "mem_mode", "runtime_writeable_weights")
+
+
+@dataclass(frozen=True)
+class LayerEstimate:
+    """One hardware layer: FINN's resource and cycle estimates at its folding."""
+
+    name: str
+    op_type: str
+    module: str | None
+    resources: dict[str, float]  # ESTIMATED -> count
+    cycles: int  # per frame
+    folding: dict[str, Any]  # PE, SIMD, ... where the layer has them
+    shape: dict[str, Any]  # the attributes that bound the folding (MW, MH, NumChannels, ...)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Fit and speed of the folded dataflow on a part, at a clock and a target throughput."""
+
+    part: FpgaPart
+    clock_mhz: float
+    target_fps: float | None
+    layers: tuple[LayerEstimate, ...]
+    max_cycles: int
+    bottleneck: str
+    critical_path_cycles: int
+    folding_notes: tuple[str, ...]  # what FINN's SetFolding reported
+    problems: tuple[str, ...] = ()  # does not fit / misses the target: the layer and what to change
+
+    @property
+    def totals(self) -> dict[str, float]:
+        return {r: float(sum(layer.resources[r] for layer in self.layers)) for r in ESTIMATED}
+
+    @property
+    def utilization(self) -> dict[str, float]:
+        capacity = self.part.capacity
+        return {r: (v / capacity[r] if capacity[r] else (math.inf if v else 0.0)) for r, v in self.totals.items()}
+
+    @property
+    def fps(self) -> float:
+        return self.clock_mhz * 1e6 / self.max_cycles
+
+    @property
+    def latency_ms(self) -> float:
+        return self.critical_path_cycles / (self.clock_mhz * 1e3)
+
+    @property
+    def fits(self) -> bool:
+        return all(u <= 1.0 for u in self.utilization.values())
+
+    @property
+    def meets_target(self) -> bool:
+        return self.target_fps is None or self.fps >= self.target_fps * (1 - 1e-9)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "part": asdict(self.part),
+            "clock_mhz": self.clock_mhz,
+            "target_fps": self.target_fps,
+            "estimated_fps": self.fps,
+            "latency_ms": self.latency_ms,
+            "max_cycles": self.max_cycles,
+            "bottleneck": self.bottleneck,
+            "critical_path_cycles": self.critical_path_cycles,
+            "totals": self.totals,
+            "utilization": self.utilization,
+            "fits": self.fits,
+            "meets_target": self.meets_target,
+            "problems": list(self.problems),
+            "folding_notes": list(self.folding_notes),
+            "layers": [asdict(layer) for layer in self.layers],
+        }
+
+    def markdown(self) -> str:
+        target = f"{self.target_fps:g} fps" if self.target_fps else "none (PE = SIMD = 1)"
+        lines = [
+            f"# FINN estimate: {self.part.part} at {self.clock_mhz:g} MHz",
+            "",
+            f"Target: {target}. Estimated: **{self.fps:,.0f} fps**, latency {self.latency_ms:.4g} ms "
+            f"({self.critical_path_cycles} cycles), bottleneck {self.bottleneck} ({self.max_cycles} cycles per frame). "
+            f"Fits: **{'yes' if self.fits else 'no'}**; meets the target: **{'yes' if self.meets_target else 'no'}**.",
+            "",
+            "| layer | module | folding | cycles | " + " | ".join(ESTIMATED) + " |",
+            "|---|---|---|---|" + "---|" * len(ESTIMATED),
+        ]
+        for layer in self.layers:
+            folding = ", ".join(f"{k}={v}" for k, v in layer.folding.items() if k in ("PE", "SIMD"))
+            figures = " | ".join(f"{layer.resources[r]:,.0f}" for r in ESTIMATED)
+            lines.append(f"| {layer.name} | {layer.module or ''} | {folding} | {layer.cycles:,} | {figures} |")
+        totals = self.totals
+        lines.append("| **total** | | | | " + " | ".join(f"**{totals[r]:,.0f}**" for r in ESTIMATED) + " |")
+        lines.append(
+            f"| **{self.part.part}** | | | | " + " | ".join(f"{self.part.capacity[r]:,}" for r in ESTIMATED) + " |"
+        )
+        lines.append(
+            "| **used** | | | | " + " | ".join(f"{100 * self.utilization[r]:.1f} %" for r in ESTIMATED) + " |"
+        )
+        if self.problems:
+            lines += ["", "## Problems", "", *(f"- {p}" for p in self.problems)]
+        if self.folding_notes:
+            lines += ["", "## FINN's folding notes", "", *(f"- {n}" for n in self.folding_notes)]
+        lines += ["", f"Capacity: {self.part.source}. Estimates: FINN's analytical models (res_estimation, "
+                  "exp_cycles_per_layer, dataflow_performance); no flip-flop model."]
+        return "\n".join(lines) + "\n"
+
+
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(" ".join(record.getMessage().split()))
+
+
+def fold_and_estimate(
+    partition,
+    part: str | FpgaPart,
+    *,
+    target_fps: float | None = None,
+    clock_mhz: float = 100.0,
+    mvau_wwidth_max: int = MVAU_WWIDTH_MAX,
+):
+    """Specialize the partition's layers for ``part``, fold them for ``target_fps`` at
+    ``clock_mhz`` (FINN's SetFolding; without a target every layer keeps PE = SIMD = 1), minimize
+    bit widths, and estimate resources and cycles. Returns (folded model, :class:`Estimate`)."""
+    from finn.analysis.fpgadataflow.dataflow_performance import dataflow_performance
+    from finn.analysis.fpgadataflow.exp_cycles_per_layer import exp_cycles_per_layer
+    from finn.analysis.fpgadataflow.res_estimation import res_estimation
+    from finn.transformation.fpgadataflow.annotate_cycles import AnnotateCycles
+    from finn.transformation.fpgadataflow.minimize_accumulator_width import MinimizeAccumulatorWidth
+    from finn.transformation.fpgadataflow.minimize_weight_bit_width import MinimizeWeightBitWidth
+    from finn.transformation.fpgadataflow.set_folding import SetFolding
+    from finn.transformation.fpgadataflow.specialize_layers import SpecializeLayers
+    from qonnx.transformation.general import GiveUniqueNodeNames
+    from qonnx.transformation.infer_datatypes import InferDataTypes
+    from qonnx.transformation.infer_shapes import InferShapes
+
+    fpga = part if isinstance(part, FpgaPart) else resolve(part)
+    if not (isinstance(clock_mhz, (int, float)) and clock_mhz > 0):
+        raise ValueError(f"clock_mhz={clock_mhz!r}: expected a frequency in MHz > 0")
+    if target_fps is not None and not (isinstance(target_fps, (int, float)) and target_fps > 0):
+        raise ValueError(f"target_fps={target_fps!r}: expected frames per second > 0, or None")
+    model = partition
+    for transform in (SpecializeLayers(fpga.part), GiveUniqueNodeNames(), InferShapes(), InferDataTypes()):
+        model = _transform(model, transform)
+    notes = _Collect()
+    finn_log = logging.getLogger("finn_logger")
+    finn_log.addHandler(notes)
+    propagate, finn_log.propagate = finn_log.propagate, False  # FINN's notes go to the report
+    try:
+        if target_fps is not None:
+            cycles = max(1, int(clock_mhz * 1e6 / target_fps))
+            model = _transform(model, SetFolding(cycles, mvau_wwidth_max=mvau_wwidth_max, two_pass_relaxation=True))
+        for transform in (MinimizeWeightBitWidth(), MinimizeAccumulatorWidth(), InferDataTypes(), AnnotateCycles()):
+            model = _transform(model, transform)
+    finally:
+        finn_log.removeHandler(notes)
+        finn_log.propagate = propagate
+    resources = model.analysis(partial(res_estimation, fpgapart=fpga.part))
+    cycles = model.analysis(exp_cycles_per_layer)
+    performance = model.analysis(dataflow_performance)
+    layers = tuple(_layer_estimate(model, node, resources[node.name], cycles[node.name]) for node in model.graph.node)
+    estimate = Estimate(
+        fpga, float(clock_mhz), None if target_fps is None else float(target_fps), layers,
+        int(performance["max_cycles"]), str(performance["max_cycles_node_name"]),
+        int(performance["critical_path_cycles"]), tuple(dict.fromkeys(notes.messages)),
+    )
+    estimate = Estimate(**{**estimate.__dict__, "problems": tuple(_problems(estimate, mvau_wwidth_max))})
+    logger.info("FINN estimate on %s: %.0f fps, %s", fpga.part, estimate.fps, estimate.totals)
+    return model, estimate
+
+
+#: node attributes that bound a layer's folding, reported with it
+_SHAPE_ATTRIBUTES = ("MW", "MH", "Channels", "NumChannels", "IFMChannels", "Kernel", "Dim", "IFMDim", "numInputVectors")
+
+
+def _layer_estimate(model, node, resources: dict[str, Any], cycles: float) -> LayerEstimate:
+    from qonnx.custom_op.registry import getCustomOp
+
+    op = getCustomOp(node)
+    attributes = {a.name for a in node.attribute}
+
+    def attrs(names):
+        return {n: _plain(op.get_nodeattr(n)) for n in names if n in attributes}
+
+    return LayerEstimate(
+        node.name, node.op_type, origin(model, node),
+        {r: float(resources.get(r, 0)) for r in ESTIMATED}, int(cycles),
+        attrs(FOLDING_ATTRIBUTES), attrs(_SHAPE_ATTRIBUTES),
+    )
+
+
+def _plain(value):
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode()
+    return value.item() if hasattr(value, "item") else value
+
+
+def _problems(estimate: Estimate, mvau_wwidth_max: int) -> list[str]:
+    """What keeps the design from the target or the part: the layer, its numbers, what to change."""
+    problems = []
+    if not estimate.meets_target:
+        target_cycles = estimate.clock_mhz * 1e6 / estimate.target_fps
+        slow = sorted((layer for layer in estimate.layers if layer.cycles > target_cycles), key=lambda item: -item.cycles)
+        named = [layer for layer in slow if any(note.startswith(layer.name + ":") or f"Node {layer.name} " in note
+                                                 for note in estimate.folding_notes)]
+        limiting = named or slow[:1]
+        for layer in limiting:
+            problems.append(
+                f"throughput: layer {layer.name} ({layer.op_type}{_module(layer)}, {_shape(layer)}) needs "
+                f"{layer.cycles:,} cycles per frame at {_folding(layer)}; the target {estimate.target_fps:g} fps at "
+                f"{estimate.clock_mhz:g} MHz allows {target_cycles:,.0f}: {_speed_fix(layer, estimate, mvau_wwidth_max)}"
+            )
+        others = [layer.name for layer in slow if layer not in limiting]
+        if others:
+            problems.append(
+                f"throughput: {len(others)} more layer(s) ({', '.join(others[:6])}{', ...' if len(others) > 6 else ''}) "
+                f"were folded only down to the limiting layer's {estimate.max_cycles:,} cycles (FINN's two-pass "
+                "relaxation); they follow once it is fixed"
+            )
+    for resource, used in estimate.utilization.items():
+        if used <= 1.0:
+            continue
+        largest = sorted(estimate.layers, key=lambda item: -item.resources[resource])[:3]
+        names = ", ".join(f"{layer.name}{_module(layer)} {layer.resources[resource]:,.0f}" for layer in largest)
+        problems.append(
+            f"fit: {estimate.totals[resource]:,.0f} {resource} estimated, {estimate.part.part} has "
+            f"{estimate.part.capacity[resource]:,}; largest: {names}: {FIT_FIXES[resource]}"
+        )
+    return problems
+
+
+def _module(layer: LayerEstimate) -> str:
+    return f", module {layer.module!r}" if layer.module else ""
+
+
+def _shape(layer: LayerEstimate) -> str:
+    return ", ".join(f"{k}={v}" for k, v in layer.shape.items()) or "no shape attributes"
+
+
+def _folding(layer: LayerEstimate) -> str:
+    return ", ".join(f"{k}={layer.folding[k]}" for k in ("PE", "SIMD") if k in layer.folding) or "its only folding"
+
+
+#: resource -> what lowers it
+FIT_FIXES: dict[str, str] = {
+    "LUT": "lower target_fps (less parallel layers use fewer LUTs), lower the bit widths of weights and "
+    "activations, or choose a larger part",
+    "BRAM_18K": "weights and thresholds live in block RAM: use fewer or narrower weights (lower weight bit "
+    "width, fewer channels), a part with more BRAM/URAM, or ram_style='distributed' in the folding config",
+    "URAM": "use fewer or narrower weights, or a part with more URAM",
+    "DSP": "lower target_fps, or weights and activations of at most 4 bits (FINN maps them to LUTs)",
+}
+
+
+def _speed_fix(layer: LayerEstimate, estimate: Estimate, mvau_wwidth_max: int) -> str:
+    best = f"at most {estimate.fps:,.0f} fps at this folding"
+    shape, folding = layer.shape, layer.folding
+    if layer.op_type.startswith("MVAU") and folding.get("SIMD", 0) < shape.get("MW", 0):
+        return (
+            f"SIMD is bounded by mvau_wwidth_max={mvau_wwidth_max} >= SIMD x weight bits: lower the weight bit "
+            f"width, raise mvau_wwidth_max, lower target_fps ({best}) or raise clock_mhz"
+        )
+    return f"lower target_fps ({best}) or raise clock_mhz; FINN's SetFolding could not fold it further"
+
+
+# -- one call: QONNX file -> directory -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The hardware-layer graph executed in Python (qonnx ``execute_onnx``) against a reference."""
+
+    reference: str  # "torch" (expected outputs given) or "QONNX"
+    samples: int
+    max_abs_diff: float
+    predictions_identical: bool  # argmax (or the top-k indices) equal on every sample
+    allowed: float
+
+    @property
+    def passed(self) -> bool:
+        return self.predictions_identical and self.max_abs_diff <= self.allowed
+
+
+@dataclass(frozen=True)
+class DataflowExport:
+    """What :func:`export_finn_dataflow` wrote and found."""
+
+    directory: str
+    files: dict[str, str]  # role -> path
+    steps: tuple[StepCheck, ...]
+    outside: tuple[str, ...]
+    float_layers: tuple[str, ...]
+    estimate: Estimate
+    verification: Verification
+
+    def __str__(self) -> str:
+        v, e = self.verification, self.estimate
+        lines = [
+            f"FINN dataflow in {self.directory}: one partition of "
+            f"{len(e.layers)} hardware layers; outside: {', '.join(self.outside) or 'nothing'}",
+            *("  " + s.describe() for s in self.steps),
+            f"  verified on {v.samples} samples against {v.reference}: max |diff| {v.max_abs_diff:.3g} "
+            f"(allowed {v.allowed:.3g}), predictions {'identical' if v.predictions_identical else 'DIFFER'} -> "
+            f"{'PASS' if v.passed else 'FAIL'}",
+            f"  {e.part.part} at {e.clock_mhz:g} MHz: {e.fps:,.0f} fps, "
+            + ", ".join(f"{r} {e.totals[r]:,.0f} ({100 * e.utilization[r]:.1f} %)" for r in ESTIMATED),
+            *("  problem: " + p for p in e.problems),
+        ]
+        return "\n".join(lines)
+
+
+def export_finn_dataflow(
+    qonnx_path: str | os.PathLike,
+    inputs: Any,
+    output_dir: str | os.PathLike,
+    *,
+    expected: Any = None,
+    part: str = "xc7z020clg400-1",
+    target_fps: float | None = None,
+    clock_mhz: float = 100.0,
+    top_k: int | None = None,
+    check_samples: int = 4,
+    rtol: float = STEP_RTOL,
+    mvau_wwidth_max: int = MVAU_WWIDTH_MAX,
+) -> DataflowExport:
+    """From a QONNX file to a directory ready for FINN's ``build_dataflow`` (with Vivado).
+
+    Runs :func:`dataflow_from_qonnx` (each step checked on the first ``check_samples`` inputs),
+    executes the hardware-layer graph on every input and compares it with ``expected`` (the
+    torch model's outputs; default: the QONNX graph's), then :func:`fold_and_estimate` for
+    ``part``. Writes to ``output_dir``:
+
+    - ``model.qonnx.onnx``: the QONNX file;
+    - ``dataflow_parent.onnx`` / ``dataflow_partition.onnx``: FINN's parent graph (host-side layout
+      nodes and one StreamingDataflowPartition) and the partition, specialized for ``part`` and folded;
+    - ``folding_config.json``: the folding of every layer (FINN's ``folding_config_file`` format);
+    - ``build_config.json``: the settings of FINN's ``DataflowBuildConfig`` for the rest of the build;
+    - ``estimate.md`` / ``estimate.json``: per-layer and total resources, cycles, fps, latency against
+      the part's capacity, and what keeps the design from the target or the part;
+    - ``verification.json``: the step checks and the hardware graph against torch.
+
+    The verified graph is the hardware-layer graph before specialization: the specialized HLS/RTL
+    layers run only in FINN's cppsim/rtlsim, which need Vivado; folding does not change what a
+    layer computes.
+
+    Raises:
+        FinnDataflowError: a step failed or changed the outputs, nodes stayed outside the hardware, or
+            the hardware graph differs from ``expected``; names the step, node (and torch module) or
+            sample count.
+        ValueError: unknown part, bad clock or target.
+    """
+    from finn.util.config import extract_model_config_to_json
+    from qonnx.custom_op.registry import getCustomOp
+
+    samples = _as_array(inputs, "inputs")
+    if samples.ndim < 2:
+        raise ValueError(f"inputs: expected a batch of samples (batch first), got shape {samples.shape}")
+    fpga = resolve(part) if not isinstance(part, FpgaPart) else part  # fail before the long steps
+    out = os.fspath(output_dir)
+    os.makedirs(out, exist_ok=True)
+    files = {"qonnx": os.path.join(out, "model.qonnx.onnx")}
+    if os.path.abspath(qonnx_path) != os.path.abspath(files["qonnx"]):
+        shutil.copyfile(os.fspath(qonnx_path), files["qonnx"])
+    dataflow = dataflow_from_qonnx(files["qonnx"], samples[:check_samples], out, top_k=top_k, rtol=rtol)
+    verification = _verify(dataflow.parent, samples, expected, top_k, rtol, files["qonnx"])
+    folded, estimate = fold_and_estimate(
+        dataflow.partition, fpga, target_fps=target_fps, clock_mhz=clock_mhz, mvau_wwidth_max=mvau_wwidth_max
+    )
+    files.update({
+        "partition": os.path.join(out, "dataflow_partition.onnx"),
+        "parent": os.path.join(out, "dataflow_parent.onnx"),
+        "folding_config": os.path.join(out, "folding_config.json"),
+        "build_config": os.path.join(out, "build_config.json"),
+        "estimate_md": os.path.join(out, "estimate.md"),
+        "estimate_json": os.path.join(out, "estimate.json"),
+        "verification": os.path.join(out, "verification.json"),
+    })
+    folded.save(files["partition"])
+    getCustomOp(dataflow.parent.get_nodes_by_op_type("StreamingDataflowPartition")[0]).set_nodeattr(
+        "model", files["partition"]
+    )
+    dataflow.parent.save(files["parent"])
+    extract_model_config_to_json(folded, files["folding_config"], list(FOLDING_ATTRIBUTES))
+    _write_json(files["build_config"], _build_config(fpga, clock_mhz, files["folding_config"]))
+    with open(files["estimate_md"], "w") as f:
+        f.write(estimate.markdown())
+    _write_json(files["estimate_json"], estimate.to_json())
+    result = DataflowExport(
+        out, files, tuple(dataflow.steps), tuple(dataflow.outside), tuple(dataflow.float_layers), estimate,
+        verification,
+    )
+    _write_json(files["verification"], {
+        "steps": [asdict(s) for s in result.steps], "outside_partition": list(result.outside),
+        "float_layers": list(result.float_layers), "hardware_graph": {**asdict(verification), "passed": verification.passed},
+    })
+    if not verification.passed:
+        raise FinnDataflowError(
+            f"the hardware-layer graph differs from {verification.reference} on {verification.samples} samples: max "
+            f"|diff| {verification.max_abs_diff:.6g} (allowed {verification.allowed:.6g}), predictions "
+            f"{'identical' if verification.predictions_identical else 'differ'}; files are in {out}"
+        )
+    logger.info("%s", result)
+    return result
+
+
+def _as_array(value: Any, name: str) -> np.ndarray:
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().float().numpy()
+    try:
+        return np.asarray(value, dtype=np.float32)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{name}: expected one tensor or array, got {type(value).__name__}") from error
+
+
+def _verify(parent, samples, expected, top_k, rtol, qonnx_path) -> Verification:
+    """The hardware-layer graph on every sample against torch's outputs (or the QONNX graph's)."""
+    produced = _execute(parent, samples)
+    if expected is None:
+        from qonnx.core.modelwrapper import ModelWrapper
+        from qonnx.transformation.change_batchsize import ChangeBatchSize
+        from qonnx.transformation.infer_shapes import InferShapes
+        from qonnx.util.cleanup import cleanup_model
+
+        reference = _execute(cleanup_model(ModelWrapper(qonnx_path)).transform(ChangeBatchSize(1)).transform(InferShapes()), samples)
+        name = "QONNX"
+    else:
+        reference, name = _as_array(expected, "expected"), "torch"
+    if top_k is not None:
+        labels = _top_indices(reference, top_k)
+        diff = _max_diff(produced.reshape(labels.shape), labels)
+        return Verification(name, len(samples), diff, diff == 0.0, 0.0)
+    diff = _max_diff(produced, reference.reshape(produced.shape))
+    identical = bool(np.array_equal(produced.argmax(-1), reference.reshape(produced.shape).argmax(-1)))
+    return Verification(name, len(samples), diff, identical, rtol * max(1.0, float(np.max(np.abs(reference)))))
+
+
+def _build_config(fpga: FpgaPart, clock_mhz: float, folding_config: str) -> dict[str, Any]:
+    """Settings of FINN's ``DataflowBuildConfig`` (``finn.builder.build_dataflow_config``) that
+    continue from ``dataflow_partition.onnx``: it is specialized and folded, so the build starts
+    at code generation."""
+    return {
+        "output_dir": "finn_build",
+        "fpga_part": fpga.part,
+        "board": fpga.boards[0],
+        "shell_flow_type": "vitis_alveo" if fpga.part.startswith("xcu") else "vivado_zynq",
+        "synth_clk_period_ns": 1e3 / clock_mhz,
+        "folding_config_file": os.path.basename(folding_config),
+        "steps": ["step_minimize_bit_width", "step_generate_estimate_reports", "step_hw_codegen", "step_hw_ipgen",
+                  "step_set_fifo_depths", "step_create_stitched_ip", "step_synthesize_bitfile",
+                  "step_make_driver", "step_deployment_package"],
+        "generate_outputs": ["estimate_reports", "stitched_ip", "bitfile", "pynq_driver", "deployment_package"],
+    }
+
+
+def _write_json(path: str, data: Any) -> None:
+    with open(path, "w") as f:
+        json.dump(data, f, indent=2, default=_plain)
+
+
+def export_finn_dataflow_model(model: Any, example: Any, output_dir: str | os.PathLike, **options: Any) -> DataflowExport:
+    """A quantized torch model to a FINN dataflow directory: QONNX export (verified against torch by
+    ``ModelExporter.export_qonnx_model``), then :func:`export_finn_dataflow` with the torch model's
+    outputs on ``example`` (one tensor, batch first) as the expected outputs.
+
+    ``options`` are those of :func:`export_finn_dataflow` (``part``, ``target_fps``, ``clock_mhz``,
+    ``top_k``, ...). The model is unchanged.
+    """
+    import torch
+
+    from quark.torch.extensions.brevitas._backend.export.exporter import ModelExporter
+
+    if not isinstance(example, torch.Tensor):
+        raise TypeError(
+            f"example: FINN's dataflow takes one input tensor (batch first), got {type(example).__name__}"
+        )
+    path = os.path.join(os.fspath(output_dir), "model.qonnx.onnx")
+    ModelExporter(path).export_qonnx_model(model, example)
+    training = model.training
+    try:
+        with torch.no_grad():
+            expected = model.eval()(example.to(next(model.parameters()).device))
+    finally:
+        model.train(training)
+    expected = getattr(expected, "value", expected)  # a QuantTensor's float value
+    return export_finn_dataflow(path, example, output_dir, expected=expected, **options)
