@@ -38,7 +38,9 @@ WEIGHT_BITS, ACT_BITS = 4, 4
 #: (``rounding_mode=HALF_UP``); Brevitas' stock handler would write ROUND whatever the quantizer does.
 RELU_HALF_UP = Uint8ActPerTensorFixedPoint.let(
     float_to_int_impl=RoundHalfAwayFromZeroSte,
-    quark_spec=TensorQuant(bit_width=ACT_BITS, signed=False, scale_type=ScaleType.pof2, round_method=RoundType.round),
+    quark_spec=TensorQuant(
+        bit_width=ACT_BITS, signed=False, scale_type=ScaleType.pof2, round_method=RoundType.round
+    ),
 )
 
 
@@ -71,12 +73,15 @@ def _linear(cin: int, cout: int, bias: bool = False) -> qnn.QuantLinear:
     )
 
 
-def _conv_bn_relu(cin: int, cout: int, **kwargs) -> list[nn.Module]:
-    return [_conv(cin, cout, **kwargs), nn.BatchNorm2d(cout), _relu()]
+def _conv_bn_relu(cin: int, cout: int, relu_quant: type = RELU_HALF_UP, **kwargs) -> list[nn.Module]:
+    return [_conv(cin, cout, **kwargs), nn.BatchNorm2d(cout), _relu(relu_quant)]
 
 
-def tfc(width: int = 64) -> nn.Module:
-    """FINN's TFC: fully connected layers with batch norm and 4-bit ReLUs on the flattened image."""
+def tfc(width: int = 64, head_bias: bool = True) -> nn.Module:
+    """FINN's TFC: fully connected layers with batch norm and 4-bit ReLUs on the flattened image.
+
+    ``head_bias=False``: the last layer's output is an integer times one scale, which FINN's
+    top-k (LabelSelect) can take, as in FINN's own TFC."""
     return nn.Sequential(
         nn.Flatten(),
         _input_quant(),
@@ -86,7 +91,7 @@ def tfc(width: int = 64) -> nn.Module:
         _linear(width, width),
         nn.BatchNorm1d(width),
         _relu(),
-        _linear(width, 10, bias=True),
+        _linear(width, 10, bias=head_bias),
     )
 
 
@@ -110,12 +115,12 @@ def cnv() -> nn.Module:
 class ResidualBlock(nn.Module):
     """conv-BN-ReLU-conv-BN, added to the block input; both summands share one quantizer, then ReLU."""
 
-    def __init__(self, channels: int):
+    def __init__(self, channels: int, relu_quant: type = RELU_HALF_UP):
         super().__init__()
-        self.conv1, self.bn1, self.relu1 = _conv_bn_relu(channels, channels)
+        self.conv1, self.bn1, self.relu1 = _conv_bn_relu(channels, channels, relu_quant)
         self.conv2, self.bn2 = _conv(channels, channels), nn.BatchNorm2d(channels)
         self.add_quant = qnn.QuantIdentity(act_quant=Int8ActPerTensorFixedPoint, return_quant_tensor=True)
-        self.relu = _relu()
+        self.relu = _relu(relu_quant)
 
     def forward(self, x):
         branch = self.bn2(self.conv2(self.relu1(self.bn1(self.conv1(x)))))
@@ -123,13 +128,15 @@ class ResidualBlock(nn.Module):
 
 
 class ResNetLike(nn.Module):
-    """A stem, two residual blocks with identity shortcuts, max pooling and a linear head."""
+    """A stem, two residual blocks with identity shortcuts, max pooling and a linear head.
 
-    def __init__(self, channels: int = 16):
+    ``relu_quant``: the ReLUs' quantizer (default rounds half up, as FINN does)."""
+
+    def __init__(self, channels: int = 16, relu_quant: type = RELU_HALF_UP):
         super().__init__()
         self.input_quant = _input_quant()
-        self.stem = nn.Sequential(*_conv_bn_relu(1, channels))
-        self.blocks = nn.Sequential(ResidualBlock(channels), ResidualBlock(channels))
+        self.stem = nn.Sequential(*_conv_bn_relu(1, channels, relu_quant))
+        self.blocks = nn.Sequential(ResidualBlock(channels, relu_quant), ResidualBlock(channels, relu_quant))
         self.pool = nn.MaxPool2d(4)
         self.flatten = nn.Flatten()
         self.head = _linear(channels * 2 * 2, 10, bias=True)
@@ -194,10 +201,11 @@ def digits_batches(batch_size: int = 64, seed: int = 0):
     return train, test
 
 
-def calibrated(name: str, calib: list[torch.Tensor], seed: int = 0) -> nn.Module:
-    """The zoo network ``name``, seeded, with batch-norm statistics and activation ranges from ``calib``."""
+def calibrated(name: str | Callable[[], nn.Module], calib: list[torch.Tensor], seed: int = 0) -> nn.Module:
+    """The zoo network ``name`` (or built by ``name()``), seeded, with batch-norm statistics and
+    activation ranges from ``calib``."""
     torch.manual_seed(seed)
-    model = FINN_ZOO[name]()
+    model = FINN_ZOO[name]() if isinstance(name, str) else name()
     with torch.no_grad():
         model.train()
         for x in calib:  # batch-norm running statistics

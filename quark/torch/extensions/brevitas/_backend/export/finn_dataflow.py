@@ -27,13 +27,13 @@ import os
 import shutil
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
 
 import numpy as np
 
-from quark.torch.extensions.brevitas._backend.export.fpga_parts import RESOURCES, FpgaPart, resolve
+from quark.torch.extensions.brevitas._backend.export.fpga_parts import FpgaPart, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -190,8 +190,14 @@ def _tidy(model):
     from qonnx.transformation.infer_datatypes import InferDataTypes
     from qonnx.transformation.infer_shapes import InferShapes
 
-    for transform in (InferShapes(), FoldConstants(), GiveUniqueNodeNames(), GiveReadableTensorNames(),
-                      InferDataTypes(), RemoveStaticGraphInputs()):
+    for transform in (
+        InferShapes(),
+        FoldConstants(),
+        GiveUniqueNodeNames(),
+        GiveReadableTensorNames(),
+        InferDataTypes(),
+        RemoveStaticGraphInputs(),
+    ):
         model = _transform(model, transform)
     return model
 
@@ -212,8 +218,7 @@ def _streamline(model):
     residual examples add for forks, joins and concatenations (``StreamlinePlus``: move scales
     and biases past forks, elementwise adds and concats, absorb transposes), and the
     threshold rounding of its ResNet example."""
-    import finn.transformation.streamline.absorb as absorb
-    from finn.transformation.streamline import Streamline
+    from finn.transformation.streamline import Streamline, absorb
     from finn.transformation.streamline.reorder import MakeMaxPoolNHWC
     from finn.transformation.streamline.round_thresholds import RoundAndClipThresholds
     from qonnx.transformation.bipolar_to_xnor import ConvertBipolarMatMulToXnorPopcount
@@ -226,13 +231,22 @@ def _streamline(model):
     if branches:  # before MaxPool becomes MaxPoolNHWC, which scales cannot pass
         passes += [_scales_past_branches(), Streamline()]
     if model.get_nodes_by_op_type("Conv"):
-        passes += [LowerConvsToMatMul(), MakeMaxPoolNHWC(), absorb.AbsorbTransposeIntoMultiThreshold(),
-                   MakeMaxPoolNHWC(), absorb.AbsorbConsecutiveTransposes()]
+        passes += [
+            LowerConvsToMatMul(),
+            MakeMaxPoolNHWC(),
+            absorb.AbsorbTransposeIntoMultiThreshold(),
+            MakeMaxPoolNHWC(),
+            absorb.AbsorbConsecutiveTransposes(),
+        ]
     passes += [ConvertBipolarMatMulToXnorPopcount(), Streamline()]
     if branches:  # the layout group of StreamlinePlus: transposes past forks and joins, until they cancel
         passes.append(_transposes_past_branches())
-    passes += [RoundAndClipThresholds(), absorb.AbsorbScalarMulAddIntoTopK(), InferDataLayouts(),
-               RemoveUnusedTensors()]
+    passes += [
+        RoundAndClipThresholds(),
+        absorb.AbsorbScalarMulAddIntoTopK(),
+        InferDataLayouts(),
+        RemoveUnusedTensors(),
+    ]
     for transform in passes:
         model = _transform(model, transform)
     return _tidy(model)
@@ -245,18 +259,20 @@ def _scales_past_branches():
     from finn.transformation.streamline import reorder
     from qonnx.transformation.composed import ComposedTransformation
 
-    return ComposedTransformation([
-        reorder.MoveLinearPastEltwiseAdd(),
-        reorder.MoveChannelwiseLinearPastFork(),
-        reorder.MoveScalarLinearPastInvariants(),
-        reorder.MoveMulPastFork(),
-        reorder.MoveMulPastJoinAdd(),
-        reorder.MoveAddPastJoinAdd(),
-        reorder.MoveConstMulPastJoinMul(),
-        reorder.MoveAffinePastJoinConcat(),
-        reorder.MoveMulPastJoinConcat(),
-        reorder.MoveAddPastJoinConcat(),
-    ])
+    return ComposedTransformation(
+        [
+            reorder.MoveLinearPastEltwiseAdd(),
+            reorder.MoveChannelwiseLinearPastFork(),
+            reorder.MoveScalarLinearPastInvariants(),
+            reorder.MoveMulPastFork(),
+            reorder.MoveMulPastJoinAdd(),
+            reorder.MoveAddPastJoinAdd(),
+            reorder.MoveConstMulPastJoinMul(),
+            reorder.MoveAffinePastJoinConcat(),
+            reorder.MoveMulPastJoinConcat(),
+            reorder.MoveAddPastJoinConcat(),
+        ]
+    )
 
 
 def _transposes_past_branches():
@@ -264,17 +280,19 @@ def _transposes_past_branches():
     from finn.transformation.streamline import absorb, collapse_repeated, remove, reorder
     from qonnx.transformation.composed import ComposedTransformation
 
-    return ComposedTransformation([
-        reorder.MoveTransposePastFork(),
-        reorder.MoveTransposePastJoinConcat(),
-        reorder.MoveTransposePastEltwise(),
-        reorder.MoveTransposePastJoinMul(),
-        reorder.MoveTransposePastJoinAdd(),
-        collapse_repeated.CollapseRepeatedTranspose(),
-        remove.RemoveIdentityTranspose(),
-        absorb.AbsorbTransposeIntoMultiThreshold(),
-        absorb.AbsorbConsecutiveTransposes(),
-    ])
+    return ComposedTransformation(
+        [
+            reorder.MoveTransposePastFork(),
+            reorder.MoveTransposePastJoinConcat(),
+            reorder.MoveTransposePastEltwise(),
+            reorder.MoveTransposePastJoinMul(),
+            reorder.MoveTransposePastJoinAdd(),
+            collapse_repeated.CollapseRepeatedTranspose(),
+            remove.RemoveIdentityTranspose(),
+            absorb.AbsorbTransposeIntoMultiThreshold(),
+            absorb.AbsorbConsecutiveTransposes(),
+        ]
+    )
 
 
 def _branches(model) -> bool:
@@ -316,14 +334,29 @@ def _hw_conversions() -> tuple[tuple[tuple[str, ...], Callable[[], Any]], ...]:
     from finn.transformation.fpgadataflow.convert_to_hw import quantized_matrix_vector_activation as mvau
     from finn.transformation.move_reshape import RemoveCNVtoFCFlatten
 
-    elementwise = ("Mul", "Div", "Sub", "Add", "And", "Or", "Xor", "Equal", "Less", "LessOrEqual",
-                   "Greater", "GreaterOrEqual")
+    elementwise = (
+        "Mul",
+        "Div",
+        "Sub",
+        "Add",
+        "And",
+        "Or",
+        "Xor",
+        "Equal",
+        "Less",
+        "LessOrEqual",
+        "Greater",
+        "GreaterOrEqual",
+    )
     return (
         (("XnorPopcountMatMul",), bmvau.InferBinaryMatrixVectorActivation),
         (("MatMul",), mvau.InferQuantizedMatrixVectorActivation),
         (("MatMul",), vector_vector_activation.InferVectorVectorActivation),
         (("TopK",), label_select.InferLabelSelectLayer),
-        (("MultiThreshold", "Quant"), partial(requant.InferRequantLayer, bitwidth_threshold=MAX_THRESHOLD_BITS + 1)),
+        (
+            ("MultiThreshold", "Quant"),
+            partial(requant.InferRequantLayer, bitwidth_threshold=MAX_THRESHOLD_BITS + 1),
+        ),
         (("MultiThreshold",), thresholding.InferThresholdingLayer),
         (("Pad",), fm_padding.InferFMPadding),
         (("MaxPool", "AveragePool", "MaxPoolNHWC", "QuantAvgPool2d"), pool.InferPool),
@@ -337,8 +370,8 @@ def _hw_conversions() -> tuple[tuple[tuple[str, ...], Callable[[], Any]], ...]:
 
 
 def _to_hw(model):
-    import finn.transformation.streamline.absorb as absorb
     from finn.transformation.move_reshape import RemoveCNVtoFCFlatten
+    from finn.transformation.streamline import absorb
     from qonnx.transformation.infer_data_layouts import InferDataLayouts
 
     for triggers, conversion in _hw_conversions():
@@ -387,7 +420,8 @@ UNMAPPED_FIXES: dict[str, str] = {
     "QuantIdentity (FINN absorbs it into the thresholds) or merge it into the preceding layer",
     "Transpose": "a layout change between hardware layers: keep tensors NCHW and avoid permute()/transpose()",
     "Reshape": "a reshape between hardware layers: flatten once, before the fully connected head (nn.Flatten)",
-    "TopK": "top-k on a float input: quantize the last layer's output",
+    "TopK": "top-k on a float input (FINN's LabelSelect takes integers): drop the last layer's bias (its "
+    "per-tensor scale is absorbed) or quantize its output",
 }
 
 
@@ -425,7 +459,8 @@ def _partition(model, directory: str):
     problems = _unmapped(model)
     if problems:
         raise FinnDataflowError(
-            f"FINN could not map {len(problems)} node(s) to hardware layers; each needs the change named", problems
+            f"FINN could not map {len(problems)} node(s) to hardware layers; each needs the change named",
+            problems,
         )
     parent = model.transform(CreateDataflowPartition(partition_model_dir=directory))
     partitions = parent.get_nodes_by_op_type("StreamingDataflowPartition")
@@ -541,8 +576,16 @@ def _float_layers(partition) -> list[str]:
 ESTIMATED = ("LUT", "BRAM_18K", "URAM", "DSP")
 #: folding attributes reported and written to the folding configuration (FINN's list in
 #: ``step_target_fps_parallelization``)
-FOLDING_ATTRIBUTES = ("PE", "SIMD", "parallel_window", "ram_style", "ram_style_thresholds", "resType",
-                      "mem_mode", "runtime_writeable_weights")
+FOLDING_ATTRIBUTES = (
+    "PE",
+    "SIMD",
+    "parallel_window",
+    "ram_style",
+    "ram_style_thresholds",
+    "resType",
+    "mem_mode",
+    "runtime_writeable_weights",
+)
 
 
 @dataclass(frozen=True)
@@ -579,7 +622,9 @@ class Estimate:
     @property
     def utilization(self) -> dict[str, float]:
         capacity = self.part.capacity
-        return {r: (v / capacity[r] if capacity[r] else (math.inf if v else 0.0)) for r, v in self.totals.items()}
+        return {
+            r: (v / capacity[r] if capacity[r] else (math.inf if v else 0.0)) for r, v in self.totals.items()
+        }
 
     @property
     def fps(self) -> float:
@@ -621,9 +666,12 @@ class Estimate:
         lines = [
             f"# FINN estimate: {self.part.part} at {self.clock_mhz:g} MHz",
             "",
-            f"Target: {target}. Estimated: **{self.fps:,.0f} fps**, latency {self.latency_ms:.4g} ms "
-            f"({self.critical_path_cycles} cycles), bottleneck {self.bottleneck} ({self.max_cycles} cycles per frame). "
-            f"Fits: **{'yes' if self.fits else 'no'}**; meets the target: **{'yes' if self.meets_target else 'no'}**.",
+            (
+                f"Target: {target}. Estimated: **{self.fps:,.0f} fps**, latency {self.latency_ms:.4g} ms "
+                f"({self.critical_path_cycles} cycles), bottleneck {self.bottleneck} ({self.max_cycles} cycles "
+                f"per frame). Fits: **{'yes' if self.fits else 'no'}**; meets the target: "
+                f"**{'yes' if self.meets_target else 'no'}**."
+            ),
             "",
             "| layer | module | folding | cycles | " + " | ".join(ESTIMATED) + " |",
             "|---|---|---|---|" + "---|" * len(ESTIMATED),
@@ -631,11 +679,15 @@ class Estimate:
         for layer in self.layers:
             folding = ", ".join(f"{k}={v}" for k, v in layer.folding.items() if k in ("PE", "SIMD"))
             figures = " | ".join(f"{layer.resources[r]:,.0f}" for r in ESTIMATED)
-            lines.append(f"| {layer.name} | {layer.module or ''} | {folding} | {layer.cycles:,} | {figures} |")
+            lines.append(
+                f"| {layer.name} | {layer.module or ''} | {folding} | {layer.cycles:,} | {figures} |"
+            )
         totals = self.totals
         lines.append("| **total** | | | | " + " | ".join(f"**{totals[r]:,.0f}**" for r in ESTIMATED) + " |")
         lines.append(
-            f"| **{self.part.part}** | | | | " + " | ".join(f"{self.part.capacity[r]:,}" for r in ESTIMATED) + " |"
+            f"| **{self.part.part}** | | | | "
+            + " | ".join(f"{self.part.capacity[r]:,}" for r in ESTIMATED)
+            + " |"
         )
         lines.append(
             "| **used** | | | | " + " | ".join(f"{100 * self.utilization[r]:.1f} %" for r in ESTIMATED) + " |"
@@ -644,8 +696,13 @@ class Estimate:
             lines += ["", "## Problems", "", *(f"- {p}" for p in self.problems)]
         if self.folding_notes:
             lines += ["", "## FINN's folding notes", "", *(f"- {n}" for n in self.folding_notes)]
-        lines += ["", f"Capacity: {self.part.source}. Estimates: FINN's analytical models (res_estimation, "
-                  "exp_cycles_per_layer, dataflow_performance); no flip-flop model."]
+        lines += [
+            "",
+            (
+                f"Capacity: {self.part.source}. Estimates: FINN's analytical models (res_estimation, "
+                "exp_cycles_per_layer, dataflow_performance); no flip-flop model."
+            ),
+        ]
         return "\n".join(lines) + "\n"
 
 
@@ -696,8 +753,15 @@ def fold_and_estimate(
     try:
         if target_fps is not None:
             cycles = max(1, int(clock_mhz * 1e6 / target_fps))
-            model = _transform(model, SetFolding(cycles, mvau_wwidth_max=mvau_wwidth_max, two_pass_relaxation=True))
-        for transform in (MinimizeWeightBitWidth(), MinimizeAccumulatorWidth(), InferDataTypes(), AnnotateCycles()):
+            model = _transform(
+                model, SetFolding(cycles, mvau_wwidth_max=mvau_wwidth_max, two_pass_relaxation=True)
+            )
+        for transform in (
+            MinimizeWeightBitWidth(),
+            MinimizeAccumulatorWidth(),
+            InferDataTypes(),
+            AnnotateCycles(),
+        ):
             model = _transform(model, transform)
     finally:
         finn_log.removeHandler(notes)
@@ -705,11 +769,18 @@ def fold_and_estimate(
     resources = model.analysis(partial(res_estimation, fpgapart=fpga.part))
     cycles = model.analysis(exp_cycles_per_layer)
     performance = model.analysis(dataflow_performance)
-    layers = tuple(_layer_estimate(model, node, resources[node.name], cycles[node.name]) for node in model.graph.node)
+    layers = tuple(
+        _layer_estimate(model, node, resources[node.name], cycles[node.name]) for node in model.graph.node
+    )
     estimate = Estimate(
-        fpga, float(clock_mhz), None if target_fps is None else float(target_fps), layers,
-        int(performance["max_cycles"]), str(performance["max_cycles_node_name"]),
-        int(performance["critical_path_cycles"]), tuple(dict.fromkeys(notes.messages)),
+        fpga,
+        float(clock_mhz),
+        None if target_fps is None else float(target_fps),
+        layers,
+        int(performance["max_cycles"]),
+        str(performance["max_cycles_node_name"]),
+        int(performance["critical_path_cycles"]),
+        tuple(dict.fromkeys(notes.messages)),
     )
     estimate = Estimate(**{**estimate.__dict__, "problems": tuple(_problems(estimate, mvau_wwidth_max))})
     logger.info("FINN estimate on %s: %.0f fps, %s", fpga.part, estimate.fps, estimate.totals)
@@ -717,7 +788,17 @@ def fold_and_estimate(
 
 
 #: node attributes that bound a layer's folding, reported with it
-_SHAPE_ATTRIBUTES = ("MW", "MH", "Channels", "NumChannels", "IFMChannels", "Kernel", "Dim", "IFMDim", "numInputVectors")
+_SHAPE_ATTRIBUTES = (
+    "MW",
+    "MH",
+    "Channels",
+    "NumChannels",
+    "IFMChannels",
+    "Kernel",
+    "Dim",
+    "IFMDim",
+    "numInputVectors",
+)
 
 
 def _layer_estimate(model, node, resources: dict[str, Any], cycles: float) -> LayerEstimate:
@@ -730,9 +811,13 @@ def _layer_estimate(model, node, resources: dict[str, Any], cycles: float) -> La
         return {n: _plain(op.get_nodeattr(n)) for n in names if n in attributes}
 
     return LayerEstimate(
-        node.name, node.op_type, origin(model, node),
-        {r: float(resources.get(r, 0)) for r in ESTIMATED}, int(cycles),
-        attrs(FOLDING_ATTRIBUTES), attrs(_SHAPE_ATTRIBUTES),
+        node.name,
+        node.op_type,
+        origin(model, node),
+        {r: float(resources.get(r, 0)) for r in ESTIMATED},
+        int(cycles),
+        attrs(FOLDING_ATTRIBUTES),
+        attrs(_SHAPE_ATTRIBUTES),
     )
 
 
@@ -749,9 +834,18 @@ def _problems(estimate: Estimate, mvau_wwidth_max: int) -> list[str]:
     problems = []
     if not estimate.meets_target:
         target_cycles = estimate.clock_mhz * 1e6 / estimate.target_fps
-        slow = sorted((layer for layer in estimate.layers if layer.cycles > target_cycles), key=lambda item: -item.cycles)
-        named = [layer for layer in slow if any(note.startswith(layer.name + ":") or f"Node {layer.name} " in note
-                                                 for note in estimate.folding_notes)]
+        slow = sorted(
+            (layer for layer in estimate.layers if layer.cycles > target_cycles),
+            key=lambda item: -item.cycles,
+        )
+        named = [
+            layer
+            for layer in slow
+            if any(
+                note.startswith(layer.name + ":") or f"Node {layer.name} " in note
+                for note in estimate.folding_notes
+            )
+        ]
         limiting = named or slow[:1]
         for layer in limiting:
             problems.append(
@@ -770,7 +864,9 @@ def _problems(estimate: Estimate, mvau_wwidth_max: int) -> list[str]:
         if used <= 1.0:
             continue
         largest = sorted(estimate.layers, key=lambda item: -item.resources[resource])[:3]
-        names = ", ".join(f"{layer.name}{_module(layer)} {layer.resources[resource]:,.0f}" for layer in largest)
+        names = ", ".join(
+            f"{layer.name}{_module(layer)} {layer.resources[resource]:,.0f}" for layer in largest
+        )
         problems.append(
             f"fit: {estimate.totals[resource]:,.0f} {resource} estimated, {estimate.part.part} has "
             f"{estimate.part.capacity[resource]:,}; largest: {names}: {FIT_FIXES[resource]}"
@@ -787,7 +883,10 @@ def _shape(layer: LayerEstimate) -> str:
 
 
 def _folding(layer: LayerEstimate) -> str:
-    return ", ".join(f"{k}={layer.folding[k]}" for k in ("PE", "SIMD") if k in layer.folding) or "its only folding"
+    return (
+        ", ".join(f"{k}={layer.folding[k]}" for k in ("PE", "SIMD") if k in layer.folding)
+        or "its only folding"
+    )
 
 
 #: resource -> what lowers it
@@ -845,12 +944,14 @@ class DataflowExport:
     def __str__(self) -> str:
         v, e = self.verification, self.estimate
         lines = [
-            f"FINN dataflow in {self.directory}: one partition of "
-            f"{len(e.layers)} hardware layers; outside: {', '.join(self.outside) or 'nothing'}",
+            f"FINN dataflow in {self.directory}: one partition of {len(e.layers)} hardware layers; "
+            + f"outside: {', '.join(self.outside) or 'nothing'}",
             *("  " + s.describe() for s in self.steps),
-            f"  verified on {v.samples} samples against {v.reference}: max |diff| {v.max_abs_diff:.3g} "
-            f"(allowed {v.allowed:.3g}), predictions {'identical' if v.predictions_identical else 'DIFFER'} -> "
-            f"{'PASS' if v.passed else 'FAIL'}",
+            (
+                f"  verified on {v.samples} samples against {v.reference}: max |diff| {v.max_abs_diff:.3g} "
+                f"(allowed {v.allowed:.3g}), predictions {'identical' if v.predictions_identical else 'DIFFER'} "
+                f"-> {'PASS' if v.passed else 'FAIL'}"
+            ),
             f"  {e.part.part} at {e.clock_mhz:g} MHz: {e.fps:,.0f} fps, "
             + ", ".join(f"{r} {e.totals[r]:,.0f} ({100 * e.utilization[r]:.1f} %)" for r in ESTIMATED),
             *("  problem: " + p for p in e.problems),
@@ -915,15 +1016,17 @@ def export_finn_dataflow(
     folded, estimate = fold_and_estimate(
         dataflow.partition, fpga, target_fps=target_fps, clock_mhz=clock_mhz, mvau_wwidth_max=mvau_wwidth_max
     )
-    files.update({
-        "partition": os.path.join(out, "dataflow_partition.onnx"),
-        "parent": os.path.join(out, "dataflow_parent.onnx"),
-        "folding_config": os.path.join(out, "folding_config.json"),
-        "build_config": os.path.join(out, "build_config.json"),
-        "estimate_md": os.path.join(out, "estimate.md"),
-        "estimate_json": os.path.join(out, "estimate.json"),
-        "verification": os.path.join(out, "verification.json"),
-    })
+    files.update(
+        {
+            "partition": os.path.join(out, "dataflow_partition.onnx"),
+            "parent": os.path.join(out, "dataflow_parent.onnx"),
+            "folding_config": os.path.join(out, "folding_config.json"),
+            "build_config": os.path.join(out, "build_config.json"),
+            "estimate_md": os.path.join(out, "estimate.md"),
+            "estimate_json": os.path.join(out, "estimate.json"),
+            "verification": os.path.join(out, "verification.json"),
+        }
+    )
     folded.save(files["partition"])
     getCustomOp(dataflow.parent.get_nodes_by_op_type("StreamingDataflowPartition")[0]).set_nodeattr(
         "model", files["partition"]
@@ -935,13 +1038,23 @@ def export_finn_dataflow(
         f.write(estimate.markdown())
     _write_json(files["estimate_json"], estimate.to_json())
     result = DataflowExport(
-        out, files, tuple(dataflow.steps), tuple(dataflow.outside), tuple(dataflow.float_layers), estimate,
+        out,
+        files,
+        tuple(dataflow.steps),
+        tuple(dataflow.outside),
+        tuple(dataflow.float_layers),
+        estimate,
         verification,
     )
-    _write_json(files["verification"], {
-        "steps": [asdict(s) for s in result.steps], "outside_partition": list(result.outside),
-        "float_layers": list(result.float_layers), "hardware_graph": {**asdict(verification), "passed": verification.passed},
-    })
+    _write_json(
+        files["verification"],
+        {
+            "steps": [asdict(s) for s in result.steps],
+            "outside_partition": list(result.outside),
+            "float_layers": list(result.float_layers),
+            "hardware_graph": {**asdict(verification), "passed": verification.passed},
+        },
+    )
     if not verification.passed:
         raise FinnDataflowError(
             f"the hardware-layer graph differs from {verification.reference} on {verification.samples} samples: max "
@@ -970,7 +1083,10 @@ def _verify(parent, samples, expected, top_k, rtol, qonnx_path) -> Verification:
         from qonnx.transformation.infer_shapes import InferShapes
         from qonnx.util.cleanup import cleanup_model
 
-        reference = _execute(cleanup_model(ModelWrapper(qonnx_path)).transform(ChangeBatchSize(1)).transform(InferShapes()), samples)
+        reference = _execute(
+            cleanup_model(ModelWrapper(qonnx_path)).transform(ChangeBatchSize(1)).transform(InferShapes()),
+            samples,
+        )
         name = "QONNX"
     else:
         reference, name = _as_array(expected, "expected"), "torch"
@@ -980,7 +1096,9 @@ def _verify(parent, samples, expected, top_k, rtol, qonnx_path) -> Verification:
         return Verification(name, len(samples), diff, diff == 0.0, 0.0)
     diff = _max_diff(produced, reference.reshape(produced.shape))
     identical = bool(np.array_equal(produced.argmax(-1), reference.reshape(produced.shape).argmax(-1)))
-    return Verification(name, len(samples), diff, identical, rtol * max(1.0, float(np.max(np.abs(reference)))))
+    return Verification(
+        name, len(samples), diff, identical, rtol * max(1.0, float(np.max(np.abs(reference))))
+    )
 
 
 def _build_config(fpga: FpgaPart, clock_mhz: float, folding_config: str) -> dict[str, Any]:
@@ -994,10 +1112,24 @@ def _build_config(fpga: FpgaPart, clock_mhz: float, folding_config: str) -> dict
         "shell_flow_type": "vitis_alveo" if fpga.part.startswith("xcu") else "vivado_zynq",
         "synth_clk_period_ns": 1e3 / clock_mhz,
         "folding_config_file": os.path.basename(folding_config),
-        "steps": ["step_minimize_bit_width", "step_generate_estimate_reports", "step_hw_codegen", "step_hw_ipgen",
-                  "step_set_fifo_depths", "step_create_stitched_ip", "step_synthesize_bitfile",
-                  "step_make_driver", "step_deployment_package"],
-        "generate_outputs": ["estimate_reports", "stitched_ip", "bitfile", "pynq_driver", "deployment_package"],
+        "steps": [
+            "step_minimize_bit_width",
+            "step_generate_estimate_reports",
+            "step_hw_codegen",
+            "step_hw_ipgen",
+            "step_set_fifo_depths",
+            "step_create_stitched_ip",
+            "step_synthesize_bitfile",
+            "step_make_driver",
+            "step_deployment_package",
+        ],
+        "generate_outputs": [
+            "estimate_reports",
+            "stitched_ip",
+            "bitfile",
+            "pynq_driver",
+            "deployment_package",
+        ],
     }
 
 
@@ -1006,7 +1138,9 @@ def _write_json(path: str, data: Any) -> None:
         json.dump(data, f, indent=2, default=_plain)
 
 
-def export_finn_dataflow_model(model: Any, example: Any, output_dir: str | os.PathLike, **options: Any) -> DataflowExport:
+def export_finn_dataflow_model(
+    model: Any, example: Any, output_dir: str | os.PathLike, **options: Any
+) -> DataflowExport:
     """A quantized torch model to a FINN dataflow directory: QONNX export (verified against torch by
     ``ModelExporter.export_qonnx_model``), then :func:`export_finn_dataflow` with the torch model's
     outputs on ``example`` (one tensor, batch first) as the expected outputs.

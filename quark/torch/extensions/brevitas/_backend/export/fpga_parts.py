@@ -82,6 +82,8 @@ def resolve(name: str) -> FpgaPart:
     for part in table.values():
         if part.part.split("-")[0] == die:
             same_die = die != name
-            return FpgaPart(name, part.boards, part.capacity, part.source + " (same die)") if same_die else part
+            return (
+                FpgaPart(name, part.boards, part.capacity, part.source + " (same die)") if same_die else part
+            )
     known = "; ".join(p.describe().split(":")[0] for p in sorted(table.values(), key=lambda p: p.part))
     raise ValueError(f"part={name!r}: not a known FPGA part or board; known: {known}")
