@@ -22,13 +22,14 @@ pytest.importorskip(
 )
 
 import export.finn_zoo as zoo
-from quark.torch.extensions.brevitas._backend.export import fpga_parts
 from quark.torch.extensions.brevitas._backend.export.finn_dataflow import (
     FinnDataflowError,
     export_finn_dataflow,
     export_finn_dataflow_model,
     module_of,
 )
+from quark.torch.extensions.brevitas._backend.export.finn_dataflow import parts as fpga_parts
+from quark.torch.extensions.brevitas.api import ModelExporter
 
 HW_DOMAIN = "finn.custom_op.fpgadataflow"
 PART, CLOCK_MHZ, TARGET_FPS = "xc7z020clg400-1", 100.0, 50_000
@@ -58,9 +59,8 @@ def exports(digits, tmp_path_factory):
         if name not in done:
             model = zoo.calibrated(name, train[:4])
             x = test[:24]
-            result = export_finn_dataflow_model(
-                model, x, tmp_path_factory.mktemp(name), part=PART, target_fps=TARGET_FPS, clock_mhz=CLOCK_MHZ
-            )
+            exporter = ModelExporter(tmp_path_factory.mktemp(name))  # the public API: a directory
+            result = exporter.export_finn_dataflow(model, x, part=PART, target_fps=TARGET_FPS, clock_mhz=CLOCK_MHZ)
             with torch.no_grad():
                 out = model(x)
                 done[name] = (result, getattr(out, "value", out).numpy())

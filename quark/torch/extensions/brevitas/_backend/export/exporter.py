@@ -112,6 +112,36 @@ class ModelExporter:
         """
         return self._export(model, args, ExportFormat.qonnx, verify, tolerance_lsb, None)
 
+    def export_finn_dataflow(
+        self,
+        model: nn.Module,
+        example: torch.Tensor,
+        *,
+        part: str = "xc7z020clg400-1",
+        target_fps: float | None = None,
+        clock_mhz: float = 100.0,
+        top_k: int | None = None,
+    ):
+        """Take the model into FINN's dataflow: ``export_path`` is the output directory.
+
+        Exports QONNX (verified against torch), runs FINN's front end to one dataflow partition
+        of hardware layers (each step executed and compared), executes the hardware graph on
+        ``example`` (a batch of inputs) against the model's outputs, folds the layers for
+        ``target_fps`` at ``clock_mhz`` on ``part`` and writes the estimate report. Returns a
+        ``DataflowExport``; see :mod:`~quark.torch.extensions.brevitas._backend.export.finn_dataflow`
+        (needs finn-plus).
+
+        Raises:
+            FinnDataflowError: a FINN step failed or changed the outputs, a node could not be
+                mapped to hardware (named with its module and the fix), or the hardware graph
+                differs from the model.
+        """
+        from quark.torch.extensions.brevitas._backend.export.finn_dataflow import export_finn_dataflow_model
+
+        return export_finn_dataflow_model(
+            model, example, self.export_path, part=part, target_fps=target_fps, clock_mhz=clock_mhz, top_k=top_k
+        )
+
     # -- the flow ---------------------------------------------------------------------------------
 
     def _export(
