@@ -112,6 +112,25 @@ class ModelExporter:
         """
         return self._export(model, args, ExportFormat.qonnx, verify, tolerance_lsb, None)
 
+    def verify(self, model: nn.Module, args: Any, *, tolerance_lsb: float | None = None):
+        """Execute the ONNX file at ``export_path`` (QONNX or QCDQ, told apart by its nodes) on
+        ``args`` and compare it with ``model``, as the exports do. Returns the ``ExportReport``.
+
+        Raises:
+            FileNotFoundError: no file at ``export_path``.
+            ExportVerificationError: the file does not run, or differs beyond the tolerance.
+        """
+        import onnx
+
+        if not os.path.isfile(self.export_path):
+            raise FileNotFoundError(f"verify: no ONNX file at {self.export_path}")
+        onnx_model = onnx.load(self.export_path)
+        qonnx = any(node.domain.startswith("qonnx") for node in onnx_model.graph.node)
+        fmt = ExportFormat.qonnx if qonnx else ExportFormat.qcdq
+        opset = next((o.version for o in onnx_model.opset_import if o.domain in ("", "ai.onnx")), 0)
+        inputs = ExampleInputs.of(model, args)
+        return self._verify(onnx_model, fmt, opset, inputs, self._reference(model, inputs), tolerance_lsb, [])
+
     def export_finn_dataflow(
         self,
         model: nn.Module,
