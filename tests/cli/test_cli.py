@@ -46,7 +46,7 @@ def test_quantize_train_export_verify(files, capsys):
     out = capsys.readouterr().out
     assert "int8 sym per_channel axis=0 float minmax" in out and "quantized 2 of 2 layers" in out
     qmodel, config, spec = load_checkpoint(str(ckpt))
-    assert spec == MODEL and type(qmodel[1]).__name__ == "QuantLinear"
+    assert spec == MODEL and type(qmodel[1]).__name__ == "QuantLinear" and config.global_quant_config.weight.dtype.name == "int8"
 
     assert run("train", "--checkpoint", ckpt, "--data-module", "cli_models:loaders", "--epochs", 2, "-o", qat_ckpt, "-q", "--freeze") == 0
     assert capsys.readouterr().out.count("held-out accuracy") == 2
