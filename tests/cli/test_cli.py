@@ -157,3 +157,16 @@ def test_images_folder_is_calibration_data(files):
     (folder / "big.png").write_bytes(Path(folder / "0.png").read_bytes())
     Image.fromarray(np.zeros((5, 5), np.uint8)).save(folder / "odd.png")
     assert run("quantize", "--config", files / "w8a8.yaml", "--model", MODEL, "--data", folder, "-o", files / "q2.pt", "-q") == 2
+
+
+def test_every_subcommand_and_option_is_documented():
+    from quark.torch.extensions.brevitas.cli import parser
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    top = parser()
+    commands = top._subparsers._group_actions[0].choices  # argparse keeps its subparsers here
+    for name, sub in commands.items():
+        assert f"`{name}`" in doc, name
+        for action in sub._actions:
+            long = [o for o in action.option_strings if o.startswith("--") and o != "--help"]
+            assert not long or any(o in doc for o in long), (name, long)
