@@ -70,7 +70,7 @@ def calibrate(model: nn.Module, calib_data: Iterable[Any] | data.CalibrationData
     try:
         with torch.no_grad():
             for batch in data.calibration_data(calib_data).passes("calibration"):
-                data.run_batch(model, batch)
+                _calibration_step(model, batch)
                 used += 1
     finally:
         for hook in hooks:
@@ -81,15 +81,38 @@ def calibrate(model: nn.Module, calib_data: Iterable[Any] | data.CalibrationData
     for observer in observers.values():  # no-op unless torch.distributed is initialised
         observer.sync()
     if not used and not any(obs.num_batches for obs in observers.values()):
-        raise ValueError("calibration received no batch: the calibration data is empty")
+        raise ValueError("calibration received no batch: calib_loader is empty")
     silent = [name for name, obs in observers.items() if not obs.num_batches]
     if silent:
         raise ValueError(f"these activation quantizers saw no data during calibration (layer never called): {silent}")
+    ranges = {name: observers[name].calculate_range() for name, _, _ in proxies}
+    # the inputs were finite (data.run_batch checks): the model itself produced NaN or inf (overflow)
+    infinite = [name for name, (lo, hi) in ranges.items() if not bool(torch.isfinite(lo).all() and torch.isfinite(hi).all())]
+    if infinite:
+        raise ValueError(
+            f"these activation quantizers observed NaN or inf during calibration: {infinite}; the calibration inputs "
+            "are finite, so the model computed them (an overflow, or a division by zero, before these layers)"
+        )
     for name, proxy, spec in proxies:
-        set_range(proxy, spec, *observers[name].calculate_range())
+        set_range(proxy, spec, *ranges[name])
         getattr(proxy, CALIBRATED_FLAG).fill_(True)
     logger.info("calibrated %d activation quantizers on %d batches", len(proxies), used)
     return used
+
+
+def _calibration_step(model: nn.Module, batch: Any) -> None:
+    """One calibration batch; the model's own error on it becomes a :class:`data.BatchError` naming its inputs."""
+    try:
+        data.run_batch(model, batch)
+    except data.BatchError:
+        raise
+    except Exception as error:
+        raise data.BatchError(
+            f"the model raised {type(error).__name__} on the batch ({data.describe_batch(model, batch)}): {error}. "
+            f"Check that the batches fit {type(model).__name__}.forward (a tensor, a tuple/list of its positional "
+            "inputs or a dict of keyword inputs, of the shapes and dtypes it takes); if the float model runs this "
+            "batch, its quantized version failing on it is a bug to report"
+        ) from error
 
 
 def set_range(proxy: ActQuantProxyFromInjectorBase, spec: TensorQuant, lo: torch.Tensor, hi: torch.Tensor) -> None:
