@@ -10,10 +10,17 @@ import logging
 import os
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
+# no "explain" phase in CI: it re-runs a failing example's variations for a minute
 settings.register_profile(
-    "ci", derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+    "ci",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
 )
 settings.register_profile(
     "explore", derandomize=False, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True

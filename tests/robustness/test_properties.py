@@ -21,6 +21,7 @@ import os
 import re
 import traceback
 
+import brevitas
 import pytest
 import torch
 import yaml
@@ -48,7 +49,7 @@ _SCALE = 10 if os.environ.get("HYPOTHESIS_PROFILE") == "explore" else 1
 #: examples per property (bounded: the whole file runs in about a minute on one core)
 EXAMPLES = {
     "construct": 300,
-    "quantize_main": 80,
+    "quantize_main": 150,
     "quantize_extension": 50,
     "round_trip_main": 150,
     "round_trip_extension": 100,
@@ -64,6 +65,11 @@ def examples(name: str):
 
 def optional(strategy):
     return st.none() | strategy
+
+
+def rarely(strategy):
+    """None two times in three: fields left to their defaults, so that more drawn specs apply."""
+    return st.one_of(st.none(), st.none(), strategy)
 
 
 # -- strategies --------------------------------------------------------------------------------------
@@ -93,24 +99,28 @@ ANY_SPEC_KWARGS = st.fixed_dictionaries(
 
 @st.composite
 def main_specs(draw, role: str):
-    """Main-API specs, drawn so that most construct (fields that go together drawn together)."""
+    """Main-API specs, drawn so that most construct (fields that go together drawn together) and
+    many apply (activations mostly per tensor, biases mostly plain integers)."""
+    if role == "bias" and draw(st.booleans()):
+        return QuantizationSpec(dtype=draw(st.sampled_from([Dtype.int32, Dtype.int16, Dtype.int8])))
     dtype = draw(st.sampled_from(list(Dtype)))
     kwargs = {"dtype": dtype}
     if dtype is Dtype.mx:
         kwargs["mx_element_dtype"] = draw(st.sampled_from(MX_ELEMENTS))
-    qscheme = draw(optional(st.sampled_from(list(QSchemeType))))
+    likely = [None, QSchemeType.per_tensor] * 2 if role in ("input_tensors", "output_tensors") else [None]
+    qscheme = draw(st.sampled_from([*likely, *QSchemeType]))
     kwargs["qscheme"] = qscheme
     if qscheme in (QSchemeType.per_channel, QSchemeType.per_group):
         kwargs["ch_axis"] = draw(st.sampled_from([0, 1, -1] if role in ("weight", "bias") else [1, -1]))
     if qscheme is QSchemeType.per_group:
         kwargs["group_size"] = draw(st.sampled_from([2, 8, 16, 32]))
-    kwargs["symmetric"] = draw(optional(st.booleans()))
-    kwargs["is_dynamic"] = draw(optional(st.booleans()))
-    kwargs["round_method"] = draw(optional(st.sampled_from(list(RoundType))))
-    kwargs["scale_type"] = draw(optional(st.sampled_from(list(ScaleType))))
+    kwargs["symmetric"] = draw(rarely(st.booleans()))
+    kwargs["is_dynamic"] = draw(rarely(st.booleans()))
+    kwargs["round_method"] = draw(rarely(st.sampled_from(list(RoundType))))
+    kwargs["scale_type"] = draw(rarely(st.sampled_from(list(ScaleType))))
     kwargs["zero_point_type"] = draw(st.sampled_from(list(ZeroPointType)))
     observers = [o for o in OBSERVER_CLASSES if o.qscheme is (QSchemeType.per_channel if qscheme is QSchemeType.per_group else (qscheme or QSchemeType.per_tensor))]
-    kwargs["observer_cls"] = draw(optional(st.sampled_from(observers))) if observers else None
+    kwargs["observer_cls"] = draw(rarely(st.sampled_from(observers))) if observers else None
     if draw(st.integers(0, 4)) == 0:
         kwargs.update(scale_type=ScaleType.pof2, symmetric=True, qscheme=None, is_dynamic=False, qat_spec=draw(TQT_SPECS))
         kwargs.pop("ch_axis", None), kwargs.pop("group_size", None)
@@ -121,7 +131,7 @@ def main_specs(draw, role: str):
 def extension_specs(draw):
     quant_type = draw(st.sampled_from(list(bcfg.QuantType)))
     kwargs = {
-        "qscheme": draw(st.sampled_from(list(QSchemeType))),
+        "qscheme": draw(st.sampled_from([QSchemeType.per_tensor] * 3 + list(QSchemeType))),
         "symmetric": draw(st.booleans()),
         "scale_type": draw(st.sampled_from(list(ScaleType))),
         "quant_type": quant_type,
@@ -176,7 +186,9 @@ def main_configs(specs=main_specs):
     return st.builds(
         Config,
         global_quant_config=layer,
-        layer_type_quant_config=st.dictionaries(st.sampled_from(["Linear", "Conv2d", nn.Linear, nn.Conv2d]), layer, max_size=2),
+        layer_type_quant_config=st.dictionaries(st.sampled_from(["Linear", "Conv2d"]), layer, max_size=2).flatmap(
+            lambda by_name: st.sampled_from([by_name, {getattr(nn, k): v for k, v in by_name.items()}])  # names or classes
+        ),
         layer_quant_config=st.dictionaries(NAMES, layer, max_size=2),
         exclude=st.lists(NAMES, max_size=2),
         algo_config=optional(st.lists(ALGORITHMS, max_size=2)),
@@ -235,6 +247,9 @@ CALIBRATION = [torch.randn(2, 32, 2, 2, generator=torch.Generator().manual_seed(
 EXAMPLE = torch.randn(3, 32, 2, 2, generator=torch.Generator().manual_seed(9))
 
 
+BREVITAS = os.path.dirname(brevitas.__file__) + os.sep
+
+
 class RecordingRewriter:
     """The config's rewriter, recording whether it rewrote the model."""
 
@@ -267,7 +282,7 @@ def quantizes_or_refuses_cleanly(config) -> str:
     except (ValueError, TypeError, NotImplementedError) as error:
         note(f"refused: {type(error).__name__}: {error}")
         frames = traceback.extract_tb(error.__traceback__)
-        assert "/brevitas/" not in frames[-1].filename, f"raised inside Brevitas: {frames[-1]}"
+        assert not frames[-1].filename.startswith(BREVITAS), f"raised inside Brevitas: {frames[-1]}"
         assert not quantizer.rewriter.rewritten, f"refused after the model was rewritten: {error}"
         assert NAMES_A_FIELD.search(str(error)), str(error)
         assert_unchanged(before, model)
@@ -341,23 +356,26 @@ def test_every_extension_config_round_trips(config):
 
 TINY, SUBNORMAL, HUGE = torch.finfo(torch.float32).tiny, 1e-45, torch.finfo(torch.float32).max
 
-MAGNITUDES = st.sampled_from([0.0, SUBNORMAL, 1e-40, TINY, 1e-20, 1.0, 1e20, 1e37, HUGE])
+MAGNITUDES = [0.0, SUBNORMAL, 1e-40, TINY, 1e-20, 1.0, 1e20, 1e37, HUGE]
+#: weights stop at 1e38: a weight within 1/256 of float32's largest value overflows when
+#: quantized, because Quark's symmetric grid reaches -128 x amax / 127.5 (documented, not handled)
+WEIGHT_MAGNITUDES = [*MAGNITUDES[:-1], 1e38]
 
 
 @st.composite
-def hard_tensors(draw, shape=(4, 8)):
+def hard_tensors(draw, shape=(4, 8), magnitudes=MAGNITUDES):
     """Zeros, constants, one magnitude (huge, tiny, subnormal), mixtures of them, signs mixed or not."""
     kind = draw(st.sampled_from(["zeros", "constant", "one magnitude", "mixed"]))
     n = shape[0] * shape[1]
     if kind == "zeros":
         values = [0.0] * n
     elif kind == "constant":
-        values = [draw(MAGNITUDES) * draw(st.sampled_from([1, -1]))] * n
+        values = [draw(st.sampled_from(magnitudes)) * draw(st.sampled_from([1, -1]))] * n
     elif kind == "one magnitude":
-        m = draw(MAGNITUDES)
+        m = draw(st.sampled_from(magnitudes))
         values = [m * draw(st.floats(-1, 1, allow_nan=False, width=32)) for _ in range(n)]
     else:
-        values = [draw(MAGNITUDES) * draw(st.sampled_from([1, -1, 0.5])) for _ in range(n)]
+        values = [draw(st.sampled_from(magnitudes)) * draw(st.sampled_from([1, -1, 0.5])) for _ in range(n)]
     sign = draw(st.sampled_from(["any", "positive", "negative"]))
     t = torch.tensor(values, dtype=torch.float32).reshape(shape)
     return t.abs() if sign == "positive" else -t.abs() if sign == "negative" else t
@@ -397,6 +415,7 @@ ACT_SPECS = st.sampled_from(
         QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2, qat_spec=TQTSpec(TQTThresholdInitMeth._LL_J)),
         QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2, qat_spec=TQTSpec(TQTThresholdInitMeth._3SD)),
         QuantizationSpec(dtype=Dtype.fp8_e4m3),
+        QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.float16),
     ]
 )
 
@@ -420,6 +439,7 @@ WEIGHT_SPECS = st.sampled_from(
         QuantizationSpec(dtype=Dtype.uint4, symmetric=False, qscheme=QSchemeType.per_group, ch_axis=1, group_size=4),
         QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2),
         QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.float16),
+        QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.bfloat16, symmetric=False),
         QuantizationSpec(dtype=Dtype.int8, observer_cls=OBSERVERS["PerTensorMSEObserver"]),
         QuantizationSpec(dtype=Dtype.fp8_e4m3),
         QuantizationSpec(dtype=Dtype.fp4, qscheme=QSchemeType.per_channel, ch_axis=0, observer_cls=OBSERVERS["PerChannelMinMaxObserver"]),
@@ -430,7 +450,7 @@ WEIGHT_SPECS = st.sampled_from(
 
 
 @examples("weight_quantizers")
-@given(WEIGHT_SPECS, hard_tensors((8, 32)))
+@given(WEIGHT_SPECS, hard_tensors((8, 32), WEIGHT_MAGNITUDES))
 def test_weight_quantizers_of_hard_weights_have_finite_scales_and_values(spec, weight):
     layer = nn.Linear(32, 8, bias=False)
     with torch.no_grad():

@@ -121,6 +121,15 @@ def test_every_torch_load_passes_weights_only_true():
     assert all(ok for _, ok in loads), [where for where, ok in loads if not ok]
 
 
+def test_no_numpy_load_allows_pickles():
+    allowing = []
+    for path in [*SOURCES, *sorted((ROOT / "tests").rglob("*.py"))]:
+        for call, _ in _calls(ast.parse(path.read_text())):
+            if any(k.arg == "allow_pickle" and not (isinstance(k.value, ast.Constant) and k.value.value is False) for k in call.keywords):
+                allowing.append(str(path.relative_to(ROOT)))
+    assert allowing == []
+
+
 def test_a_quantized_checkpoint_loads_with_weights_only():
     """The state of a quantized model (scales, zero points, calibrated flags) is plain tensors."""
     qmodel = quantize(mlp(), batches())
@@ -258,3 +267,8 @@ def test_the_package_s_own_exports_pass_the_check(tmp_path, method):
 def test_the_allow_list_rows_each_say_why():
     assert all(row.why for row in safe_graph.ALLOWED_OPS)
     assert {row.domain for row in safe_graph.ALLOWED_OPS} == {"", "ai.onnx", "qonnx.custom_op.general", "onnx.brevitas"}
+
+
+def test_the_allow_list_in_the_docs_is_current():
+    docs = (ROOT / "docs" / "export.md").read_text()
+    assert safe_graph.markdown() in docs, "docs/export.md: paste the output of safe_graph.markdown()"

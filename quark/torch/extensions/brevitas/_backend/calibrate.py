@@ -24,6 +24,8 @@ logger = logging.getLogger(__name__)
 
 #: buffer on every static activation quantizer: True once calibrated (saved in state_dict).
 CALIBRATED_FLAG = "quark_calibrated"
+#: the largest calibrated threshold (see set_range)
+MAX_THRESHOLD = 2.0**127
 
 
 def add_calibrated_flags(model: nn.Module) -> None:
@@ -124,7 +126,9 @@ def set_range(proxy: ActQuantProxyFromInjectorBase, spec: TensorQuant, lo: torch
         threshold = hi - lo
         zero_point = tensor_quant.zero_point_impl.value
         zero_point.data.copy_((-lo).to(zero_point).expand_as(zero_point))
-    threshold = torch.clamp(threshold, min=torch.finfo(torch.float32).tiny)
+    # [tiny, 2^127]: a zero range still gives a positive scale, and neither a power-of-two scale
+    # (rounded up: 2^128 is inf) nor the grid's far end (qmin x scale, beyond the range) overflows
+    threshold = torch.clamp(threshold, min=torch.finfo(torch.float32).tiny, max=MAX_THRESHOLD)
     if spec.tqt:  # TQT learns log2 of the threshold
         threshold = torch.log2(threshold)
     value = tensor_quant.scaling_impl.value

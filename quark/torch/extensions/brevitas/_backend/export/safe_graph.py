@@ -156,3 +156,12 @@ _ALLOWED_TEXT = "allowed: " + "; ".join(
     for row in ALLOWED_OPS
     if row.domain != "onnx.brevitas"
 ) + " (and 'onnx.brevitas', the old name of the QONNX domain)"
+
+
+def markdown() -> str:
+    """The allow-list as markdown (docs/export.md embeds it; a test keeps it in sync)."""
+    lines = ["| domain | ops that may run | why |", "|---|---|---|"]
+    for row in ALLOWED_OPS:
+        ops = "any op with an ONNX schema" if row.ops is None else ", ".join(f"`{op}`" for op in sorted(row.ops))
+        lines.append(f"| `{row.domain!r}` | {ops} | {row.why} |")
+    return "\n".join(lines)
