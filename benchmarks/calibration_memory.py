@@ -7,7 +7,11 @@ observers at once (MinMax, percentile and MSE histograms, TQT _3SD moments and _
 batches made on the fly by a generator (nothing held by the caller). Reported: the process's peak
 resident memory (``ru_maxrss``) after calibration, and its growth over the smallest count.
 
-    .venv/bin/python benchmarks/calibration_memory.py [--batches 4 16 64 256] [--threads 1]
+``--control`` runs the same with one observer of our own that keeps every tensor it sees (as an
+exact percentile over all data would): the measurement then grows by the 4 MiB per batch kept,
+which shows that a flat line is a finding, not the measurement missing the growth.
+
+    .venv/bin/python benchmarks/calibration_memory.py [--batches 4 16 64 256] [--threads 1] [--control]
 """
 
 from __future__ import annotations
@@ -22,11 +26,16 @@ import torch
 from torch import nn
 
 
-def child(num_batches: int, threads: int) -> dict:
+def child(num_batches: int, threads: int, control: bool) -> dict:
     from quark.torch.extensions.brevitas.api import ModelQuantizer
     from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec, TQTSpec
     from quark.torch.quantization.config.type import Dtype, QSchemeType, ScaleType, TQTThresholdInitMeth
-    from quark.torch.quantization.observer import OBSERVERS
+    from quark.torch.quantization.observer import OBSERVERS, PerTensorMinMaxObserver
+
+    class KeepEverything(PerTensorMinMaxObserver):  # the control: statistics stored, not running
+        def _observe(self, x):
+            super()._observe(x)
+            self.__dict__.setdefault("kept", []).append(x.clone())
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -35,7 +44,9 @@ def child(num_batches: int, threads: int) -> dict:
     weight = QuantizationSpec(dtype=Dtype.int8, qscheme=QSchemeType.per_channel, ch_axis=0, observer_cls=OBSERVERS["PerChannelMinMaxObserver"])
     act = {  # one observer of each kind, one per layer input, and an output observer
         "0": QuantizationSpec(dtype=Dtype.int8),
-        "2": QuantizationSpec(dtype=Dtype.int8, observer_cls=OBSERVERS["PerTensorPercentileObserver"]),
+        "2": QuantizationSpec(
+            dtype=Dtype.int8, observer_cls=KeepEverything if control else OBSERVERS["PerTensorPercentileObserver"]
+        ),
         "4": QuantizationSpec(dtype=Dtype.uint8, symmetric=False, observer_cls=OBSERVERS["PerTensorMSEObserver"]),
         "6": QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2, qat_spec=TQTSpec(TQTThresholdInitMeth._LL_J)),
     }
@@ -57,27 +68,29 @@ def child(num_batches: int, threads: int) -> dict:
     return {"batches": num_batches, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def main(counts: list[int], threads: int) -> None:
-    print(f"calibration peak RSS, CNN 4x conv64 on 16x3x32x32 batches, {threads} thread(s), one process per count")
+def main(counts: list[int], threads: int, control: bool) -> None:
+    what = "control: one observer keeps every tensor" if control else "the package's observers"
+    print(f"calibration peak RSS, CNN 4x conv64 on 16x3x32x32 batches, {threads} thread(s), {what}, one process per count")
     rows = []
     for count in counts:
         result = subprocess.run(
-            [sys.executable, __file__, "--child", str(count), "--threads", str(threads)],
+            [sys.executable, __file__, "--child", str(count), "--threads", str(threads), *(["--control"] if control else [])],
             capture_output=True, text=True, check=True,
         )  # fmt: skip
         rows.append(json.loads(result.stdout.strip().splitlines()[-1]))
     base = rows[0]["peak_rss_mib"]
     for row in rows:
-        print(f"  {row['batches']:>5} batches: peak RSS {row['peak_rss_mib']:7.1f} MiB  (+{row['peak_rss_mib'] - base:5.1f} MiB)")
+        print(f"  {row['batches']:>5} batches: peak RSS {row['peak_rss_mib']:7.1f} MiB  ({row['peak_rss_mib'] - base:+7.1f} MiB)")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, nargs="+", default=[4, 16, 64, 256])
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--control", action="store_true", help="one observer keeps every tensor it sees")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
-        print(json.dumps(child(args.child, args.threads)))
+        print(json.dumps(child(args.child, args.threads, args.control)))
     else:
-        main(args.batches, args.threads)
+        main(args.batches, args.threads, args.control)
