@@ -249,15 +249,16 @@ def test_a_model_without_quantizable_layers_warns_naming_the_types_seen():
 
 
 @pytest.mark.parametrize(
-    ("config", "reason"),
+    ("config", "model", "reason"),
     [
-        (Config(W8A8.global_quant_config, exclude=["*"]), "every quantizable layer is excluded"),
-        (Config(QuantizationConfig()), r"no spec of the config applies to its quantizable layers \(every role is None\)"),
+        (Config(W8A8.global_quant_config, exclude=["*"]), mlp, "every quantizable layer is excluded"),
+        (Config(QuantizationConfig()), mlp, r"no spec of the config applies to its quantizable layers \(every role is None\)"),
+        (W8A8, lambda: nn.Linear(12, 4), r"the model itself is a Linear, and only its submodules are swapped: pass nn.Sequential\(model\)"),
     ],
 )
-def test_a_config_that_quantizes_nothing_says_why(config, reason):
+def test_a_config_that_quantizes_nothing_says_why(config, model, reason):
     with pytest.warns(UserWarning, match=reason):
-        quantize(mlp(), batches(), config)
+        quantize(model(), batches(), config)
 
 
 def test_a_config_that_quantizes_something_does_not_warn(recwarn):

@@ -76,6 +76,23 @@ def _ctrl_c(*_):
     raise KeyboardInterrupt
 
 
+def test_ctrl_c_after_preprocess_in_place_names_what_stays_changed():
+    """Preprocess edits the float model's weights (merged batch norm): with inplace=True that stays."""
+    from quark.torch.extensions.brevitas import config as bcfg
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU()).eval()
+    config = bcfg.Config(bcfg.QuantizationConfig(weight=bcfg.QuantizationSpec(), input_tensors=bcfg.QuantizationSpec()))
+
+
+    def loader():  # Ctrl-C while the loader makes the second batch
+        yield torch.randn(2, 3, 8, 8)
+        raise KeyboardInterrupt
+
+    with pytest.raises(QuantizationInterrupted, match=r"interrupted during calibration, batch 1, index 0; inplace=True: the model's original layers are back in place, with the changes Preprocess made"):
+        quantize(model, loader(), config, inplace=True)
+    assert [type(m).__name__ for m in model] == ["Conv2d", "BatchNorm2d", "ReLU"]
+
+
 def test_ctrl_c_during_a_qat_step_leaves_the_quantized_model_usable(onnx_path):
     torch.manual_seed(0)
     tqt = QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2, qat_spec=TQTSpec())

@@ -173,7 +173,7 @@ class ModelQuantizer:
     def _run_phase(self, phase: Phase, model: nn.Module, data: CalibrationData | None, stage: Stage) -> nn.Module:
         for algo, impl in self.algorithms:
             if impl.phase is phase:
-                stage(f"{type(algo).__name__} ({phase.value})")
+                stage(f"{type(algo).__name__} ({phase.value})", edits_float_model=phase is Phase.before_quantization)
                 logger.info("applying %s (%s)", type(algo).__name__, phase.value)
                 model = impl.run(algo, model, data)
         return model
@@ -194,10 +194,13 @@ class Stage:
         self.data = data
         self.name = "copying the model"
         self.passes_before = 0
+        self.edited: list[str] = []  # algorithms that ran on the float model (in place with inplace=True)
 
-    def __call__(self, name: str) -> None:
+    def __call__(self, name: str, edits_float_model: bool = False) -> None:
         self.name = name
         self.passes_before = self.data.position.passes if self.data is not None else 0
+        if edits_float_model:
+            self.edited.append(name.split(" ")[0])
 
     def where(self) -> str:
         position = self.data.position if self.data is not None else None
@@ -209,11 +212,12 @@ class Stage:
     def explain(self, error: BaseException, inplace: bool) -> BaseException:
         """``error`` with where it happened: Ctrl-C becomes :class:`QuantizationInterrupted`, a bad
         batch gets its pass and index; other errors pass unchanged."""
-        model = (
-            "the model you passed is as it was (inplace=True: its original layers are back in place)"
-            if inplace
-            else "the model you passed is unchanged (the partly quantized copy is discarded)"
-        )
+        if not inplace:
+            model = "the model you passed is unchanged (the partly quantized copy is discarded)"
+        elif self.edited:
+            model = f"inplace=True: the model's original layers are back in place, with the changes {', '.join(self.edited)} made"
+        else:
+            model = "the model you passed is as it was (inplace=True: its original layers are back in place)"
         if isinstance(error, KeyboardInterrupt) and not isinstance(error, QuantizationInterrupted):
             return QuantizationInterrupted(f"quantize_model interrupted during {self.where()}; {model}")
         if isinstance(error, BatchError) and error.args:
@@ -237,7 +241,9 @@ def _structure(model: nn.Module) -> Callable[[], None]:
 
 
 def _nothing_quantized(model: nn.Module, sites: list, plans: list, supported: tuple[type, ...]) -> str:
-    if not sites:
+    if not sites and type(model) in supported:
+        reason = f"the model itself is a {type(model).__name__}, and only its submodules are swapped: pass nn.Sequential(model)"
+    elif not sites:
         reason = "it has no layer of a quantizable type"
     elif not plans:
         reason = "every quantizable layer is excluded"
