@@ -145,6 +145,10 @@ class PerChannelMinMaxObserver(PerTensorMinMaxObserver):
         return x.movedim(self.ch_axis, 0).reshape(x.shape[self.ch_axis], -1)
 
 
+#: histogram bounds stop here, so that the width of [-bound, bound] is finite in float32 (2^128 is inf)
+MAX_BOUND = 2.0**126
+
+
 class _HistogramObserver(ObserverBase):
     """Histogram of x (or |x| when symmetric) whose range doubles when data exceeds it.
 
@@ -167,10 +171,12 @@ class _HistogramObserver(ObserverBase):
         self.amax = max(self.amax, amax)
         if not self.hist.numel():
             # a power of two, so that histograms of different processes align by doubling
-            self.bound = 2.0 ** math.ceil(math.log2(amax)) if amax > 0 else 1.0
+            self.bound = min(2.0 ** math.ceil(math.log2(amax)), MAX_BOUND) if amax > 0 else 1.0
             self.hist = torch.zeros(self.num_bins, device=x.device)
-        while amax > self.bound:
+        while amax > self.bound and self.bound < MAX_BOUND:
             self._double_range()
+        if amax > MAX_BOUND:  # counted in the outermost bins
+            x = x.clamp(-MAX_BOUND, MAX_BOUND)
         lo = 0.0 if self.symmetric else -self.bound
         self.hist += torch.histc(x, bins=self.num_bins, min=lo, max=self.bound)
 
@@ -285,7 +291,7 @@ class TQT3SDObserver(ObserverBase):
         count, total, squares = self.moments
         mean = total / count
         std = torch.sqrt(torch.clamp(squares / count - mean * mean, min=0))
-        t = three_sd(mean, std).float()
+        t = three_sd(mean, std).clamp(max=torch.finfo(torch.float32).max).float()  # float64 moments may exceed float32
         return -t, t
 
 

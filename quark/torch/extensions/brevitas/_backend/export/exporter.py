@@ -16,10 +16,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from quark.torch.extensions.brevitas._backend.export import support
+from quark.torch.extensions.brevitas._backend.export import safe_graph, support
 from quark.torch.extensions.brevitas._backend.export.errors import (
     ExportFailedError,
     ExportVerificationError,
+    TargetCheckError,
     UnsupportedExportError,
 )
 from quark.torch.extensions.brevitas._backend.export.formats import EXPORTERS, FORMATS, ExportFormat
@@ -29,6 +30,7 @@ from quark.torch.extensions.brevitas._backend.export.inputs import (
     output_names,
 )
 from quark.torch.quantization.config.type import DeviceType
+from quark.torch.quantization.files import atomic_path, check_writable
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +41,11 @@ class ModelExporter:
     ``export_onnx_model`` writes standard ONNX with QuantizeLinear / Clip / DequantizeLinear
     (QCDQ), as AMD Quark's Brevitas extension; ``export_qonnx_model`` writes QONNX (Quant /
     BipolarQuant / Trunc nodes) for FINN. Both return an :class:`ExportReport`.
+
+    The file appears only once written and verified (written beside it, then renamed): a failed
+    or interrupted export leaves no partial file and keeps the previous one; a graph that fails
+    verification or the target's checks is kept as ``<name>.rejected.onnx``. A missing directory
+    is created.
 
     Args:
         export_path: the ``.onnx`` file to write.
@@ -178,6 +185,7 @@ class ModelExporter:
             raise ValueError(f"export: tolerance_lsb={tolerance_lsb!r}; expected a number >= 0 or None")
         from quark.torch.extensions.brevitas._backend.export import ipu
 
+        check_writable(self.export_path)  # a directory in the way fails now, not after the export
         opset = self.opset_version or FORMATS[fmt].opset[self.dynamo]
         if target is DeviceType.IPU:
             if self.dynamo or opset != ipu.OPSET:
@@ -190,11 +198,18 @@ class ModelExporter:
         support.check(model, fmt, self.dynamo)
         inputs = ExampleInputs.of(model, args)
         expected = self._reference(model, inputs)
-        onnx_model = self._write(model, inputs, fmt, opset, len(expected))
-        target_checks = ipu.check_graph(onnx_model) if target is DeviceType.IPU else []
-        report = self._verify(
-            onnx_model, fmt, opset, inputs, expected if verify else None, tolerance_lsb, target_checks
-        )
+        # written next to export_path and moved there once checked: a failed or interrupted export
+        # leaves no partial file and keeps the previous one
+        with atomic_path(self.export_path) as written:
+            onnx_model = self._write(model, inputs, fmt, opset, len(expected), written)
+            try:
+                target_checks = ipu.check_graph(onnx_model) if target is DeviceType.IPU else []
+                report = self._verify(
+                    onnx_model, fmt, opset, inputs, expected if verify else None, tolerance_lsb, target_checks
+                )
+            except (TargetCheckError, ExportVerificationError) as error:
+                _keep_for_inspection(error, written, self.export_path)
+                raise
         logger.info("%s", report)
         return report
 
@@ -208,7 +223,7 @@ class ModelExporter:
             model.train(training)
 
     def _write(
-        self, model: nn.Module, inputs: ExampleInputs, fmt: ExportFormat, opset: int, num_outputs: int
+        self, model: nn.Module, inputs: ExampleInputs, fmt: ExportFormat, opset: int, num_outputs: int, path: str
     ):
         import onnx
 
@@ -226,18 +241,16 @@ class ModelExporter:
         }
         if not self.dynamo:
             kwargs["keep_initializers_as_inputs"] = False  # graph inputs are the model's inputs only
-        directory = os.path.dirname(os.path.abspath(self.export_path))
-        os.makedirs(directory, exist_ok=True)
         try:
             with export_session(model, manager):
-                manager.export(module, args=args, export_path=self.export_path, **kwargs)
+                manager.export(module, args=args, export_path=path, **kwargs)
         except Exception as error:  # the exporter's own errors: name the format and the exporter
             cause = error.__context__ if isinstance(error, AssertionError) and error.__context__ else error
             raise ExportFailedError(
                 f"{fmt.value} export with the {EXPORTERS[self.dynamo][0]} failed: {type(cause).__name__}: {cause}; "
                 "the model is restored to its state before the export"
             ) from error
-        return onnx.load(self.export_path)
+        return onnx.load(path)
 
     def _verify(self, onnx_model, fmt, opset, inputs, expected, tolerance_lsb, target_checks):
         from quark.torch.extensions.brevitas._backend.export import verify as checks
@@ -256,6 +269,7 @@ class ModelExporter:
         if tolerance_lsb is None:
             tolerance_lsb = checks.EXACT_TOLERANCE_LSB if exact else checks.DEFAULT_TOLERANCE_LSB
         feeds = [t.detach().cpu().numpy() for t in inputs.tensors]
+        safe_graph.check(onnx_model, self.export_path)  # the check files from elsewhere pass before they run
         try:
             produced = checks.RUNNERS[fmt](onnx_model, feeds)
         except Exception as error:
@@ -309,6 +323,14 @@ def _optimized_runtime_diff(checks, graph, onnx_model, feeds, expected, outputs)
             worst,
         )
     return worst
+
+
+def _keep_for_inspection(error: Exception, written: str, export_path: str) -> None:
+    """Move the rejected graph to ``<name>.rejected.onnx`` and say so in ``error``'s message."""
+    stem, suffix = os.path.splitext(export_path)
+    kept = f"{stem}.rejected{suffix or '.onnx'}"
+    os.replace(written, kept)
+    error.args = (f"{error.args[0]}\n  the graph is kept at {kept} for inspection; {export_path} is unchanged", *error.args[1:])
 
 
 #: attribute where ``ModelQuantizer.quantize_model`` records the plans of the model it returns

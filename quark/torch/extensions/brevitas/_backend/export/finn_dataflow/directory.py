@@ -32,6 +32,7 @@ from quark.torch.extensions.brevitas._backend.export.finn_dataflow.front_end imp
     top_indices,
 )
 from quark.torch.extensions.brevitas._backend.export.finn_dataflow.parts import FpgaPart, resolve
+from quark.torch.quantization.files import atomic_path, write_text
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +133,8 @@ def export_finn_dataflow(
     os.makedirs(out, exist_ok=True)
     files = {"qonnx": os.path.join(out, "model.qonnx.onnx")}
     if os.path.abspath(qonnx_path) != os.path.abspath(files["qonnx"]):
-        shutil.copyfile(os.fspath(qonnx_path), files["qonnx"])
+        with atomic_path(files["qonnx"]) as temp:
+            shutil.copyfile(os.fspath(qonnx_path), temp)
     dataflow = dataflow_from_qonnx(files["qonnx"], samples[:check_samples], out, top_k=top_k, rtol=rtol)
     verification = _verify(dataflow.parent, samples, expected, top_k, rtol, files["qonnx"])
     folded, estimate = fold_and_estimate(
@@ -149,15 +151,18 @@ def export_finn_dataflow(
             "verification": os.path.join(out, "verification.json"),
         }
     )
-    folded.save(files["partition"])
+    # every file is written beside its name and renamed when complete (quark.torch.quantization.files)
+    with atomic_path(files["partition"]) as temp:
+        folded.save(temp)
     getCustomOp(dataflow.parent.get_nodes_by_op_type("StreamingDataflowPartition")[0]).set_nodeattr(
         "model", files["partition"]
     )
-    dataflow.parent.save(files["parent"])
-    extract_model_config_to_json(folded, files["folding_config"], list(FOLDING_ATTRIBUTES))
+    with atomic_path(files["parent"]) as temp:
+        dataflow.parent.save(temp)
+    with atomic_path(files["folding_config"]) as temp:
+        extract_model_config_to_json(folded, temp, list(FOLDING_ATTRIBUTES))
     _write_json(files["build_config"], _build_config(fpga, clock_mhz, files["folding_config"]))
-    with open(files["estimate_md"], "w") as f:
-        f.write(estimate.markdown())
+    write_text(files["estimate_md"], estimate.markdown())
     _write_json(files["estimate_json"], estimate.to_json())
     result = DataflowExport(
         out,
@@ -256,8 +261,7 @@ def _build_config(fpga: FpgaPart, clock_mhz: float, folding_config: str) -> dict
 
 
 def _write_json(path: str, data: Any) -> None:
-    with open(path, "w") as f:
-        json.dump(data, f, indent=2, default=plain)
+    write_text(path, json.dumps(data, indent=2, default=plain))
 
 
 def export_finn_dataflow_model(

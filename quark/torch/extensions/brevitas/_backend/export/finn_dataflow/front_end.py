@@ -21,6 +21,7 @@ from quark.torch.extensions.brevitas._backend.export.finn_dataflow.steps import 
     MAX_THRESHOLD_BITS,
     top_k_step,
 )
+from quark.torch.extensions.brevitas._backend.export.safe_graph import load_checked
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +173,7 @@ def dataflow_from_qonnx(
     from qonnx.util.cleanup import cleanup_model
 
     qonnx_path, work_dir = os.fspath(qonnx_path), os.fspath(work_dir)
-    model = ModelWrapper(qonnx_path)
+    model = ModelWrapper(load_checked(qonnx_path))  # before qonnx imports what the node domains name
     if len(model.graph.input) != 1 or len(model.graph.output) != 1:
         raise FinnDataflowError(
             f"{qonnx_path}: {len(model.graph.input)} inputs and {len(model.graph.output)} outputs; "
