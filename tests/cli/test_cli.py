@@ -93,7 +93,7 @@ def test_support_prints_the_tables(capsys):
     "args, message",
     [
         (["--config", "missing.yaml"], r"--config missing.yaml: file not found"),
-        (["--config", "{bad}"], r"--config .*bad.yaml: cannot parse"),
+        (["--config", "{bad}"], r"--config .*bad.yaml: .*is not a valid YAML config"),
         (["--config", "{unknown}"], r"--config .*unknown.yaml: QuantizationSpec: unknown keys \['bits'\]"),
         (["--model", "no_such_module:f"], r"--model 'no_such_module:f': cannot import no_such_module"),
         (["--model", "cli_models"], r"--model 'cli_models': expected module:attribute"),

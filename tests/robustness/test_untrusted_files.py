@@ -98,6 +98,8 @@ RESOLVING_CALLS = {"importlib.import_module", "__import__", "import_module", "ev
 ALLOWED_RESOLVING = {
     # module names that backend packages register in code (add_backend), never read from a file
     ("quark/torch/quantization/config/algorithms.py", "importlib.import_module"),
+    # the command line's --model / --data-module: code the user names on the command line, never a file's content
+    ("quark/torch/extensions/brevitas/cli/inputs.py", "importlib.import_module"),
 }
 
 

@@ -17,6 +17,7 @@ from torch import nn
 
 from quark.torch.extensions.brevitas import config as ext
 from quark.torch.quantization.config import config as main
+from quark.torch.quantization.files import atomic_path
 
 #: checkpoint format written by ``quantize`` / ``train`` and read by ``train`` / ``export`` / ``verify``
 CHECKPOINT_FORMAT = "quark-brevitas-checkpoint/1"
@@ -174,10 +175,8 @@ def save_checkpoint(path: str, model_spec: str, config: Any, qmodel: nn.Module) 
         "config": config.to_dict(),
         "state_dict": qmodel.state_dict(),
     }
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    temporary = f"{path}.partial"
-    torch.save(state, temporary)
-    os.replace(temporary, path)  # a failed save never leaves a truncated checkpoint
+    with atomic_path(path) as temporary:  # a failed save never leaves a truncated checkpoint
+        torch.save(state, temporary)
 
 
 def load_checkpoint(path: str) -> tuple[nn.Module, Any, str]:
