@@ -119,7 +119,7 @@ class ModelQuantizer:
         plans = planning.resolve(
             self.config, sites, [*known_names, *planning.module_names(work)], self.rewriter.supported_types
         )
-        rules.check(plans, sites)
+        rules.check(plans, sites, self.algorithms)
         work = self.rewriter.rewrite(work, plans, sites)
         self.plans = plans
         setattr(work, PLANS_ATTRIBUTE, plans)  # the exporter reads target_device from them

@@ -50,6 +50,10 @@ class CalibrationData:
         """One pass over the data."""
         return batches(self.source, self.num_batches, self.progress, desc)
 
+    def __iter__(self) -> Iterator[Any]:
+        """One pass (an algorithm of the user's own, written for a DataLoader, iterates it so)."""
+        return self.passes("algorithm")
+
 
 def calibration_data(data: Any) -> CalibrationData | None:
     """``data`` (a DataLoader, an iterable, or already :class:`CalibrationData`) as CalibrationData."""
