@@ -398,10 +398,12 @@ class GPTQConfig(_NamedConfig, AlgoConfig):
             group_size -1: per channel).
         damp_percent: dampening of the Hessian's diagonal, as a fraction of its mean.
         desc_act: quantize columns in order of decreasing activation energy ("act order").
-        static_groups: False (Quark's documented default): the weight quantizer's group scales
-            follow the weights as they are updated, as Brevitas' GPTQ does. True (group scales
-            fixed from the original weights) is refused for per_group weights: this backend's
-            weight quantizers derive their scales from the stored weights at every call.
+        static_groups: per_group weights: True fixes every group's scale from the original
+            weights before GPTQ starts; False (Quark's documented default) computes a group's
+            scale from the updated weights when GPTQ reaches its first column (as AutoGPTQ);
+            with ``desc_act=True`` it is refused (groups in activation order are not the spec's
+            contiguous groups; AMD Quark refuses it too). Per-channel and per-tensor scales are
+            fixed from the original weights.
         true_sequential: True: each layer sees the inputs produced by the layers already
             quantized; False: the layers of one block are quantized in parallel on the block's
             float inputs.

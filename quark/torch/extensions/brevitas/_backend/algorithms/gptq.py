@@ -54,11 +54,11 @@ def _check(config: GPTQConfig, plans: Sequence[LayerPlan], sites: Sequence[Site]
     scope, problems = scope_problems(config, plans, config.inside_layer_modules)
     problems += weight_spec_problems(config, plans, scope)
     grouped = [p.name for p in plans if p.name in scope and p.specs["weight"].qscheme is QSchemeType.per_group]
-    if config.static_groups and grouped:
+    if config.desc_act and not config.static_groups and grouped:
         problems.append(
-            f"GPTQConfig.static_groups=True with per_group weights ({grouped[:3]}...): this backend's weight "
-            "quantizers derive group scales from the stored weights at every call, so fixed scales cannot be kept; "
-            "use static_groups=False"
+            f"GPTQConfig.desc_act=True with static_groups=False on per_group weights ({grouped[:3]}...): groups "
+            "found in activation order are not contiguous, and the weight spec's groups are; set static_groups=True "
+            "or desc_act=False (AMD Quark refuses this combination too)"
         )
     return problems
 
@@ -72,7 +72,11 @@ def gptq_config(config: GPTQConfig, model: nn.Module, data: Any) -> nn.Module:
     if outside:
         logger.warning("GPTQConfig: layers outside the blocks keep round-to-nearest weights: %s", outside)
     mode = gpxq.gptq(
-        act_order=config.desc_act, damp_percent=config.damp_percent, block_size=config.block_size, quant_inputs=True
+        act_order=config.desc_act,
+        damp_percent=config.damp_percent,
+        block_size=config.block_size,
+        quant_inputs=True,
+        static_groups=config.static_groups,
     )
     return gpxq.run(
         model,

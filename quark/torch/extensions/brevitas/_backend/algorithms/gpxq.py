@@ -20,6 +20,7 @@ from brevitas.graph.utils import remove_weight_orig
 from brevitas_examples.common.axe import A2GPFQ, a2gpfq_mode
 from torch import nn
 
+from quark.torch.extensions.brevitas._backend.algorithms import frozen
 from quark.torch.extensions.brevitas._backend.algorithms.blocks import Block, each_block, find_blocks
 from quark.torch.extensions.brevitas._backend.algorithms.layers import weight_quantized
 from quark.torch.extensions.brevitas._backend.data import CalibrationData, calibration_data
@@ -63,15 +64,38 @@ class _A2GPFQMode(_Restricted, a2gpfq_mode):
         )
 
 
-class _TunedGPTQ(GPTQ):
-    """Brevitas' GPTQ with Quark's ``damp_percent`` and ``block_size`` (Brevitas fixes the damping
-    at 0.01 and derives the block size from a number of blocks)."""
+class _Frozen:
+    """Round onto a fixed grid: the layer's weight statistics frozen at its weights before the
+    algorithm starts (see :mod:`.frozen`)."""
 
-    def __init__(self, *args: Any, damp_percent: float = 0.01, block_size: int | None = None, **kwargs: Any):
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.frozen = frozen.freeze(self.layer)
+
+
+class _TunedGPTQ(_Frozen, GPTQ):
+    """Brevitas' GPTQ with Quark's ``damp_percent`` and ``block_size`` (Brevitas fixes the damping
+    at 0.01 and derives the block size from a number of blocks) and ``static_groups``: False
+    recomputes a group's statistic from the updated weights when its first column is reached
+    (Linear layers with groups along the input features; other layers keep static groups)."""
+
+    def __init__(
+        self, *args: Any, damp_percent: float = 0.01, block_size: int | None = None, static_groups: bool = True, **kwargs: Any
+    ):
         super().__init__(*args, **kwargs)
         self.damp_percent = damp_percent
         if block_size is not None:
             self.blocksize = block_size
+        proxy = self.layer.weight_quant
+        dynamic = not static_groups and proxy.is_groupwise and self.layer.weight.dim() == 2 and proxy.group_dim == 1
+        self.group_size = proxy.group_size if dynamic else None
+
+    def get_quant_weights(self, i, i1, permutation_list, with_quant_history=False):
+        column = i1 + i
+        if self.group_size is not None and column % self.group_size == 0:
+            for stats in self.frozen:
+                stats.refresh(column // self.group_size)
+        return super().get_quant_weights(i, i1, permutation_list, with_quant_history)
 
     def single_layer_update(self, percdamp: float | None = None, c: float = 1e4) -> None:
         super().single_layer_update(percdamp=self.damp_percent if percdamp is None else percdamp, c=c)
@@ -94,11 +118,11 @@ class _Subsample:
         return processed
 
 
-class _SubsampledGPFQ(_Subsample, GPFQ):
+class _SubsampledGPFQ(_Frozen, _Subsample, GPFQ):
     pass
 
 
-class _SubsampledA2GPFQ(_Subsample, A2GPFQ):
+class _SubsampledA2GPFQ(_Frozen, _Subsample, A2GPFQ):
     pass
 
 
@@ -106,8 +130,10 @@ class _SubsampledA2GPFQ(_Subsample, A2GPFQ):
 ModeFactory = Callable[[nn.Module, list[list[str]] | None], Any]
 
 
-def gptq(*, act_order: bool, damp_percent: float, block_size: int | None, quant_inputs: bool) -> ModeFactory:
-    impl = functools.partial(_TunedGPTQ, damp_percent=damp_percent, block_size=block_size)
+def gptq(
+    *, act_order: bool, damp_percent: float, block_size: int | None, quant_inputs: bool, static_groups: bool = True
+) -> ModeFactory:
+    impl = functools.partial(_TunedGPTQ, damp_percent=damp_percent, block_size=block_size, static_groups=static_groups)
     return lambda block, parallel: _GPTQMode(
         block, parallel, create_weight_orig=False, use_quant_activations=quant_inputs, act_order=act_order, gptq_class=impl
     )
