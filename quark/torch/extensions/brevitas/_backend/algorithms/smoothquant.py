@@ -25,7 +25,9 @@ logger = logging.getLogger(__name__)
 def block_pairs(config: Any, block: pairs.Block, inputs: pairs.Inputs, owner: str, unpaired: list[str]) -> list[pairs.Pair]:
     """The block's pairs: from ``scaling_layers``, else found (what is left unpaired is collected)."""
     if config.scaling_layers is not None:
-        return pairs.from_scaling_layers(config, block, owner)
+        found = pairs.from_scaling_layers(config, block, owner)
+        pairs.check_preserving(found, block, inputs, owner, config.scaling_layers)
+        return found
     found, left = pairs.discover(block, inputs, config)
     unpaired.extend(left)
     return found
