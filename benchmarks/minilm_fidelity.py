@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from quark.torch.examples import minilm
+from quark.torch.extensions.brevitas.algos import ActivationEqualization
 from quark.torch.extensions.brevitas.api import ModelQuantizer
 from quark.torch.quantization.config.algorithms import AWQConfig, GPTQConfig, SmoothQuantConfig
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
@@ -34,13 +35,20 @@ SPEC_OF = {"W8A8 per tensor": (W8, A8), "W4 g32 sym": (W4G32, None), "W4 g32 asy
 # the algorithms take their bit / sym / group_size from the weight spec (None)
 GPTQ = GPTQConfig(bit=None, sym=None, group_size=None, desc_act=False)
 AWQ = AWQConfig(bit=None, sym=None, group_size=None)
-SMOOTH = SmoothQuantConfig(alpha=0.5)
+SMOOTH = SmoothQuantConfig(alpha=0.5)  # folds only where the function is kept: v -> out in BERT's post-norm blocks
+EQUALIZE = ActivationEqualization(alpha=0.5)  # the extension's: a scale in front of every Linear
 
 #: row name -> (configuration, pre_quant_opt_config, algo_config)
 ROWS = {
     f"{spec} | {algo}": (spec, pre, post)
     for spec, algos in {
-        "W8A8 per tensor": {"RTN": ([], None), "SmoothQuant": ([SMOOTH], None), "GPTQ": ([], [GPTQ]), "SmoothQuant+GPTQ": ([SMOOTH], [GPTQ])},
+        "W8A8 per tensor": {
+            "RTN": ([], None),
+            "SmoothQuant": ([SMOOTH], None),
+            "GPTQ": ([], [GPTQ]),
+            "ActivationEqualization": ([EQUALIZE], None),
+            "ActivationEqualization+GPTQ": ([EQUALIZE], [GPTQ]),
+        },
         "W4 g32 sym": {"RTN": ([], None), "GPTQ": ([], [GPTQ]), "AWQ": ([], [AWQ]), "AWQ+GPTQ": ([], [AWQ, GPTQ])},
         "W4 g32 asym": {"RTN": ([], None), "GPTQ": ([], [GPTQ]), "AWQ": ([], [AWQ])},
     }.items()
@@ -86,7 +94,7 @@ def main(rows: list[str], n_calib: int, n_eval: int, eval_offset: int) -> None:
     test = minilm.batches(tokenizer, minilm.sentences(n_eval, offset=eval_offset))
     reference = embeddings(model, test)
     print(f"all-MiniLM-L6-v2, {n_calib} calibration sentences, {n_eval} other evaluation sentences, 1 thread")
-    print(f"{'configuration | algorithm':<36} {'mean cos':>8} {'min cos':>8} {'NN agree':>8} {'PTQ s':>7} {'peak MiB':>8}")
+    print(f"{'configuration | algorithm':<44} {'mean cos':>8} {'min cos':>8} {'NN agree':>8} {'PTQ s':>7} {'peak MiB':>8}")
     for name in rows:
         spec, pre, post = ROWS[name]
         peak_rss_reset()
@@ -96,7 +104,7 @@ def main(rows: list[str], n_calib: int, n_eval: int, eval_offset: int) -> None:
         peak = peak_rss_mib()
         cos = (embeddings(quantized, test) * reference).sum(-1)
         agree = neighbour_agreement(reference, embeddings(quantized, test))
-        print(f"{name:<36} {cos.mean():8.4f} {cos.min():8.4f} {agree:8.3f} {seconds:7.1f} {peak:8.0f}", flush=True)
+        print(f"{name:<44} {cos.mean():8.4f} {cos.min():8.4f} {agree:8.3f} {seconds:7.1f} {peak:8.0f}", flush=True)
 
 
 if __name__ == "__main__":
