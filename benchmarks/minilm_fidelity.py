@@ -29,13 +29,17 @@ from quark.torch.quantization.config.type import Dtype, QSchemeType
 W8 = QuantizationSpec(dtype=Dtype.int8)  # per tensor, symmetric, MinMax
 A8 = QuantizationSpec(dtype=Dtype.uint8, symmetric=False)  # per tensor, asymmetric, MinMax
 W4G32 = QuantizationSpec(dtype=Dtype.int4, qscheme=QSchemeType.per_group, ch_axis=1, group_size=32)
-U4G32 = QuantizationSpec(dtype=Dtype.uint4, symmetric=False, qscheme=QSchemeType.per_group, ch_axis=1, group_size=32)
+U4G32 = QuantizationSpec(
+    dtype=Dtype.uint4, symmetric=False, qscheme=QSchemeType.per_group, ch_axis=1, group_size=32
+)
 
 SPEC_OF = {"W8A8 per tensor": (W8, A8), "W4 g32 sym": (W4G32, None), "W4 g32 asym": (U4G32, None)}
 # the algorithms take their bit / sym / group_size from the weight spec (None)
 GPTQ = GPTQConfig(bit=None, sym=None, group_size=None, desc_act=False)
 AWQ = AWQConfig(bit=None, sym=None, group_size=None)
-SMOOTH = SmoothQuantConfig(alpha=0.5)  # folds only where the function is kept: v -> out in BERT's post-norm blocks
+SMOOTH = SmoothQuantConfig(
+    alpha=0.5
+)  # folds only where the function is kept: v -> out in BERT's post-norm blocks
 EQUALIZE = ActivationEqualization(alpha=0.5)  # the extension's: a scale in front of every Linear
 
 #: row name -> (configuration, pre_quant_opt_config, algo_config)
@@ -49,7 +53,12 @@ ROWS = {
             "ActivationEqualization": ([EQUALIZE], None),
             "ActivationEqualization+GPTQ": ([EQUALIZE], [GPTQ]),
         },
-        "W4 g32 sym": {"RTN": ([], None), "GPTQ": ([], [GPTQ]), "AWQ": ([], [AWQ]), "AWQ+GPTQ": ([], [AWQ, GPTQ])},
+        "W4 g32 sym": {
+            "RTN": ([], None),
+            "GPTQ": ([], [GPTQ]),
+            "AWQ": ([], [AWQ]),
+            "AWQ+GPTQ": ([], [AWQ, GPTQ]),
+        },
         "W4 g32 asym": {"RTN": ([], None), "GPTQ": ([], [GPTQ]), "AWQ": ([], [AWQ])},
     }.items()
     for algo, (pre, post) in algos.items()
@@ -58,7 +67,9 @@ ROWS = {
 
 def config(spec: str, pre: list, post: list | None) -> Config:
     weight, inputs = SPEC_OF[spec]
-    return Config(QuantizationConfig(weight=weight, input_tensors=inputs), pre_quant_opt_config=pre, algo_config=post)
+    return Config(
+        QuantizationConfig(weight=weight, input_tensors=inputs), pre_quant_opt_config=pre, algo_config=post
+    )
 
 
 def peak_rss_reset() -> None:
@@ -94,7 +105,9 @@ def main(rows: list[str], n_calib: int, n_eval: int, eval_offset: int) -> None:
     test = minilm.batches(tokenizer, minilm.sentences(n_eval, offset=eval_offset))
     reference = embeddings(model, test)
     print(f"all-MiniLM-L6-v2, {n_calib} calibration sentences, {n_eval} other evaluation sentences, 1 thread")
-    print(f"{'configuration | algorithm':<44} {'mean cos':>8} {'min cos':>8} {'NN agree':>8} {'PTQ s':>7} {'peak MiB':>8}")
+    print(
+        f"{'configuration | algorithm':<44} {'mean cos':>8} {'min cos':>8} {'NN agree':>8} {'PTQ s':>7} {'peak MiB':>8}"
+    )
     for name in rows:
         spec, pre, post = ROWS[name]
         peak_rss_reset()
@@ -104,7 +117,10 @@ def main(rows: list[str], n_calib: int, n_eval: int, eval_offset: int) -> None:
         peak = peak_rss_mib()
         cos = (embeddings(quantized, test) * reference).sum(-1)
         agree = neighbour_agreement(reference, embeddings(quantized, test))
-        print(f"{name:<44} {cos.mean():8.4f} {cos.min():8.4f} {agree:8.3f} {seconds:7.1f} {peak:8.0f}", flush=True)
+        print(
+            f"{name:<44} {cos.mean():8.4f} {cos.min():8.4f} {agree:8.3f} {seconds:7.1f} {peak:8.0f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -127,7 +127,10 @@ def token_batches(count: int = 4, batch: int = 4, seed: int = 1) -> list[dict[st
 def image_batches(count: int = 4, batch: int = 8, seed: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(images, targets) batches, as a classification DataLoader gives."""
     g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(batch, 3, 8, 8, generator=g), torch.randint(0, 10, (batch,), generator=g)) for _ in range(count)]
+    return [
+        (torch.randn(batch, 3, 8, 8, generator=g), torch.randint(0, 10, (batch,), generator=g))
+        for _ in range(count)
+    ]
 
 
 def gpt2(seed: int = 0) -> nn.Module:

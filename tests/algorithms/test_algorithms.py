@@ -8,9 +8,9 @@ import logging
 
 import pytest
 import torch
+from algorithms import models
 from torch import nn
 
-from algorithms import models
 from quark.torch.extensions.brevitas._backend.algorithms import pairs
 from quark.torch.extensions.brevitas._backend.algorithms.blocks import Block, find_blocks
 from quark.torch.extensions.brevitas._backend.algorithms.smoothquant import smoothquant
@@ -22,7 +22,9 @@ from quark.torch.quantization.config.type import Dtype, QSchemeType
 W4G16 = QuantizationSpec(dtype=Dtype.int4, qscheme=QSchemeType.per_group, ch_axis=1, group_size=16)
 W4C = QuantizationSpec(dtype=Dtype.int4, qscheme=QSchemeType.per_channel, ch_axis=0)
 W4T = QuantizationSpec(dtype=Dtype.int4)
-U4G16 = QuantizationSpec(dtype=Dtype.uint4, symmetric=False, qscheme=QSchemeType.per_group, ch_axis=1, group_size=16)
+U4G16 = QuantizationSpec(
+    dtype=Dtype.uint4, symmetric=False, qscheme=QSchemeType.per_group, ch_axis=1, group_size=16
+)
 FROM_SPEC = {"bit": None, "sym": None, "group_size": None}
 
 
@@ -35,13 +37,17 @@ def _threads():
 
 
 def quantize(model, weight, data, pre=None, post=None, inputs=None):
-    config = Config(QuantizationConfig(weight=weight, input_tensors=inputs), pre_quant_opt_config=pre, algo_config=post)
+    config = Config(
+        QuantizationConfig(weight=weight, input_tensors=inputs), pre_quant_opt_config=pre, algo_config=post
+    )
     return ModelQuantizer(config).quantize_model(model, data, progress=False)
 
 
 @torch.no_grad()
 def outputs(model, data):
-    return torch.cat([model(**b) if isinstance(b, dict) else model(b[0] if isinstance(b, tuple) else b) for b in data])
+    return torch.cat(
+        [model(**b) if isinstance(b, dict) else model(b[0] if isinstance(b, tuple) else b) for b in data]
+    )
 
 
 def error(model, reference, data):
@@ -64,7 +70,9 @@ def test_discovery_pairs_a_llama_block_fully():
     model, data = models.llama(), models.token_batches()
     block = find_blocks(model, None, "test")[0]
     assert block.name == "layers.0"
-    inputs = [((model.embed(b["input_ids"]) * model.boost,), {"attention_mask": b["attention_mask"]}) for b in data]
+    inputs = [
+        ((model.embed(b["input_ids"]) * model.boost,), {"attention_mask": b["attention_mask"]}) for b in data
+    ]
     found, unpaired = pairs.discover(block, inputs, SmoothQuantConfig())
     assert {(p.prev, p.layers) for p in found} == {
         ("input_layernorm", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
@@ -79,7 +87,9 @@ def test_post_norm_bert_pairs_only_v_to_out_and_warns_about_the_rest(caplog):
     model, data = models.bert(), models.token_batches()
     with caplog.at_level(logging.WARNING):
         smoothquant(SmoothQuantConfig(), copy.deepcopy(model), data)
-    (message,) = [r.getMessage() for r in caplog.records if "no function-preserving scaling pair" in r.getMessage()]
+    (message,) = [
+        r.getMessage() for r in caplog.records if "no function-preserving scaling pair" in r.getMessage()
+    ]
     assert "'layers.0.attention.query'" in message and "'layers.1.output'" in message
     assert "attention.out" not in message  # value -> out folds through the attention
 
@@ -97,7 +107,13 @@ def test_smoothquant_scaling_layers_as_quark_writes_them():
     config = SmoothQuantConfig(
         alpha=0.5,
         model_decoder_layers="layers",
-        scaling_layers=[{"prev_op": "input_layernorm", "layers": ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"], "inp": "self_attn.q_proj"}],
+        scaling_layers=[
+            {
+                "prev_op": "input_layernorm",
+                "layers": ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
+                "inp": "self_attn.q_proj",
+            }
+        ],
     )
     reference = outputs(model, data)
     smoothed = smoothquant(config, copy.deepcopy(model), data)
@@ -119,25 +135,44 @@ def test_smoothquant_reduces_w8a8_error_on_outlier_activations():
     "config, match",
     [
         (
-            SmoothQuantConfig(scaling_layers=[{"prev_op": "norm", "layers": ["self_attn.q_proj"]}], model_decoder_layers="layers"),
+            SmoothQuantConfig(
+                scaling_layers=[{"prev_op": "norm", "layers": ["self_attn.q_proj"]}],
+                model_decoder_layers="layers",
+            ),
             r"SmoothQuantConfig\.scaling_layers: 'norm' is not a module of block 'layers\.0'",
         ),
-        (SmoothQuantConfig(model_decoder_layers="model.layers"), r"SmoothQuantConfig\.model_decoder_layers='model\.layers' is not a ModuleList of the model; repeated blocks found: \['layers'\]"),
         (
-            SmoothQuantConfig(scaling_layers=[{"prev_op": "self_attn.v_proj", "layers": ["down_proj"]}], model_decoder_layers="layers"),
-            r"self_attn\.v_proj has 32 output channels but down_proj takes 64; for grouped-query attention set "
-            r"num_attention_heads and num_key_value_heads \(got -1, -1\)",
+            SmoothQuantConfig(model_decoder_layers="model.layers"),
+            r"SmoothQuantConfig\.model_decoder_layers='model\.layers' is not a ModuleList of the model; repeated blocks found: \['layers'\]",
         ),
         (
-            SmoothQuantConfig(scaling_layers=[{"prev_op": "self_attn.q_proj", "layers": ["gate_proj"]}], model_decoder_layers="layers"),
-            r"scaling_layers entry .*'self_attn\.q_proj'.* in block 'layers\.0': a scale folded there changes the float "
-            r"output",
+            SmoothQuantConfig(
+                scaling_layers=[{"prev_op": "self_attn.v_proj", "layers": ["down_proj"]}],
+                model_decoder_layers="layers",
+            ),
+            (
+                r"self_attn\.v_proj has 32 output channels but down_proj takes 64; for grouped-query attention set "
+                r"num_attention_heads and num_key_value_heads \(got -1, -1\)"
+            ),
         ),
         (
-            SmoothQuantConfig(scaling_layers=[{"prev_op": "input_layernorm", "layers": ["self_attn"]}], model_decoder_layers="layers"),
+            SmoothQuantConfig(
+                scaling_layers=[{"prev_op": "self_attn.q_proj", "layers": ["gate_proj"]}],
+                model_decoder_layers="layers",
+            ),
+            r"scaling_layers entry .*'self_attn\.q_proj'.* in block 'layers\.0': a scale folded there changes the float output",
+        ),
+        (
+            SmoothQuantConfig(
+                scaling_layers=[{"prev_op": "input_layernorm", "layers": ["self_attn"]}],
+                model_decoder_layers="layers",
+            ),
             r"\['self_attn'\] cannot take a per-channel scale",
         ),
-        (SmoothQuantConfig(embedding_layers=["model.embed_tokens"]), r"SmoothQuantConfig\.embedding_layers \['model\.embed_tokens'\] are not modules of the model"),
+        (
+            SmoothQuantConfig(embedding_layers=["model.embed_tokens"]),
+            r"SmoothQuantConfig\.embedding_layers \['model\.embed_tokens'\] are not modules of the model",
+        ),
     ],
 )
 def test_smoothquant_errors(config, match):
@@ -145,14 +180,20 @@ def test_smoothquant_errors(config, match):
     before = copy.deepcopy(model.state_dict())
     with pytest.raises(ValueError, match=match):
         quantize(model, W4G16, models.token_batches(), pre=[config])
-    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # the caller's model is untouched
+    assert all(
+        torch.equal(before[k], v) for k, v in model.state_dict().items()
+    )  # the caller's model is untouched
 
 
 def test_grouped_query_v_to_o_pairs_with_the_head_counts():
     torch.manual_seed(0)
     block = nn.Module()
     block.v_proj, block.o_proj = nn.Linear(16, 8), nn.Linear(16, 16)  # 4 heads of 4, 2 key/value heads
-    config = SmoothQuantConfig(scaling_layers=[{"prev_op": "v_proj", "layers": ["o_proj"]}], num_attention_heads=4, num_key_value_heads=2)
+    config = SmoothQuantConfig(
+        scaling_layers=[{"prev_op": "v_proj", "layers": ["o_proj"]}],
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
     (pair,) = pairs.from_scaling_layers(config, Block("", block), "SmoothQuantConfig")
     assert pair.expand.tolist() == [0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7]
     x = torch.randn(5, 16)
@@ -161,7 +202,9 @@ def test_grouped_query_v_to_o_pairs_with_the_head_counts():
     pairs.fold(block, pair, torch.rand(8) + 0.5)
     assert torch.allclose(block.o_proj(block.v_proj(x)[:, pair.expand]), reference, atol=1e-5)
     with pytest.raises(ValueError, match=r"set num_attention_heads and num_key_value_heads \(got -1, -1\)"):
-        pairs.from_scaling_layers(SmoothQuantConfig(scaling_layers=config.scaling_layers), Block("", block), "SmoothQuantConfig")
+        pairs.from_scaling_layers(
+            SmoothQuantConfig(scaling_layers=config.scaling_layers), Block("", block), "SmoothQuantConfig"
+        )
 
 
 # -- GPTQ / AWQ beat round-to-nearest on the same quantizer ------------------------------------------
@@ -193,7 +236,13 @@ def test_gptq_beats_round_to_nearest(layer, weight, act_order):
     torch.manual_seed(0)
     model = LAYERS[layer]().eval()
     data = _layer_data(conv=layer != "linear")
-    spec = {"per_channel": W4C, "per_group": W4G16 if layer == "linear" else QuantizationSpec(dtype=Dtype.int4, qscheme=QSchemeType.per_group, ch_axis=1, group_size=8), "per_tensor": W4T}[weight]
+    spec = {
+        "per_channel": W4C,
+        "per_group": W4G16
+        if layer == "linear"
+        else QuantizationSpec(dtype=Dtype.int4, qscheme=QSchemeType.per_group, ch_axis=1, group_size=8),
+        "per_tensor": W4T,
+    }[weight]
     reference = torch.cat([model(x) for x in data]).detach()
     rtn = error(quantize(model, spec, data), reference, [(x,) for x in data])
     algo = GPTQConfig(**FROM_SPEC, desc_act=act_order, static_groups=act_order)
@@ -207,7 +256,9 @@ def test_gptq_dynamic_groups_track_the_updated_weights():
     reference = torch.cat([model(x) for x in data]).detach()
     rtn = error(quantize(model, W4G16, data), reference, [(x,) for x in data])
     for static in (False, True):
-        gptq = quantize(model, W4G16, data, post=[GPTQConfig(**FROM_SPEC, desc_act=False, static_groups=static)])
+        gptq = quantize(
+            model, W4G16, data, post=[GPTQConfig(**FROM_SPEC, desc_act=False, static_groups=static)]
+        )
         assert error(gptq, reference, [(x,) for x in data]) < 0.7 * rtn
 
 
@@ -245,16 +296,34 @@ def test_gptq_frozen_scales_survive_a_state_dict_round_trip():
 @pytest.mark.parametrize(
     "algo, match",
     [
-        (GPTQConfig(), r"GPTQConfig\.sym=False disagrees with the weight spec \(symmetric=True\) of modules 'layers\.0\.self_attn\.q_proj'.* and \d+ more; set them equal, or GPTQConfig\.sym=None"),
-        (GPTQConfig(bit=8, sym=True, group_size=16), r"GPTQConfig\.bit=8 disagrees with the weight spec \(bit width 4\)"),
-        (GPTQConfig(bit=4, sym=True, group_size=-1), r"GPTQConfig\.group_size=-1 disagrees with the weight spec \(per_group group_size=16\)"),
-        (AWQConfig(bit=4, sym=True, group_size=128), r"AWQConfig\.group_size=128 disagrees with the weight spec \(per_group group_size=16\)"),
+        (
+            GPTQConfig(),
+            r"GPTQConfig\.sym=False disagrees with the weight spec \(symmetric=True\) of modules 'layers\.0\.self_attn\.q_proj'.* and \d+ more; set them equal, or GPTQConfig\.sym=None",
+        ),
+        (
+            GPTQConfig(bit=8, sym=True, group_size=16),
+            r"GPTQConfig\.bit=8 disagrees with the weight spec \(bit width 4\)",
+        ),
+        (
+            GPTQConfig(bit=4, sym=True, group_size=-1),
+            r"GPTQConfig\.group_size=-1 disagrees with the weight spec \(per_group group_size=16\)",
+        ),
+        (
+            AWQConfig(bit=4, sym=True, group_size=128),
+            r"AWQConfig\.group_size=128 disagrees with the weight spec \(per_group group_size=16\)",
+        ),
         (
             GPTQConfig(**FROM_SPEC, inside_layer_modules=["mlp.up_proj"], model_decoder_layers="layers"),
             r"GPTQConfig\.inside_layer_modules \['mlp\.up_proj'\] match no layer with a quantized weight under model_decoder_layers='layers'",
         ),
-        (GPTQConfig(**FROM_SPEC, desc_act=True, static_groups=False), r"desc_act=True with static_groups=False on per_group weights"),
-        (GPTQConfig(**FROM_SPEC, model_decoder_layers="blocks"), r"GPTQConfig\.model_decoder_layers='blocks' is not a ModuleList"),
+        (
+            GPTQConfig(**FROM_SPEC, desc_act=True, static_groups=False),
+            r"desc_act=True with static_groups=False on per_group weights",
+        ),
+        (
+            GPTQConfig(**FROM_SPEC, model_decoder_layers="blocks"),
+            r"GPTQConfig\.model_decoder_layers='blocks' is not a ModuleList",
+        ),
     ],
 )
 def test_algorithm_errors_before_the_model_is_touched(algo, match):
@@ -266,13 +335,24 @@ def test_algorithm_errors_before_the_model_is_touched(algo, match):
 
 
 def test_algorithms_need_data_before_anything_runs():
-    with pytest.raises(ValueError, match=r"quantize_model: GPTQConfig needs calibration data; pass calib_loader"):
+    with pytest.raises(
+        ValueError, match=r"quantize_model: GPTQConfig needs calibration data; pass calib_loader"
+    ):
         quantize(models.llama(), W4G16, None, post=[GPTQConfig(**FROM_SPEC)])
 
 
 def test_gptq_inside_layer_modules_limits_the_layers():
     model, data = models.llama(), models.token_batches()
     plain = quantize(model, W4G16, data)
-    only = quantize(model, W4G16, data, post=[GPTQConfig(**FROM_SPEC, desc_act=False, inside_layer_modules=["down_proj"], model_decoder_layers="layers")])
+    only = quantize(
+        model,
+        W4G16,
+        data,
+        post=[
+            GPTQConfig(
+                **FROM_SPEC, desc_act=False, inside_layer_modules=["down_proj"], model_decoder_layers="layers"
+            )
+        ],
+    )
     assert torch.equal(plain.layers[0].gate_proj.weight, only.layers[0].gate_proj.weight)
     assert not torch.equal(plain.layers[0].down_proj.weight, only.layers[0].down_proj.weight)

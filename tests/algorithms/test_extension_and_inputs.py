@@ -7,13 +7,13 @@ import copy
 
 import pytest
 import torch
+from algorithms import models
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import quark.torch.extensions.brevitas.algos as brevitas_algos
 import quark.torch.extensions.brevitas.api as brevitas_api
 import quark.torch.extensions.brevitas.config as brevitas_config
-from algorithms import models
 from quark.torch.extensions.brevitas.api import ModelQuantizer
 from quark.torch.quantization.config.algorithms import GPTQConfig, SmoothQuantConfig
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
@@ -51,10 +51,17 @@ def test_extension_script_runs_unchanged():
     model = models.cnn()
     config = brevitas_config.Config(
         global_quant_config=brevitas_config.QuantizationConfig(
-            weight=brevitas_config.QuantizationSpec(bit_width=8), input_tensors=brevitas_config.QuantizationSpec(bit_width=8)
+            weight=brevitas_config.QuantizationSpec(bit_width=8),
+            input_tensors=brevitas_config.QuantizationSpec(bit_width=8),
         ),
-        pre_quant_opt_config=[brevitas_algos.Preprocess(), brevitas_algos.ActivationEqualization(is_layerwise=True, alpha=0.5)],
-        algo_config=[brevitas_algos.GPFQ(act_order=True, percentage_of_processed_inputs=1.0), brevitas_algos.BiasCorrection()],
+        pre_quant_opt_config=[
+            brevitas_algos.Preprocess(),
+            brevitas_algos.ActivationEqualization(is_layerwise=True, alpha=0.5),
+        ],
+        algo_config=[
+            brevitas_algos.GPFQ(act_order=True, percentage_of_processed_inputs=1.0),
+            brevitas_algos.BiasCorrection(),
+        ],
     )
     quantizer = brevitas_api.ModelQuantizer(config)
     quant_model = quantizer.quantize_model(model, loader())
@@ -65,7 +72,11 @@ def test_extension_script_runs_unchanged():
 
 @pytest.mark.parametrize(
     "algo",
-    [brevitas_algos.GPTQ(act_order=True), brevitas_algos.GPFQ(), brevitas_algos.GPFQ(percentage_of_processed_inputs=0.5)],
+    [
+        brevitas_algos.GPTQ(act_order=True),
+        brevitas_algos.GPFQ(),
+        brevitas_algos.GPFQ(percentage_of_processed_inputs=0.5),
+    ],
     ids=["GPTQ", "GPFQ", "GPFQ-half"],
 )
 def test_extension_gpxq_beats_round_to_nearest(algo):
@@ -73,7 +84,9 @@ def test_extension_gpxq_beats_round_to_nearest(algo):
     reference = logits(model, loader(7))
     rtn = ModelQuantizer(extension_config([], [])).quantize_model(model, loader(), progress=False)
     tuned = ModelQuantizer(extension_config([], [algo])).quantize_model(model, loader(), progress=False)
-    assert float((logits(tuned, loader(7)) - reference).pow(2).mean()) < float((logits(rtn, loader(7)) - reference).pow(2).mean())
+    assert float((logits(tuned, loader(7)) - reference).pow(2).mean()) < float(
+        (logits(rtn, loader(7)) - reference).pow(2).mean()
+    )
 
 
 def test_gpfa2q_keeps_every_accumulator_in_range():
@@ -82,9 +95,9 @@ def test_gpfa2q_keeps_every_accumulator_in_range():
     model = nn.Sequential(nn.Linear(64, 32)).eval()
     data = [(torch.randn(16, 64), torch.zeros(16)) for _ in range(4)]
     bits = 14
-    quant = ModelQuantizer(extension_config([], [brevitas_algos.GPFA2Q(accumulator_bit_width=bits)], bits=8)).quantize_model(
-        model, data, progress=False
-    )
+    quant = ModelQuantizer(
+        extension_config([], [brevitas_algos.GPFA2Q(accumulator_bit_width=bits)], bits=8)
+    ).quantize_model(model, data, progress=False)
 
     def extremes(weight) -> tuple[float, float]:
         """Largest and smallest accumulator value over all signed 8-bit inputs in [-128, 127]."""
@@ -94,15 +107,28 @@ def test_gpfa2q_keeps_every_accumulator_in_range():
 
     top, bottom = extremes(quant[0].quant_weight())
     assert top <= 2 ** (bits - 1) - 1 and bottom >= -(2 ** (bits - 1))
-    plain = ModelQuantizer(extension_config([], [], bits=8)).quantize_model(model, data, progress=False)[0].quant_weight()
+    plain = (
+        ModelQuantizer(extension_config([], [], bits=8))
+        .quantize_model(model, data, progress=False)[0]
+        .quant_weight()
+    )
     assert extremes(plain)[0] > 2 ** (bits - 1) - 1  # the bound binds
 
 
 def test_gpfa2q_needs_integer_inputs():
     spec = brevitas_config.QuantizationSpec()
-    config = brevitas_config.Config(brevitas_config.QuantizationConfig(weight=spec), pre_quant_opt_config=[], algo_config=[brevitas_algos.GPFA2Q()])
-    with pytest.raises(ValueError, match=r"GPFA2Q bounds the accumulator from the input's integer range: layers \['0'\] need a static integer input_tensors"):
-        ModelQuantizer(config).quantize_model(nn.Sequential(nn.Linear(4, 4)), [torch.randn(2, 4)], progress=False)
+    config = brevitas_config.Config(
+        brevitas_config.QuantizationConfig(weight=spec),
+        pre_quant_opt_config=[],
+        algo_config=[brevitas_algos.GPFA2Q()],
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"GPFA2Q bounds the accumulator from the input's integer range: layers \['0'\] need a static integer input_tensors",
+    ):
+        ModelQuantizer(config).quantize_model(
+            nn.Sequential(nn.Linear(4, 4)), [torch.randn(2, 4)], progress=False
+        )
 
 
 def test_activation_equalization_apply_keeps_the_float_function():
@@ -116,7 +142,10 @@ def test_activation_equalization_apply_keeps_the_float_function():
 
 
 def test_graph_equalization_needs_the_traced_model():
-    with pytest.raises(ValueError, match=r"ActivationEqualization\(is_layerwise=False\) .*\(put Preprocess\(\) before it\), got Sequential"):
+    with pytest.raises(
+        ValueError,
+        match=r"ActivationEqualization\(is_layerwise=False\) .*\(put Preprocess\(\) before it\), got Sequential",
+    ):
         brevitas_algos.ActivationEqualization(is_layerwise=False).apply(models.cnn(), loader())
 
 
@@ -124,16 +153,22 @@ def test_bias_correction_removes_the_mean_output_shift():
     model = models.cnn()
     reference = logits(model, loader())
     plain = ModelQuantizer(extension_config([], [], bits=3)).quantize_model(model, loader(), progress=False)
-    corrected = ModelQuantizer(extension_config([], [brevitas_algos.BiasCorrection()], bits=3)).quantize_model(model, loader(), progress=False)
+    corrected = ModelQuantizer(
+        extension_config([], [brevitas_algos.BiasCorrection()], bits=3)
+    ).quantize_model(model, loader(), progress=False)
     shift = lambda m: float((logits(m, loader()) - reference).mean(0).abs().mean())
     assert shift(corrected) < 0.5 * shift(plain)
 
 
 def test_calibrate_batch_norm_updates_the_statistics():
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 36, 10)).eval()
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 36, 10)
+    ).eval()
     before = model[1].running_mean.clone()
-    quant = ModelQuantizer(extension_config([], [brevitas_algos.CalibrateBatchNorm()])).quantize_model(model, loader(), progress=False)
+    quant = ModelQuantizer(extension_config([], [brevitas_algos.CalibrateBatchNorm()])).quantize_model(
+        model, loader(), progress=False
+    )
     assert not torch.equal(quant[1].running_mean, before)
     assert torch.equal(model[1].running_mean, before)  # the caller's model is untouched
 
@@ -160,8 +195,14 @@ def test_every_data_form_gives_the_same_gptq_result():
         "DataLoader": DataLoader(TensorDataset(x.reshape(-1, 16)), batch_size=8),
     }
     spec = QuantizationSpec(dtype=Dtype.int4, qscheme=QSchemeType.per_group, ch_axis=1, group_size=8)
-    config = Config(QuantizationConfig(weight=spec), algo_config=[GPTQConfig(bit=None, sym=None, group_size=None, desc_act=False)])
-    weights = {name: ModelQuantizer(config).quantize_model(model, data, progress=False)[0].weight for name, data in forms.items()}
+    config = Config(
+        QuantizationConfig(weight=spec),
+        algo_config=[GPTQConfig(bit=None, sym=None, group_size=None, desc_act=False)],
+    )
+    weights = {
+        name: ModelQuantizer(config).quantize_model(model, data, progress=False)[0].weight
+        for name, data in forms.items()
+    }
     for name, weight in weights.items():
         assert torch.equal(weight, weights["tensors"]), name
 
@@ -169,7 +210,10 @@ def test_every_data_form_gives_the_same_gptq_result():
 def test_token_id_dicts_with_masks_reach_the_blocks():
     model, data = models.llama(), models.token_batches()
     spec = QuantizationSpec(dtype=Dtype.int4, qscheme=QSchemeType.per_group, ch_axis=1, group_size=16)
-    config = Config(QuantizationConfig(weight=spec), algo_config=[GPTQConfig(bit=None, sym=None, group_size=None, desc_act=False)])
+    config = Config(
+        QuantizationConfig(weight=spec),
+        algo_config=[GPTQConfig(bit=None, sym=None, group_size=None, desc_act=False)],
+    )
     quant = ModelQuantizer(config).quantize_model(model, data, num_calib_batches=2, progress=False)
     assert torch.isfinite(quant(**data[0])).all()
 
@@ -178,7 +222,9 @@ def test_token_id_dicts_with_masks_reach_the_blocks():
 
 
 def gpt2_data():
-    return [{"input_ids": b["input_ids"], "attention_mask": b["attention_mask"]} for b in models.token_batches()]
+    return [
+        {"input_ids": b["input_ids"], "attention_mask": b["attention_mask"]} for b in models.token_batches()
+    ]
 
 
 @torch.no_grad()
@@ -191,7 +237,9 @@ def test_gpt2_conv1d_layers_are_quantized_like_linear():
     spec = QuantizationSpec(dtype=Dtype.int8, qscheme=QSchemeType.per_channel, ch_axis=0)
     quantizer = ModelQuantizer(Config(QuantizationConfig(weight=spec)))
     quant = quantizer.quantize_model(model, data, progress=False)
-    assert len(quantizer.plans) == 8 and all(p.module_type is nn.Linear for p in quantizer.plans)  # 2 blocks x 4 Conv1D
+    assert len(quantizer.plans) == 8 and all(
+        p.module_type is nn.Linear for p in quantizer.plans
+    )  # 2 blocks x 4 Conv1D
     assert type(model.h[0].attn.c_attn).__name__ == "Conv1D"  # the caller's model keeps its layers
     reference = hidden(model, data)
     assert float((hidden(quant, data) - reference).abs().max()) < 0.02 * float(reference.abs().max())
@@ -205,7 +253,10 @@ def test_gpt2_smoothquant_and_gptq():
     assert not torch.equal(smoothed.h[0].mlp.c_fc.weight, model.h[0].mlp.c_fc.weight)  # ln_2 -> c_fc folded
     spec = QuantizationSpec(dtype=Dtype.int4, qscheme=QSchemeType.per_group, ch_axis=1, group_size=16)
     rtn = ModelQuantizer(Config(QuantizationConfig(weight=spec))).quantize_model(model, data, progress=False)
-    config = Config(QuantizationConfig(weight=spec), algo_config=[GPTQConfig(bit=None, sym=None, group_size=None, desc_act=False)])
+    config = Config(
+        QuantizationConfig(weight=spec),
+        algo_config=[GPTQConfig(bit=None, sym=None, group_size=None, desc_act=False)],
+    )
     gptq = ModelQuantizer(config).quantize_model(model, data, progress=False)
     error = lambda m: float((hidden(m, data) - reference).pow(2).mean())
     assert error(gptq) < error(rtn)

@@ -25,14 +25,14 @@ from quark.torch.quantization.config._fields import from_registry, named_dict
 
 __all__ = [
     "ALGO_CONFIGS",
+    "GPFA2Q",
+    "GPFQ",
+    "GPTQ",
     "AWQConfig",
     "ActivationEqualization",
     "AlgoConfig",
     "BiasCorrection",
     "CalibrateBatchNorm",
-    "GPFA2Q",
-    "GPFQ",
-    "GPTQ",
     "GPTQConfig",
     "Implementation",
     "Phase",
@@ -94,7 +94,9 @@ def register_algo_config(cls: type[AlgoConfig]) -> type[AlgoConfig]:
     if not (isinstance(cls, type) and issubclass(cls, AlgoConfig)) or not cls.name:
         raise TypeError(f"register_algo_config: expected an AlgoConfig subclass with a name, got {cls!r}")
     if ALGO_CONFIGS.get(cls.name, cls) is not cls:
-        raise ValueError(f"register_algo_config: name {cls.name!r} is taken by {ALGO_CONFIGS[cls.name].__name__}")
+        raise ValueError(
+            f"register_algo_config: name {cls.name!r} is taken by {ALGO_CONFIGS[cls.name].__name__}"
+        )
     ALGO_CONFIGS[cls.name] = cls
     return cls
 
@@ -112,7 +114,9 @@ def algo_list(owner: str, field: str, value: Any) -> list[AlgoConfig] | None:
         return None
     steps = [value] if isinstance(value, AlgoConfig) else value
     if not isinstance(steps, list):
-        raise TypeError(f"{owner}.{field}: expected None, an algorithm config or a list of them, got {type(value).__name__}")
+        raise TypeError(
+            f"{owner}.{field}: expected None, an algorithm config or a list of them, got {type(value).__name__}"
+        )
     for step in steps:
         if not isinstance(step, AlgoConfig):
             raise TypeError(
@@ -153,7 +157,11 @@ def add_backend(module: str) -> None:
 
 
 def register_implementation(
-    config_cls: type[AlgoConfig], phase: Phase, *, needs_data: bool = False, check: Callable[..., Any] | None = None
+    config_cls: type[AlgoConfig],
+    phase: Phase,
+    *,
+    needs_data: bool = False,
+    check: Callable[..., Any] | None = None,
 ):
     """Decorator: register ``run(config, model, batches) -> model`` as the implementation of ``config_cls``
     (``check``: its precondition on the resolved plan, see :class:`Implementation`)."""
@@ -200,11 +208,17 @@ def _check_fields(config: Any, checks: dict[str, tuple[Callable[[Any], bool], st
         raise ValueError("; ".join(bad))
 
 
-def _is(types: type | tuple[type, ...], *, optional: bool = False, test: Callable[[Any], bool] = lambda v: True):
+def _is(
+    types: type | tuple[type, ...], *, optional: bool = False, test: Callable[[Any], bool] = lambda v: True
+):
     def ok(value: Any) -> bool:
         if value is None:
             return optional
-        return isinstance(value, types) and not (isinstance(value, bool) and bool not in _as_tuple(types)) and test(value)
+        return (
+            isinstance(value, types)
+            and not (isinstance(value, bool) and bool not in _as_tuple(types))
+            and test(value)
+        )
 
     return ok
 
@@ -495,7 +509,11 @@ class ActivationEqualization(PreQuantOptConfig):
 
     def __post_init__(self) -> None:
         _check_fields(
-            self, {"is_layerwise": _BOOL, "alpha": (_is((int, float), test=lambda v: 0 <= v <= 1), "a number in [0, 1]")}
+            self,
+            {
+                "is_layerwise": _BOOL,
+                "alpha": (_is((int, float), test=lambda v: 0 <= v <= 1), "a number in [0, 1]"),
+            },
         )
 
 

@@ -49,11 +49,15 @@ def layer_inputs(block: nn.Module, names: set[str], inputs: Inputs) -> dict[str,
     """The float inputs of the named Linear layers, as [rows, in_features], evenly subsampled."""
     found: dict[str, list[torch.Tensor]] = {n: [] for n in names}
     hooks = [
-        block.get_submodule(n).register_forward_pre_hook(lambda m, a, n=n: found[n].append(a[0].detach().reshape(-1, a[0].shape[-1])))
+        block.get_submodule(n).register_forward_pre_hook(
+            lambda m, a, n=n: found[n].append(a[0].detach().reshape(-1, a[0].shape[-1]))
+        )
         for n in names
     ]
     try:
-        with quantization_status_manager(block, disable_act_quant=True, disable_weight_quant=True, disable_bias_quant=True):
+        with quantization_status_manager(
+            block, disable_act_quant=True, disable_weight_quant=True, disable_bias_quant=True
+        ):
             for args, kwargs in inputs:
                 call(block, args, kwargs)
     finally:
@@ -90,7 +94,11 @@ def search_scale(block: nn.Module, pair: pairs.Pair, x: torch.Tensor) -> torch.T
         scale = scale / (scale.max() * scale.min()).sqrt()
         expanded = scale if pair.expand is None else scale[pair.expand]
         error = sum(
-            float(((x / expanded) @ quantized(layer, layer.weight * expanded.to(layer.weight)).T - ref).pow(2).mean())
+            float(
+                ((x / expanded) @ quantized(layer, layer.weight * expanded.to(layer.weight)).T - ref)
+                .pow(2)
+                .mean()
+            )
             for layer, ref in zip(layers, references)
         )
         if error < best:
@@ -133,7 +141,9 @@ def _check(config: AWQConfig, plans: Sequence[LayerPlan], sites: Sequence[Site])
 def awq(config: AWQConfig, model: nn.Module, data: Any) -> nn.Module:
     check_embedding_layers(config, model)
     if any(entry.get("module2inspect") for entry in config.scaling_layers or ()):
-        logger.warning("AWQConfig: module2inspect is not used; each scale is searched on the output error of its layers")
+        logger.warning(
+            "AWQConfig: module2inspect is not used; each scale is searched on the output error of its layers"
+        )
     blocks = find_blocks(model, config.model_decoder_layers, "AWQConfig")
     was_training = model.training
     model.eval()
@@ -141,7 +151,9 @@ def awq(config: AWQConfig, model: nn.Module, data: Any) -> nn.Module:
     skipped: list[str] = []
     for block, inputs in each_block(model, blocks, calibration_data(data), "AWQ"):
         found = block_pairs(config, block, inputs, "AWQConfig", unpaired)
-        linear = [p for p in found if all(isinstance(block.module.get_submodule(n), nn.Linear) for n in p.layers)]
+        linear = [
+            p for p in found if all(isinstance(block.module.get_submodule(n), nn.Linear) for n in p.layers)
+        ]
         skipped += [block.prefix() + n for p in found if p not in linear for n in p.layers]
         if linear:
             features = layer_inputs(block.module, {p.inp for p in linear}, inputs)
@@ -150,7 +162,9 @@ def awq(config: AWQConfig, model: nn.Module, data: Any) -> nn.Module:
         clipped = {
             n
             for n, m in block.module.named_modules()
-            if isinstance(m, nn.Linear) and weight_quantized(m) and (m.weight_quant.is_groupwise or _per_channel(m))
+            if isinstance(m, nn.Linear)
+            and weight_quantized(m)
+            and (m.weight_quant.is_groupwise or _per_channel(m))
         }
         if clipped:
             features = layer_inputs(block.module, clipped, inputs)

@@ -65,7 +65,7 @@ def find_blocks(model: nn.Module, path: str | None, owner: str) -> list[Block]:
         container = None
     if not isinstance(container, (nn.ModuleList, nn.Sequential)):
         found = [name for name, _ in candidates] or "none"
-        raise ValueError(
+        raise ValueError(  # noqa: TRY004  (a wrong value of a config field, not a wrong argument type)
             f"{owner}.model_decoder_layers={path!r} is not a ModuleList of the model; repeated blocks found: {found}"
         )
     return [Block(f"{path}.{i}", m) for i, m in enumerate(container)]
@@ -107,7 +107,9 @@ def capture_inputs(model: nn.Module, block: nn.Module, data: CalibrationData, de
     finally:
         handle.remove()
     if not inputs:
-        raise ValueError(f"{desc}: the calibration data gave no batch (or {type(block).__name__} was never called)")
+        raise ValueError(
+            f"{desc}: the calibration data gave no batch (or {type(block).__name__} was never called)"
+        )
     return inputs
 
 
@@ -121,7 +123,9 @@ def call(block: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any
 def advance(block: nn.Module, inputs: Inputs) -> Inputs:
     """The next block's inputs: this block's outputs in place of its first argument."""
     if inputs and not inputs[0][0]:
-        raise ValueError(f"{type(block).__name__} takes its hidden states by keyword; blocks must take them first, positionally")
+        raise ValueError(
+            f"{type(block).__name__} takes its hidden states by keyword; blocks must take them first, positionally"
+        )
     return [((call(block, args, kwargs), *args[1:]), kwargs) for args, kwargs in inputs]
 
 

@@ -10,12 +10,19 @@ from brevitas.graph.calibrate import bias_correction_mode, norm_correction_mode
 from torch import nn
 
 from quark.torch.extensions.brevitas._backend.data import calibration_data, run_batch
-from quark.torch.quantization.config.algorithms import BiasCorrection, CalibrateBatchNorm, Phase, register_implementation
+from quark.torch.quantization.config.algorithms import (
+    BiasCorrection,
+    CalibrateBatchNorm,
+    Phase,
+    register_implementation,
+)
 
 
 def _one_pass(model: nn.Module, data: Any, mode: Any, desc: str) -> nn.Module:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
-        raise RuntimeError(f"{desc} runs in a single process: each rank would correct differently (apply it before DDP)")
+        raise RuntimeError(
+            f"{desc} runs in a single process: each rank would correct differently (apply it before DDP)"
+        )
     was_training = model.training
     model.eval()
     with torch.no_grad(), mode(model):

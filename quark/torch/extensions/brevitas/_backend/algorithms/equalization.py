@@ -23,8 +23,11 @@ def activation_equalization(config: ActivationEqualization, model: nn.Module, da
         )
     was_training = model.training
     model.eval()
-    with torch.no_grad(), activation_equalization_mode(
-        model, alpha=config.alpha, layerwise=config.is_layerwise, add_mul_node=config.is_layerwise
+    with (
+        torch.no_grad(),
+        activation_equalization_mode(
+            model, alpha=config.alpha, layerwise=config.is_layerwise, add_mul_node=config.is_layerwise
+        ),
     ):
         for batch in calibration_data(data).passes("ActivationEqualization"):
             run_batch(model, batch)

@@ -25,12 +25,18 @@ def _check_a2q(config: GPFA2Q, plans: Sequence[LayerPlan], sites: Sequence[Site]
         p.name
         for p in plans
         if p.specs["weight"] is not None
-        and (p.specs["input_tensors"] is None or p.specs["input_tensors"].format != "int" or p.specs["input_tensors"].is_dynamic)
+        and (
+            p.specs["input_tensors"] is None
+            or p.specs["input_tensors"].format != "int"
+            or p.specs["input_tensors"].is_dynamic
+        )
     ]
     if bare:
         return [
-            f"GPFA2Q bounds the accumulator from the input's integer range: layers {bare[:5]} need a static "
-            "integer input_tensors spec"
+            (
+                f"GPFA2Q bounds the accumulator from the input's integer range: layers {bare[:5]} need a static "
+                "integer input_tensors spec"
+            )
         ]
     return []
 

@@ -24,7 +24,9 @@ from quark.torch.quantization.plan import LayerPlan, Site
 logger = logging.getLogger(__name__)
 
 
-def scope_problems(config: Any, plans: Sequence[LayerPlan], patterns: Sequence[str] | None) -> tuple[list[str], list[str]]:
+def scope_problems(
+    config: Any, plans: Sequence[LayerPlan], patterns: Sequence[str] | None
+) -> tuple[list[str], list[str]]:
     """(layers in the algorithm's scope, problems): patterns of ``inside_layer_modules`` that match
     no quantized layer, and no quantized weight at all."""
     owner = type(config).__name__
@@ -36,7 +38,11 @@ def scope_problems(config: Any, plans: Sequence[LayerPlan], patterns: Sequence[s
     if missing:
         problems.append(
             f"{owner}.inside_layer_modules {missing} match no layer with a quantized weight"
-            + (f" under model_decoder_layers={config.model_decoder_layers!r}" if config.model_decoder_layers else "")
+            + (
+                f" under model_decoder_layers={config.model_decoder_layers!r}"
+                if config.model_decoder_layers
+                else ""
+            )
             + f"; layers: {names[:10]}"
         )
     return [n for n in names if in_scope(n, config.model_decoder_layers, patterns)], problems
@@ -53,7 +59,9 @@ def check_embedding_layers(config: Any, model: nn.Module) -> None:
 def _check(config: GPTQConfig, plans: Sequence[LayerPlan], sites: Sequence[Site]) -> list[str]:
     scope, problems = scope_problems(config, plans, config.inside_layer_modules)
     problems += weight_spec_problems(config, plans, scope)
-    grouped = [p.name for p in plans if p.name in scope and p.specs["weight"].qscheme is QSchemeType.per_group]
+    grouped = [
+        p.name for p in plans if p.name in scope and p.specs["weight"].qscheme is QSchemeType.per_group
+    ]
     if config.desc_act and not config.static_groups and grouped:
         problems.append(
             f"GPTQConfig.desc_act=True with static_groups=False on per_group weights ({grouped[:3]}...): groups "

@@ -80,14 +80,21 @@ class _TunedGPTQ(_Frozen, GPTQ):
     (Linear layers with groups along the input features; other layers keep static groups)."""
 
     def __init__(
-        self, *args: Any, damp_percent: float = 0.01, block_size: int | None = None, static_groups: bool = True, **kwargs: Any
+        self,
+        *args: Any,
+        damp_percent: float = 0.01,
+        block_size: int | None = None,
+        static_groups: bool = True,
+        **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
         self.damp_percent = damp_percent
         if block_size is not None:
             self.blocksize = block_size
         proxy = self.layer.weight_quant
-        dynamic = not static_groups and proxy.is_groupwise and self.layer.weight.dim() == 2 and proxy.group_dim == 1
+        dynamic = (
+            not static_groups and proxy.is_groupwise and self.layer.weight.dim() == 2 and proxy.group_dim == 1
+        )
         self.group_size = proxy.group_size if dynamic else None
 
     def get_quant_weights(self, i, i1, permutation_list, with_quant_history=False):
@@ -131,23 +138,41 @@ ModeFactory = Callable[[nn.Module, list[list[str]] | None], Any]
 
 
 def gptq(
-    *, act_order: bool, damp_percent: float, block_size: int | None, quant_inputs: bool, static_groups: bool = True
+    *,
+    act_order: bool,
+    damp_percent: float,
+    block_size: int | None,
+    quant_inputs: bool,
+    static_groups: bool = True,
 ) -> ModeFactory:
-    impl = functools.partial(_TunedGPTQ, damp_percent=damp_percent, block_size=block_size, static_groups=static_groups)
+    impl = functools.partial(
+        _TunedGPTQ, damp_percent=damp_percent, block_size=block_size, static_groups=static_groups
+    )
     return lambda block, parallel: _GPTQMode(
-        block, parallel, create_weight_orig=False, use_quant_activations=quant_inputs, act_order=act_order, gptq_class=impl
+        block,
+        parallel,
+        create_weight_orig=False,
+        use_quant_activations=quant_inputs,
+        act_order=act_order,
+        gptq_class=impl,
     )
 
 
 def gpfq(*, act_order: bool, fraction: float) -> ModeFactory:
     impl = functools.partial(_SubsampledGPFQ, fraction=fraction)
-    return lambda block, parallel: _GPFQMode(block, parallel, use_quant_activations=True, act_order=act_order, algorithm_impl=impl)
+    return lambda block, parallel: _GPFQMode(
+        block, parallel, use_quant_activations=True, act_order=act_order, algorithm_impl=impl
+    )
 
 
 def gpfa2q(*, act_order: bool, fraction: float, accumulator_bit_width: int) -> ModeFactory:
     def factory(block: nn.Module, parallel: list[list[str]] | None) -> Any:
         mode = _A2GPFQMode(
-            block, parallel, use_quant_activations=True, act_order=act_order, max_accumulator_bit_width=accumulator_bit_width
+            block,
+            parallel,
+            use_quant_activations=True,
+            act_order=act_order,
+            max_accumulator_bit_width=accumulator_bit_width,
         )
         mode.fraction = fraction
         return mode

@@ -39,7 +39,9 @@ def in_scope(name: str, decoder_layers: str | None, patterns: Sequence[str] | No
     return any(fnmatch.fnmatchcase(relative, p) or fnmatch.fnmatchcase(relative, f"*.{p}") for p in patterns)
 
 
-def unmatched_patterns(names: Iterable[str], decoder_layers: str | None, patterns: Sequence[str] | None) -> list[str]:
+def unmatched_patterns(
+    names: Iterable[str], decoder_layers: str | None, patterns: Sequence[str] | None
+) -> list[str]:
     """The patterns of ``inside_layer_modules`` that match no layer."""
     names = list(names)
     return [p for p in patterns or () if not any(in_scope(n, decoder_layers, [p]) for n in names)]
@@ -74,12 +76,19 @@ def weight_spec_problems(config: Any, plans: Sequence[LayerPlan], scope: Iterabl
             if wanted is not None and wanted != actual:
                 line = f"{owner}.{field_name}={wanted!r} disagrees with the weight spec ({shown})"
                 found.setdefault(line, []).append(plan.name)
-    return [f"{line} of {_modules(names)}; set them equal, or {owner}.{line.split('=')[0].split('.')[1]}=None to take the spec's" for line, names in found.items()]
+    return [
+        f"{line} of {_modules(names)}; set them equal, or {owner}.{line.split('=')[0].split('.')[1]}=None to take the spec's"
+        for line, names in found.items()
+    ]
 
 
 def _modules(names: list[str], limit: int = 3) -> str:
     shown = ", ".join(repr(n) for n in names[:limit])
-    return f"module {shown}" if len(names) == 1 else f"modules {shown}" + (f" and {len(names) - limit} more" if len(names) > limit else "")
+    return (
+        f"module {shown}"
+        if len(names) == 1
+        else f"modules {shown}" + (f" and {len(names) - limit} more" if len(names) > limit else "")
+    )
 
 
 def quantized_weight_plans(plans: Sequence[LayerPlan]) -> list[LayerPlan]:

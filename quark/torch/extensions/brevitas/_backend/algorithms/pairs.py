@@ -115,15 +115,28 @@ def from_scaling_layers(config: Any, block: Block, owner: str) -> list[Pair]:
                         f"query attention set num_attention_heads and num_key_value_heads (got "
                         f"{config.num_attention_heads}, {config.num_key_value_heads})"
                     )
-        pairs.append(Pair(entry["prev_op"], tuple(entry["layers"]), inp, entry.get("alpha"), entry.get("module2inspect"), expand))
+        pairs.append(
+            Pair(
+                entry["prev_op"],
+                tuple(entry["layers"]),
+                inp,
+                entry.get("alpha"),
+                entry.get("module2inspect"),
+                expand,
+            )
+        )
     return pairs
 
 
-def check_preserving(found: Sequence[Pair], block: Block, inputs: Inputs, owner: str, entries: Sequence[dict]) -> None:
+def check_preserving(
+    found: Sequence[Pair], block: Block, inputs: Inputs, owner: str, entries: Sequence[dict]
+) -> None:
     """A given pair whose fold would change the float function (a residual or a non-linearity in
     between) is an error naming it."""
     args, kwargs = inputs[0]
-    with quantization_status_manager(block.module, disable_act_quant=True, disable_weight_quant=True, disable_bias_quant=True):
+    with quantization_status_manager(
+        block.module, disable_act_quant=True, disable_weight_quant=True, disable_bias_quant=True
+    ):
         reference = call(block.module, args, kwargs)
     for pair, entry in zip(found, entries):
         if not _preserves_function(block.module, pair, args, kwargs, reference):
@@ -164,28 +177,26 @@ def prev_channels(block: nn.Module, pair: Pair) -> int:
 
 
 @torch.no_grad()
-def input_absmax(block: nn.Module, pairs: Sequence[Pair], inputs: Inputs, reduce: str = "max") -> dict[Pair, torch.Tensor]:
-    """Per input channel of each pair's ``inp`` layer over all inputs: max |x| (``reduce="max"``) or mean |x|."""
+def input_absmax(block: nn.Module, pairs: Sequence[Pair], inputs: Inputs) -> dict[Pair, torch.Tensor]:
+    """max |x| per input channel of each pair's ``inp`` layer, over all inputs (float block)."""
     found: dict[Pair, list[torch.Tensor]] = {pair: [] for pair in pairs}
     hooks = []
     for pair in pairs:
-        layer = block.get_submodule(pair.inp)
 
         def hook(module, args, pair=pair):
-            x = _channels(args[0].detach().float().abs(), module)
-            found[pair].append(x.amax(1) if reduce == "max" else torch.stack([x.sum(1), torch.full_like(x[:, 0], x.shape[1])]))
+            found[pair].append(_channels(args[0].detach().float().abs(), module).amax(1))
 
-        hooks.append(layer.register_forward_pre_hook(hook))
+        hooks.append(block.get_submodule(pair.inp).register_forward_pre_hook(hook))
     try:
-        with quantization_status_manager(block, disable_act_quant=True, disable_weight_quant=True, disable_bias_quant=True):
+        with quantization_status_manager(
+            block, disable_act_quant=True, disable_weight_quant=True, disable_bias_quant=True
+        ):
             for args, kwargs in inputs:
                 call(block, args, kwargs)
     finally:
         for handle in hooks:
             handle.remove()
-    if reduce == "max":
-        return {pair: torch.stack(v).amax(0) for pair, v in found.items() if v}
-    return {pair: (lambda t: t[:, 0] / t[:, 1])(torch.stack(v).sum(0).T) for pair, v in found.items() if v}
+    return {pair: torch.stack(v).amax(0) for pair, v in found.items() if v}
 
 
 def to_prev(stat: torch.Tensor, pair: Pair, channels: int) -> torch.Tensor:
@@ -224,7 +235,9 @@ def _candidates(block: nn.Module, args: tuple, kwargs: dict, config: Any) -> lis
         if name and weight_axes(module) is not None:
             hooks.append(module.register_forward_pre_hook(input_of(name)))
     try:
-        with quantization_status_manager(block, disable_act_quant=True, disable_weight_quant=True, disable_bias_quant=True):
+        with quantization_status_manager(
+            block, disable_act_quant=True, disable_weight_quant=True, disable_bias_quant=True
+        ):
             call(block, args, kwargs)
     finally:
         for handle in hooks:
@@ -253,12 +266,16 @@ def _candidates(block: nn.Module, args: tuple, kwargs: dict, config: Any) -> lis
 
 
 @torch.no_grad()
-def _preserves_function(block: nn.Module, pair: Pair, args: tuple, kwargs: dict, reference: torch.Tensor) -> bool:
+def _preserves_function(
+    block: nn.Module, pair: Pair, args: tuple, kwargs: dict, reference: torch.Tensor
+) -> bool:
     trial = copy.deepcopy(block)
     generator = torch.Generator().manual_seed(0)
     scale = 2.0 ** (torch.rand(prev_channels(block, pair), generator=generator) * 2 - 1)  # in [0.5, 2]
     fold(trial, pair, scale.to(reference.device))
-    with quantization_status_manager(trial, disable_act_quant=True, disable_weight_quant=True, disable_bias_quant=True):
+    with quantization_status_manager(
+        trial, disable_act_quant=True, disable_weight_quant=True, disable_bias_quant=True
+    ):
         out = call(trial, args, kwargs)
     # correct folds differ by float rounding (~1e-7 of the output range), wrong ones by 1e-3 or more
     return bool(torch.allclose(out, reference, rtol=1e-5, atol=1e-5 * float(reference.abs().max())))
@@ -267,9 +284,15 @@ def _preserves_function(block: nn.Module, pair: Pair, args: tuple, kwargs: dict,
 def discover(block: Block, inputs: Inputs, config: Any) -> tuple[list[Pair], list[str]]:
     """The function-preserving pairs of ``block`` and the names of its layers left without one."""
     args, kwargs = inputs[0]
-    with quantization_status_manager(block.module, disable_act_quant=True, disable_weight_quant=True, disable_bias_quant=True):
+    with quantization_status_manager(
+        block.module, disable_act_quant=True, disable_weight_quant=True, disable_bias_quant=True
+    ):
         reference = call(block.module, args, kwargs)
-    pairs = [p for p in _candidates(block.module, args, kwargs, config) if _preserves_function(block.module, p, args, kwargs, reference)]
+    pairs = [
+        p
+        for p in _candidates(block.module, args, kwargs, config)
+        if _preserves_function(block.module, p, args, kwargs, reference)
+    ]
     paired = {layer for p in pairs for layer in p.layers}
     layers = [n for n, m in block.module.named_modules() if n and weight_axes(m) is not None]
     return pairs, [block.prefix() + n for n in layers if n not in paired]

@@ -22,7 +22,9 @@ from quark.torch.quantization.config.algorithms import Phase, SmoothQuantConfig,
 logger = logging.getLogger(__name__)
 
 
-def block_pairs(config: Any, block: pairs.Block, inputs: pairs.Inputs, owner: str, unpaired: list[str]) -> list[pairs.Pair]:
+def block_pairs(
+    config: Any, block: pairs.Block, inputs: pairs.Inputs, owner: str, unpaired: list[str]
+) -> list[pairs.Pair]:
     """The block's pairs: from ``scaling_layers``, else found (what is left unpaired is collected)."""
     if config.scaling_layers is not None:
         found = pairs.from_scaling_layers(config, block, owner)
@@ -57,7 +59,9 @@ def weight_absmax(block: nn.Module, pair: pairs.Pair) -> torch.Tensor:
 
 
 @torch.no_grad()
-def smooth_scale(config: SmoothQuantConfig, block: nn.Module, pair: pairs.Pair, act: torch.Tensor) -> torch.Tensor:
+def smooth_scale(
+    config: SmoothQuantConfig, block: nn.Module, pair: pairs.Pair, act: torch.Tensor
+) -> torch.Tensor:
     channels = pairs.prev_channels(block, pair)
     alpha = config.alpha if pair.alpha is None else pair.alpha
     act = pairs.to_prev(act, pair, channels)

@@ -15,7 +15,13 @@ from torch import nn
 def _conv1d_to_linear(module: nn.Module) -> nn.Linear:
     """transformers' ``Conv1D`` (GPT-2): ``x @ W + b`` with W stored [in, out]; a Linear stores W^T."""
     weight = module.weight
-    linear = nn.Linear(weight.shape[0], weight.shape[1], bias=module.bias is not None, device=weight.device, dtype=weight.dtype)
+    linear = nn.Linear(
+        weight.shape[0],
+        weight.shape[1],
+        bias=module.bias is not None,
+        device=weight.device,
+        dtype=weight.dtype,
+    )
     with torch.no_grad():
         linear.weight.copy_(weight.T)
         if module.bias is not None:
@@ -37,7 +43,9 @@ def conversion_of(module: nn.Module) -> Callable[[nn.Module], nn.Module] | None:
 
 def convert(model: nn.Module) -> nn.Module:
     """Replace every convertible layer of ``model`` (in place) by its equivalent; returns ``model``."""
-    found = [(name, convert_fn) for name, module in model.named_modules() if (convert_fn := conversion_of(module))]
+    found = [
+        (name, convert_fn) for name, module in model.named_modules() if (convert_fn := conversion_of(module))
+    ]
     for name, convert_fn in found:
         model.set_submodule(name, convert_fn(model.get_submodule(name)))
     return model
