@@ -215,16 +215,19 @@ def _candidates(block: nn.Module, args: tuple, kwargs: dict, config: Any) -> lis
     """Norm -> linear (shared input tensor) and linear -> linear (matching widths) candidates."""
     produced: dict[int, str] = {}
     consumed: dict[str, int] = {}
+    alive: list[torch.Tensor] = []  # the tensors whose ids are compared stay alive, so no id is reused
     hooks = []
 
     def output_of(name: str):
         def hook(module, args, out):
+            alive.append(out)
             produced.setdefault(id(out), name)
 
         return hook
 
     def input_of(name: str):
         def hook(module, args):
+            alive.append(args[0])
             consumed.setdefault(name, id(args[0]))
 
         return hook
@@ -277,8 +280,8 @@ def _preserves_function(
         trial, disable_act_quant=True, disable_weight_quant=True, disable_bias_quant=True
     ):
         out = call(trial, args, kwargs)
-    # correct folds differ by float rounding (~1e-7 of the output range), wrong ones by 1e-3 or more
-    return bool(torch.allclose(out, reference, rtol=1e-5, atol=1e-5 * float(reference.abs().max())))
+    # correct folds differ by float rounding (1e-8..1e-7 of the output range), wrong ones by 1e-3 or more
+    return bool(torch.allclose(out, reference, rtol=1e-4, atol=1e-4 * float(reference.abs().max())))
 
 
 def discover(block: Block, inputs: Inputs, config: Any) -> tuple[list[Pair], list[str]]:
