@@ -36,6 +36,7 @@ U4G32 = QuantizationSpec(
 SPEC_OF = {"W8A8 per tensor": (W8, A8), "W4 g32 sym": (W4G32, None), "W4 g32 asym": (U4G32, None)}
 # the algorithms take their bit / sym / group_size from the weight spec (None)
 GPTQ = GPTQConfig(bit=None, sym=None, group_size=None, desc_act=False)
+GPTQ_ACT_ORDER = GPTQConfig(bit=None, sym=None, group_size=None, desc_act=True, static_groups=True)
 AWQ = AWQConfig(bit=None, sym=None, group_size=None)
 SMOOTH = SmoothQuantConfig(
     alpha=0.5
@@ -50,6 +51,7 @@ ROWS = {
             "RTN": ([], None),
             "SmoothQuant": ([SMOOTH], None),
             "GPTQ": ([], [GPTQ]),
+            "GPTQ act-order": ([], [GPTQ_ACT_ORDER]),
             "ActivationEqualization": ([EQUALIZE], None),
             "ActivationEqualization+GPTQ": ([EQUALIZE], [GPTQ]),
         },
@@ -59,7 +61,12 @@ ROWS = {
             "AWQ": ([], [AWQ]),
             "AWQ+GPTQ": ([], [AWQ, GPTQ]),
         },
-        "W4 g32 asym": {"RTN": ([], None), "GPTQ": ([], [GPTQ]), "AWQ": ([], [AWQ])},
+        "W4 g32 asym": {
+            "RTN": ([], None),
+            "GPTQ": ([], [GPTQ]),
+            "GPTQ act-order": ([], [GPTQ_ACT_ORDER]),
+            "AWQ": ([], [AWQ]),
+        },
     }.items()
     for algo, (pre, post) in algos.items()
 }
