@@ -262,6 +262,7 @@ def test_gptq_dynamic_groups_track_the_updated_weights():
         assert error(gptq, reference, [(x,) for x in data]) < 0.7 * rtn
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("build", [models.bert, models.llama])
 @pytest.mark.parametrize("algo", ["gptq", "awq", "gptq parallel"])
 def test_algorithms_beat_round_to_nearest_on_transformer_blocks(build, algo):
@@ -277,6 +278,7 @@ def test_algorithms_beat_round_to_nearest_on_transformer_blocks(build, algo):
         assert error(quantize(model, spec, data, post=[post]), reference, test) < 0.9 * rtn
 
 
+@pytest.mark.slow
 def test_awq_scale_search_alone_beats_round_to_nearest_on_llama():
     model, data, test = models.llama(), models.token_batches(8), models.token_batches(4, seed=7)
     reference = outputs(model, test)
