@@ -96,6 +96,10 @@ class CalibrationData:
             self.position.batch += 1
             yield batch
 
+    def __iter__(self) -> Iterator[Any]:
+        """One pass (an algorithm of the user's own, written for a DataLoader, iterates it so)."""
+        return self.passes("algorithm")
+
 
 def calibration_data(data: Any) -> CalibrationData | None:
     """``data`` (a DataLoader, an iterable, or already :class:`CalibrationData`) as CalibrationData."""
