@@ -18,10 +18,14 @@ import torch
 from quark.torch.extensions.brevitas.api import ModelExporter
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec, TQTSpec
 from quark.torch.quantization.config.type import Dtype, ScaleType, TQTThresholdInitMeth
-from quark.torch.quantization.observer import OBSERVERS, TQT3SDObserver, TQTJeffreysObserver
+from quark.torch.quantization.observer import OBSERVERS, TQT3SDObserver, TQTJeffreysObserver, _SelectorObserver
 from robustness.helpers import W8A8, batches, mlp, quantize
 
-ALL_OBSERVERS = [OBSERVERS[name] for name in sorted(OBSERVERS)] + [TQT3SDObserver, TQTJeffreysObserver]
+#: every observer that accumulates statistics (the selectors of Quark's names, e.g. PerBlockMXObserver,
+#: only choose a format whose scale the quantizer computes: they never observe)
+ALL_OBSERVERS = [
+    cls for _, cls in sorted(OBSERVERS.items()) if not issubclass(cls, _SelectorObserver)
+] + [TQT3SDObserver, TQTJeffreysObserver]
 
 
 def _state_bytes(observer) -> int:
