@@ -14,15 +14,15 @@ import torch
 ONE_THREAD = ("formats", "qat")
 
 
-@pytest.fixture
-def one_thread():
+@pytest.fixture(autouse=True)
+def one_thread(request):
+    """One intra-op thread for the tests of the ``ONE_THREAD`` folders. (A ``usefixtures`` mark
+    added in ``pytest_collection_modifyitems`` comes too late: pytest has already resolved the
+    fixtures, and those tests ran on every thread.)"""
+    if Path(str(request.node.fspath)).parent.name not in ONE_THREAD:
+        yield
+        return
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-def pytest_collection_modifyitems(items):
-    for item in items:
-        if Path(str(item.fspath)).parent.name in ONE_THREAD:
-            item.add_marker(pytest.mark.usefixtures("one_thread"))

@@ -11,7 +11,9 @@ The quantized model trains in any ordinary PyTorch loop; these helpers cover the
 
 Batch norm: measured with ``benchmarks/digits_qat.py``, merging batch norm into the convolutions
 before quantization (``pre_quant_opt_config=[Preprocess()]``) trains as well as keeping it float
-during QAT, and the trained graph is then the deployed graph: nothing changes at freeze.
+during QAT, and the trained graph is then the deployed graph: nothing changes at freeze. What
+keeps a run steady (unsigned grids on non-negative inputs above all; batch norm; thresholds'
+learning rate), measured with ``benchmarks/qat_stability.py``: ``docs/qat.md``, "Steady runs".
 """
 
 from __future__ import annotations
