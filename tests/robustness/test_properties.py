@@ -42,7 +42,12 @@ from quark.torch.quantization.config.type import (
     TQTThresholdInitMeth,
     ZeroPointType,
 )
-from quark.torch.quantization.observer import OBSERVERS, TQT3SDObserver, TQTJeffreysObserver, _SelectorObserver
+from quark.torch.quantization.observer import (
+    OBSERVERS,
+    TQT3SDObserver,
+    TQTJeffreysObserver,
+    _SelectorObserver,
+)
 from robustness.helpers import assert_unchanged, snapshot
 
 _SCALE = 10 if os.environ.get("HYPOTHESIS_PROFILE") == "explore" else 1

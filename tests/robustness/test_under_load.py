@@ -18,7 +18,12 @@ import torch
 from quark.torch.extensions.brevitas.api import ModelExporter
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec, TQTSpec
 from quark.torch.quantization.config.type import Dtype, ScaleType, TQTThresholdInitMeth
-from quark.torch.quantization.observer import OBSERVERS, TQT3SDObserver, TQTJeffreysObserver, _SelectorObserver
+from quark.torch.quantization.observer import (
+    OBSERVERS,
+    TQT3SDObserver,
+    TQTJeffreysObserver,
+    _SelectorObserver,
+)
 from robustness.helpers import W8A8, batches, mlp, quantize
 
 #: every observer that accumulates statistics (the selectors of Quark's names, e.g. PerBlockMXObserver,
