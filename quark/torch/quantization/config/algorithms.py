@@ -356,8 +356,8 @@ class AWQConfig(_NamedConfig, AlgoConfig):
             -1: per channel).
         algo_processor: Quark's processor class; this backend runs its own implementation, so
             only None is meaningful (any other value is accepted and ignored with a warning).
-        scaling_layers, model_decoder_layers, embedding_layers, num_attention_heads,
-            num_key_value_heads: as in :class:`SmoothQuantConfig`.
+        scaling_layers, model_decoder_layers, embedding_layers: as in :class:`SmoothQuantConfig`.
+        num_attention_heads, num_key_value_heads: as in :class:`SmoothQuantConfig`.
     """
 
     name: str = "awq"
