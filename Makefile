@@ -25,7 +25,7 @@ test: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadfile tests
 
 docs: $(STAMP)
-	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
+	$(PY) -m sphinx -E -W --keep-going -q -b html docs docs/_build/html
 	@echo "docs/_build/html/index.html"
 
 clean:
