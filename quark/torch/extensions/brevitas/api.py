@@ -119,6 +119,7 @@ class ModelQuantizer:
         plans = planning.resolve(
             self.config, sites, [*known_names, *planning.module_names(work)], self.rewriter.supported_types
         )
+        self.rewriter.connect(work, plans, sites)
         rules.check(plans, sites)
         work = self.rewriter.rewrite(work, plans, sites)
         self.plans = plans

@@ -38,6 +38,8 @@ LAYER_FORMATS: dict[type[nn.Module], frozenset[ExportFormat]] = {
     qnn.QuantMultiheadAttention: BOTH,
     qnn.QuantIdentity: BOTH,  # stock Brevitas layers, e.g. a FINN-style input quantizer
     qnn.QuantReLU: BOTH,
+    qnn.QuantEltwiseAdd: BOTH,  # graph mode: residual additions
+    qnn.QuantCat: BOTH,  # graph mode: concatenations
 }
 
 #: quantizer proxy class -> the role it quantizes (first match wins).
