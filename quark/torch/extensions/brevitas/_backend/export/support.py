@@ -19,6 +19,7 @@ from torch import nn
 
 from quark.torch.extensions.brevitas._backend.export.errors import UnsupportedExportError
 from quark.torch.extensions.brevitas._backend.export.formats import ExportFormat
+from quark.torch.extensions.brevitas._backend.rewrite.graph import QuantConcat
 from quark.torch.quantization.config.type import QSchemeType, RoundType, ZeroPointType
 from quark.torch.quantization.tensor_quant import TensorQuant
 
@@ -39,7 +40,7 @@ LAYER_FORMATS: dict[type[nn.Module], frozenset[ExportFormat]] = {
     qnn.QuantIdentity: BOTH,  # stock Brevitas layers, e.g. a FINN-style input quantizer
     qnn.QuantReLU: BOTH,
     qnn.QuantEltwiseAdd: BOTH,  # graph mode: residual additions
-    qnn.QuantCat: BOTH,  # graph mode: concatenations
+    QuantConcat: BOTH,  # graph mode: concatenations
 }
 
 #: quantizer proxy class -> the role it quantizes (first match wins).

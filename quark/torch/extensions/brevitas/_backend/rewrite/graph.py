@@ -96,6 +96,16 @@ KIND_OF_TYPE: dict[type, str] = {
 }
 
 
+class QuantConcat(qnn.QuantCat):
+    """Brevitas' QuantCat with a working forward: brevitas 0.13.4's calls ``QuantTensor.cat``,
+    which its QuantTensor does not have (AttributeError); ``torch.cat`` dispatches to the
+    QuantTensor handler, which checks that the inputs share one scale."""
+
+    def forward(self, tensor_list, dim: int = 1):
+        quantized = [self.input_quant(self.unpack_input(t)) for t in tensor_list]
+        return self.pack_output(self.output_quant(torch.cat(quantized, dim=dim)))
+
+
 def float_value(x):
     """The float value of a QuantTensor (graph outputs are plain tensors)."""
     return x.value if isinstance(x, QuantTensor) else x
@@ -232,7 +242,7 @@ BUILDERS: dict[str, Callable[[LayerPlan, Site], nn.Module]] = {
     "input": lambda plan, site: _quant_identity(plan.specs["input_tensors"]),
     "activation": _activation,
     "add": _two_sided(qnn.QuantEltwiseAdd),
-    "cat": _two_sided(qnn.QuantCat),
+    "cat": _two_sided(QuantConcat),
     "compute": _compute,
 }
 

@@ -144,11 +144,10 @@ def _module_for(node: fx.Node) -> tuple[nn.Module, str, tuple[Any, ...]] | None:
         return cls(), cls.__name__.lower(), (node.args[0],)
     if _is_tensor_add(node):
         return Add(), "add", tuple(node.args)
-    if node.op == "call_function" and node.target in CAT_FUNCTIONS:
-        bound = _bind(node)
-        if bound is not None:
-            tensors, *rest = bound.values()
-            return Cat(), "cat", (tensors, rest[0] if rest else 0)
+    if node.op == "call_function" and node.target in CAT_FUNCTIONS and set(node.kwargs) <= {"dim", "axis"}:
+        tensors, *rest = node.args
+        dim = rest[0] if rest else next(iter(node.kwargs.values()), 0)
+        return Cat(), "cat", (tensors, dim)
     return None
 
 
