@@ -47,16 +47,25 @@ class FinnReport:
         return "\n".join(lines)
 
 
-def _finn_transforms():
+#: streamlining passes of FINN: ``Streamline`` for chains, ``StreamlinePlus`` also moves scales
+#: and biases through forks, residual additions and concatenations
+STREAMLINERS = ("Streamline", "StreamlinePlus")
+
+
+def _finn_transforms(streamline: str):
+    if streamline not in STREAMLINERS:
+        raise ValueError(f"finn_handoff(streamline={streamline!r}): allowed {list(STREAMLINERS)}")
     try:
         from finn.transformation.qonnx.convert_qonnx_to_finn import ConvertQONNXtoFINN
         from finn.transformation.streamline import Streamline
+        from finn.transformation.streamline.streamline_plus import StreamlinePlus
     except ImportError as error:
         raise ImportError(
             f"the FINN hand-off needs finn-plus ({error}); install it with "
             "`pip install --no-deps finn-plus==1.6.1` and the pieces listed in docs/export.md"
         ) from error
-    return [("ConvertQONNXtoFINN", ConvertQONNXtoFINN), ("Streamline", Streamline)]
+    passes = {"Streamline": Streamline, "StreamlinePlus": StreamlinePlus}
+    return [("ConvertQONNXtoFINN", ConvertQONNXtoFINN), (streamline, passes[streamline])]
 
 
 def finn_handoff(
@@ -65,8 +74,10 @@ def finn_handoff(
     output_path: str | os.PathLike | None = None,
     *,
     rtol: float = FINN_RTOL,
+    streamline: str = "Streamline",
 ) -> FinnReport:
-    """Run a QONNX file through qonnx cleanup, ConvertQONNXtoFINN and Streamline on ``inputs``.
+    """Run a QONNX file through qonnx cleanup, ConvertQONNXtoFINN and Streamline on ``inputs``
+    (``streamline="StreamlinePlus"`` for residual and concatenating networks).
 
     Every step's outputs must equal the cleaned QONNX graph's within ``rtol * max(1, max|ref|)``.
     The streamlined graph is written to ``output_path`` (default: ``<name>_finn.onnx``).
@@ -81,7 +92,7 @@ def finn_handoff(
     from qonnx.transformation.infer_shapes import InferShapes
     from qonnx.util.cleanup import cleanup_model
 
-    transforms = _finn_transforms()
+    transforms = _finn_transforms(streamline)
     qonnx_path = os.fspath(qonnx_path)
     tensors = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
     feeds = [t.detach().float().cpu().numpy() for t in tensors]

@@ -256,3 +256,28 @@ def integer_input(qonnx_path: str | os.PathLike, output_path: str | os.PathLike 
     model.set_tensor_datatype(name, DataType[datatype])
     model.save(os.fspath(output_path or qonnx_path))
     return IntegerInput(name, datatype, float(np.asarray(scale).reshape(())))
+
+
+#: FINN graph nodes computing a layer's products
+COMPUTE_OPS = frozenset({"Conv", "MatMul", "Gemm", "ConvTranspose"})
+
+
+def float_operations(model) -> list[str]:
+    """Nodes of a FINN graph (a ``ModelWrapper`` or path) that compute on floats between its first
+    and last compute node: those whose output qonnx's ``InferDataTypes`` does not find integer.
+    An integer dataflow has none; the float scale and bias after the last layer are not counted."""
+    from qonnx.core.modelwrapper import ModelWrapper
+    from qonnx.transformation.infer_datatypes import InferDataTypes
+
+    if not isinstance(model, ModelWrapper):
+        model = ModelWrapper(os.fspath(model))
+    model = model.transform(InferDataTypes())
+    nodes = list(model.graph.node)
+    compute = [i for i, n in enumerate(nodes) if n.op_type in COMPUTE_OPS]
+    if not compute:
+        return []
+    return [
+        f"{n.op_type} {n.name}"
+        for n in nodes[compute[0] : compute[-1]]
+        if not model.get_tensor_datatype(n.output[0]).is_integer()
+    ]

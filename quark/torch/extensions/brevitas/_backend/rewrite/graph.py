@@ -186,10 +186,12 @@ class GraphRewriter:
         }
         placeholders = {n.name: n for n in model.graph.nodes if n.op == "placeholder"}
         taken = {name for name, _ in model.named_modules()}
+        quantizing = set(built)  # the modules that take and give QuantTensors
         for name, module in built.items():
             if by_name[name].type is GraphInput:
                 module_name = tracing._free_name("", f"{name}_quant", taken)
                 taken.add(module_name)
+                quantizing.add(module_name)
                 model.add_submodule(module_name, module)
                 node = placeholders[name]
                 with model.graph.inserting_after(node):
@@ -197,6 +199,7 @@ class GraphRewriter:
                 node.replace_all_uses_with(quant, delete_user_cb=lambda user, q=quant: user is not q)
             else:
                 model.set_submodule(name, module)
+        _float_inputs(model, quantizing)
         _float_outputs(model)
         model.graph.lint()
         model.recompile()
@@ -303,6 +306,25 @@ def _is_network_input(model: fx.GraphModule, node: fx.Node) -> bool:
         u.op == "call_module" and isinstance(model.get_submodule(u.target), INDEX_CONSUMERS) for u in users
     )
     return not index_only
+
+
+def _float_inputs(model: fx.GraphModule, quantized: set[str]) -> None:
+    """Hand plain tensors to every operation that is neither a quantized site nor a pass-through:
+    Brevitas' QuantTensor has only some of a tensor's methods (``x.sum()`` fails on it)."""
+    for node in list(model.graph.nodes):
+        if node.op in _BOOKKEEPING or node.target in quantized or _passes_through(model, node):
+            continue
+        if node.op == "call_function" and node.target is float_value:
+            continue
+
+        def unpack(arg: fx.Node, user=node) -> fx.Node:
+            if arg.op == "placeholder":
+                return arg
+            with model.graph.inserting_before(user):
+                return model.graph.call_function(float_value, (arg,))
+
+        node.args = fx.node.map_arg(node.args, unpack)
+        node.kwargs = fx.node.map_arg(node.kwargs, unpack)
 
 
 def _float_outputs(model: fx.GraphModule) -> None:

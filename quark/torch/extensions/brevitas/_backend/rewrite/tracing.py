@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from brevitas.graph.standardize import DuplicateSharedStatelessModule
 from torch import fx, nn
+from torch.fx.operator_schemas import normalize_function
 
 from quark.torch.extensions.brevitas.graph import Add, Cat
 
@@ -152,12 +153,18 @@ def _module_for(node: fx.Node) -> tuple[nn.Module, str, tuple[Any, ...]] | None:
 
 
 def _bind(node: fx.Node) -> dict[str, Any] | None:
-    """The call's arguments by parameter name (None when the signature is unknown or does not fit)."""
+    """The call's arguments by parameter name, defaults included (torch's operator schemas for
+    builtins); None when the call does not fit one signature."""
     try:
-        signature = inspect.signature(node.target)
-        bound = signature.bind(*node.args, **node.kwargs)
+        normalized = normalize_function(node.target, tuple(node.args), dict(node.kwargs), normalize_to_only_use_kwargs=True)
+    except (TypeError, ValueError, RuntimeError):
+        normalized = None
+    if normalized is not None:
+        return dict(normalized.kwargs)
+    try:
+        bound = inspect.signature(node.target).bind(*node.args, **node.kwargs)
     except (TypeError, ValueError):
-        if len(node.args) == 1 and not node.kwargs:  # builtins without a signature: the input alone
+        if len(node.args) == 1 and not node.kwargs:  # no schema found: the input alone
             return {"input": node.args[0]}
         return None
     bound.apply_defaults()
