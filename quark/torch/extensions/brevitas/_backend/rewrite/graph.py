@@ -137,8 +137,8 @@ class GraphRewriter:
     @staticmethod
     def _site(model: fx.GraphModule, node: fx.Node) -> Site | None:
         if node.op == "placeholder":
-            if _is_network_input(model, node):
-                return Site(node.name, GraphInput, KINDS["input"].roles)
+            if _is_network_input(model, node):  # named by the argument (FX renames `input` to `input_1`)
+                return Site(node.target, GraphInput, KINDS["input"].roles)
             return None
         if node.op != "call_module":
             return None
@@ -184,7 +184,7 @@ class GraphRewriter:
         built = {
             p.name: BUILDERS[_kind(by_name[p.name])](p, by_name[p.name]).to(**place) for p in plans if p.quantized
         }
-        placeholders = {n.name: n for n in model.graph.nodes if n.op == "placeholder"}
+        placeholders = {n.target: n for n in model.graph.nodes if n.op == "placeholder"}
         taken = {name for name, _ in model.named_modules()}
         quantizing = set(built)  # the modules that take and give QuantTensors
         for name, module in built.items():
@@ -268,7 +268,7 @@ def _producer(model: fx.GraphModule, node) -> fx.Node | None:
 
 def _site_name(node: fx.Node) -> str | None:
     if node.op == "placeholder":
-        return node.name
+        return node.target
     return node.target if node.op == "call_module" else None
 
 
