@@ -9,7 +9,11 @@ import pytest
 import torch
 from torch import nn
 
-from quark.torch.extensions.brevitas._backend.export import TargetCheckError, UnsupportedExportError, finn_target
+from quark.torch.extensions.brevitas._backend.export import (
+    TargetCheckError,
+    UnsupportedExportError,
+    finn_target,
+)
 from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
 from quark.torch.extensions.brevitas.presets import finn
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
@@ -67,8 +71,10 @@ CASES = {
     ),
     "round_method": (
         preset_with(round_method=RoundType.half_even),
-        r"quantizer 'input_quant.act_quant' \(activation\): round_method=half_even; FINN allows half_up \(or round on an unsigned grid\) "
-        r"\(FINN's MultiThreshold counts x >= \(k \+ 1/2\) steps",
+        (
+            r"quantizer 'input_quant.act_quant' \(activation\): round_method=half_even; FINN allows half_up "
+            r"\(or round on an unsigned grid\) \(FINN's MultiThreshold counts x >= \(k \+ 1/2\) steps"
+        ),
     ),
     "a model quantized layer by layer": (
         Config(
@@ -76,8 +82,10 @@ CASES = {
                 input_tensors=_act(), weight=_act(), target_device=DeviceType.FINN
             )
         ),
-        r"site 'model': quantized layer by layer: the tensors between layers stay float; set "
-        r"Config.quant_mode=QuantizationMode.fx_graph_mode",
+        (
+            r"site 'model': quantized layer by layer: the tensors between layers stay float; set "
+            r"Config.quant_mode=QuantizationMode.fx_graph_mode"
+        ),
     ),
     "a float network input": (
         Config(
@@ -89,8 +97,10 @@ CASES = {
     ),
     "a signed quantizer after ReLU": (
         preset_with(relu=_act()),
-        r"site '1': ReLU output quantized signed \(int4\); set an unsigned dtype \(uint4\) for "
-        r"layer_type_quant_config\['ReLU'\].output_tensors \(ConvertQONNXtoFINN: 'FINN only supports unsigned",
+        (
+            r"site '1': ReLU output quantized signed \(int4\); set an unsigned dtype \(uint4\) for "
+            r"layer_type_quant_config\['ReLU'\].output_tensors \(ConvertQONNXtoFINN: 'FINN only supports unsigned"
+        ),
     ),
 }
 
@@ -190,3 +200,10 @@ def test_float_operations_count_the_nodes_that_are_not_integer(tmp_path):
 def test_the_preset_names_a_bit_width_it_cannot_build(argument):
     with pytest.raises(ValueError, match=rf"finn\({argument}=5\): allowed \[2, 3, 4, 8\]"):
         finn(**{argument: 5})
+
+
+def test_docs_embed_the_current_finn_requirements():
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "export.md").read_text()
+    assert finn_target.markdown() in docs, "docs/export.md: paste the output of finn_target.markdown()"

@@ -10,9 +10,9 @@ import brevitas.nn as qnn
 import pytest
 import torch
 import torch.nn.functional as F
+from _reference import quant as ref
 from torch import fx, nn
 
-from _reference import quant as ref
 from quark.torch.extensions.brevitas import config as ext
 from quark.torch.extensions.brevitas._backend.rewrite.tracing import UntraceableModelError
 from quark.torch.extensions.brevitas.api import ModelQuantizer
@@ -266,7 +266,7 @@ def test_a_network_input_feeding_only_an_embedding_is_not_quantized():
 
 
 def test_graph_mode_trains_thresholds_and_weights_and_reloads_bit_exactly():
-    tqt = lambda d: QuantizationSpec(  # noqa: E731
+    tqt = lambda d: QuantizationSpec(
         dtype=d, scale_type=ScaleType.pof2, round_method=RoundType.half_up, qat_spec=TQTSpec()
     )
     config = graph_config(

@@ -18,8 +18,8 @@ import onnx
 import pytest
 import torch
 import torch.nn.functional as F
-
 from export.zoo import ZOO, calibration
+
 from quark.torch.extensions.brevitas._backend.export import finn_target
 from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
 from quark.torch.extensions.brevitas.presets import finn, xint8

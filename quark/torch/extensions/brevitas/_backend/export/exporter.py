@@ -152,13 +152,12 @@ class ModelExporter:
         from quark.torch.extensions.brevitas._backend.export import ipu
 
         opset = self.opset_version or FORMATS[fmt].opset[self.dynamo]
-        if target is DeviceType.IPU and checks is not None:
-            if self.dynamo or opset != ipu.OPSET:
-                raise UnsupportedExportError(
-                    f"target_device=IPU takes opset {ipu.OPSET} from the TorchScript exporter; got opset {opset}, "
-                    f"dynamo={self.dynamo}: use ModelExporter(path) with the defaults",
-                    [f"opset {opset}", f"dynamo={self.dynamo}"],
-                )
+        if target is DeviceType.IPU and checks is not None and (self.dynamo or opset != ipu.OPSET):
+            raise UnsupportedExportError(
+                f"target_device=IPU takes opset {ipu.OPSET} from the TorchScript exporter; got opset {opset}, "
+                f"dynamo={self.dynamo}: use ModelExporter(path) with the defaults",
+                [f"opset {opset}", f"dynamo={self.dynamo}"],
+            )
         if checks is not None:
             checks.check_specs(model, plans or ())
         support.check(model, fmt, self.dynamo)

@@ -125,8 +125,10 @@ def _signed_after_relu(plans: Sequence[Any]) -> list[tuple[str, str, str]]:
         (
             p.name,
             f"ReLU output quantized signed ({dtype_name(p.specs['output_tensors'])})",
-            f"an unsigned dtype (uint{p.specs['output_tensors'].bit_width}) for "
-            "layer_type_quant_config['ReLU'].output_tensors",
+            (
+                f"an unsigned dtype (uint{p.specs['output_tensors'].bit_width}) for "
+                "layer_type_quant_config['ReLU'].output_tensors"
+            ),
         )
         for p in plans
         if p.module_type is nn.ReLU and p.specs["output_tensors"] is not None and p.specs["output_tensors"].signed
@@ -281,3 +283,13 @@ def float_operations(model) -> list[str]:
         for n in nodes[compute[0] : compute[-1]]
         if not model.get_tensor_datatype(n.output[0]).is_integer()
     ]
+
+
+def markdown() -> str:
+    """The FINN requirements as a markdown table (docs/export.md embeds it; a test keeps it in sync)."""
+    lines = ["| refused | allowed | why |", "|---|---|---|"]
+    lines += [
+        f"| {'/'.join(sorted(r.roles))} `{r.field}` | {r.allowed} | {r.reason} |" for r in REQUIREMENTS
+    ]
+    lines += [f"| {r.refuses} | - | {r.reason} |" for r in SITE_REQUIREMENTS]
+    return "\n".join(lines)
