@@ -61,6 +61,10 @@ class Concat(nn.Module):
         return torch.cat([self.a(x), self.b(x)], dim=1)
 
 
+def _pooled(pool: nn.Module) -> nn.Module:
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), pool, nn.Flatten(), nn.LazyLinear(2))
+
+
 def _stock(layer_cls):
     """A stock Brevitas activation layer in front of a float linear layer (no Quark spec)."""
     return lambda: nn.Sequential(layer_cls(return_quant_tensor=False), nn.Linear(8, 4))
@@ -82,7 +86,11 @@ ROWS = {
     qnn.QuantReLU: (_stock(qnn.QuantReLU), (2, 8), None),
     qnn.QuantEltwiseAdd: (Residual, (2, 8), GRAPH),
     QuantConcat: (Concat, (2, 8), GRAPH),
+    qnn.TruncAvgPool2d: (lambda: _pooled(nn.AvgPool2d(2)), (2, 3, 4, 4), GRAPH),
+    qnn.TruncAdaptiveAvgPool2d: (lambda: _pooled(nn.AdaptiveAvgPool2d(1)), (2, 3, 4, 4), GRAPH),
 }
+#: rows whose layer exists only without an output spec (an average pool with one is requantized)
+NO_OUTPUT = {qnn.TruncAvgPool2d, qnn.TruncAdaptiveAvgPool2d}
 
 
 def test_every_row_of_the_table_has_a_case():
@@ -94,7 +102,9 @@ def _build(row):
     torch.manual_seed(0)
     model = build()
     if mode is not None:
-        cfg = config(weight=W8_PER_TENSOR, input_tensors=A8, output_tensors=A8)
+        model(torch.randn(*shape))  # lazy layers take their shapes
+        output = {} if row in NO_OUTPUT else {"output_tensors": A8}
+        cfg = config(weight=W8_PER_TENSOR, input_tensors=A8, **output)
         cfg.quant_mode = mode
         model = quantize(cfg, model, [torch.randn(*shape) for _ in range(2)])
     return model.eval(), torch.randn(*shape)
@@ -145,6 +155,16 @@ def test_per_channel_transposed_convolution_with_float_input_exports(onnx_path, 
         None,
     )
     assert getattr(ModelExporter(onnx_path), METHODS[fmt])(model, torch.randn(2, 4, 5, 5)).passed
+
+
+def test_a_truncating_average_pool_is_refused_by_qcdq_with_the_fix(onnx_path):
+    model, x = _build(qnn.TruncAvgPool2d)
+    with pytest.raises(
+        UnsupportedExportError,
+        match=r"module '2' \(TruncAvgPool2d\): a truncating average pool; allowed: a requantized average "
+        r"\(graph mode: output_tensors of the AvgPool2d / AdaptiveAvgPool2d site\)",
+    ):
+        ModelExporter(onnx_path).export_onnx_model(model, x)
 
 
 def test_a_layer_outside_the_table_is_refused_with_the_exportable_list(onnx_path):

@@ -137,6 +137,51 @@ def test_functional_activations_become_quantized_activations_with_their_argument
     torch.testing.assert_close(qmodel(x), expected, atol=0, rtol=0)
 
 
+def test_average_pooling_truncates_the_sum_on_the_input_grid():
+    """Without output_tensors an average pool is Brevitas' TruncAvgPool2d: floor(sum / 4) of the
+    input's integers, on the input's grid (FINN's QuantAvgPool2d)."""
+    model = nn.Sequential(nn.ReLU(), nn.AvgPool2d(2)).eval()
+    data = [torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(s)) for s in range(2)]
+    config = graph_config(layer=QuantizationConfig(), layer_type_quant_config={"ReLU": QuantizationConfig(output_tensors=U8)})
+    _, qmodel = quantize(config, model, data)
+    assert isinstance(qmodel.get_submodule("1"), qnn.TruncAvgPool2d)
+    x = data[0]
+    scale = qmodel.get_submodule("0").quant.act_quant.scale()
+    codes = torch.clamp(torch.round(F.relu(x) / scale), 0, 255)
+    expected = torch.floor(F.avg_pool2d(codes, 2, divisor_override=1) / 4) * scale  # the sum, shifted right by 2
+    torch.testing.assert_close(qmodel(x), expected, atol=0, rtol=0)
+
+
+def test_average_pooling_with_an_output_spec_is_requantized():
+    model = nn.Sequential(nn.ReLU(), nn.AdaptiveAvgPool2d(1)).eval()
+    data = [torch.rand(2, 3, 4, 4) for _ in range(2)]
+    config = graph_config(
+        layer=QuantizationConfig(),
+        layer_type_quant_config={
+            "ReLU": QuantizationConfig(output_tensors=U8),
+            nn.AdaptiveAvgPool2d: QuantizationConfig(output_tensors=U8),
+        },
+    )
+    _, qmodel = quantize(config, model, data)
+    pool = qmodel.get_submodule("1")
+    assert isinstance(pool.pool, nn.AdaptiveAvgPool2d) and isinstance(pool.output_quant, qnn.QuantIdentity)
+
+
+def test_a_spatial_mean_becomes_global_average_pooling():
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 2)
+
+        def forward(self, x):
+            return self.fc(torch.relu(x).mean((2, 3)))
+
+    quantizer, qmodel = quantize(graph_config(), Head().eval(), [torch.randn(2, 3, 4, 4) for _ in range(2)])
+    assert isinstance(qmodel.get_submodule("mean"), qnn.TruncAdaptiveAvgPool2d)
+    assert next(p for p in quantizer.plans if p.name == "fc").upstream == {"input_tensors": "mean"}
+    assert qmodel(torch.randn(2, 3, 4, 4)).shape == (2, 2)
+
+
 # -- sites, roles, summary ------------------------------------------------------------------------
 
 

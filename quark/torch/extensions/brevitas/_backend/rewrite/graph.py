@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 import brevitas.nn as qnn
 import torch
 import torch.nn.functional as F
+from brevitas.quant.scaled_int import TruncTo8bit
 from brevitas.quant_tensor import QuantTensor
 from torch import fx, nn
 
@@ -49,9 +50,25 @@ ACTIVATIONS: tuple[type[nn.Module], ...] = (
     nn.Hardswish,
     nn.Hardsigmoid,
 )
-#: compute layers whose input may arrive quantized from upstream (MultiheadAttention always
-#: quantizes its own inputs: its three inputs go through one input quantizer per projection)
-WEIGHTED: tuple[type[nn.Module], ...] = tuple(t for t in LAYERS if t is not nn.MultiheadAttention)
+#: average pooling: Brevitas' truncating pools keep the sum's most significant bits (FINN's
+#: QuantAvgPool2d); padded pooling has no truncating form and stays float
+AVG_POOLS: dict[type[nn.Module], Callable[[nn.Module], dict]] = {
+    nn.AvgPool2d: lambda m: {
+        "kernel_size": m.kernel_size,
+        "stride": m.stride,
+        "ceil_mode": m.ceil_mode,
+        "count_include_pad": m.count_include_pad,
+        "divisor_override": m.divisor_override,
+    },
+    nn.AdaptiveAvgPool2d: lambda m: {"output_size": m.output_size},
+}
+TRUNC_POOLS: dict[type[nn.Module], type[nn.Module]] = {
+    nn.AvgPool2d: qnn.TruncAvgPool2d,
+    nn.AdaptiveAvgPool2d: qnn.TruncAdaptiveAvgPool2d,
+}
+#: layers whose input may arrive quantized from upstream (MultiheadAttention always quantizes its
+#: own inputs: its three inputs go through one input quantizer per projection)
+WEIGHTED: tuple[type[nn.Module], ...] = (*(t for t in LAYERS if t is not nn.MultiheadAttention), *AVG_POOLS)
 
 #: operations that hand a quantized tensor on, on the same grid (Brevitas' QuantTensor keeps it)
 PASS_THROUGH_MODULES = (
@@ -86,6 +103,7 @@ KINDS: dict[str, SiteKind] = {
     "activation": SiteKind(("output_tensors",), _ACT_OUTPUT),
     "add": SiteKind(("input_tensors", "output_tensors"), _ACT_OUTPUT),
     "cat": SiteKind(("input_tensors", "output_tensors")),
+    "pool": SiteKind(("input_tensors", "output_tensors")),
 }
 #: site type -> kind (compute layers are their own kind)
 KIND_OF_TYPE: dict[type, str] = {
@@ -93,6 +111,7 @@ KIND_OF_TYPE: dict[type, str] = {
     Add: "add",
     Cat: "cat",
     **dict.fromkeys(ACTIVATIONS, "activation"),
+    **dict.fromkeys(AVG_POOLS, "pool"),
 }
 
 
@@ -113,7 +132,7 @@ def float_value(x):
 
 class GraphRewriter:
     name = "fx"
-    supported_types: tuple[type, ...] = (GraphInput, Add, Cat, *ACTIVATIONS, *LAYERS)
+    supported_types: tuple[type, ...] = (GraphInput, Add, Cat, *ACTIVATIONS, *AVG_POOLS, *LAYERS)
 
     def prepare(self, model: nn.Module) -> fx.GraphModule:
         return tracing.as_modules(tracing.trace(model))
@@ -148,7 +167,7 @@ class GraphRewriter:
             roles = ROLES if has_bias else tuple(r for r in ROLES if r != "bias")
             return Site(node.target, type(module), roles, module)
         kind = KIND_OF_TYPE.get(type(module))
-        if kind is None:
+        if kind is None or (kind == "pool" and getattr(module, "padding", 0) not in (0, (0, 0))):
             return None
         return Site(node.target, type(module), KINDS[kind].roles, module, KINDS[kind].sources)
 
@@ -233,6 +252,26 @@ def _two_sided(layer: type[nn.Module]) -> Callable[[LayerPlan, Site], nn.Module]
     return build
 
 
+def _pool(plan: LayerPlan, site: Site) -> nn.Module:
+    """Average pooling. Without ``output_tensors``: the sum truncated to the bit width of the input
+    (floor, as FINN's QuantAvgPool2d), integer to integer; with it: the float average requantized
+    (what a QDQ graph can express). An input arriving float is quantized first."""
+    spec, output = plan.specs["input_tensors"], plan.specs["output_tensors"]
+    module = site.module
+    stages: OrderedDict[str, nn.Module] = OrderedDict()
+    if spec is not None and "input_tensors" not in plan.upstream:
+        stages["quant"] = _quant_identity(spec)
+    if output is not None:
+        stages["pool"] = copy.deepcopy(module)
+        stages["output_quant"] = _quant_identity(output)
+    else:
+        trunc = TruncTo8bit.let(bit_width=spec.bit_width)
+        stages["pool"] = TRUNC_POOLS[type(module)](
+            **AVG_POOLS[type(module)](module), trunc_quant=trunc, return_quant_tensor=True
+        )
+    return stages["pool"] if len(stages) == 1 else nn.Sequential(stages)
+
+
 def _compute(plan: LayerPlan, site: Site) -> nn.Module:
     own = plan
     if "input_tensors" in plan.upstream:
@@ -246,6 +285,7 @@ BUILDERS: dict[str, Callable[[LayerPlan, Site], nn.Module]] = {
     "activation": _activation,
     "add": _two_sided(qnn.QuantEltwiseAdd),
     "cat": _two_sided(QuantConcat),
+    "pool": _pool,
     "compute": _compute,
 }
 
@@ -255,6 +295,8 @@ def _produced_spec(plan: LayerPlan) -> TensorQuant | None:
     if plan.module_type is GraphInput:
         return plan.specs["input_tensors"]
     if plan.module_type in (Add, Cat):
+        return plan.specs["output_tensors"] or plan.specs["input_tensors"]
+    if plan.module_type in AVG_POOLS:  # truncated: the input's bit width and sign, scale x 2^shift / k^2
         return plan.specs["output_tensors"] or plan.specs["input_tensors"]
     return plan.specs["output_tensors"]
 

@@ -70,8 +70,8 @@ def _user_frame(error: Exception) -> traceback.FrameSummary | None:
 
 # -- functional calls -> modules -------------------------------------------------------------------
 
-#: functional activation -> (module class, its keyword arguments taken from the call)
-FUNCTIONAL_ACTIVATIONS: dict[Callable[..., Any], tuple[type[nn.Module], tuple[str, ...]]] = {
+#: functional activations and pools -> (module class, its keyword arguments taken from the call)
+FUNCTIONAL_MODULES: dict[Callable[..., Any], tuple[type[nn.Module], tuple[str, ...]]] = {
     F.relu: (nn.ReLU, ()),
     F.relu_: (nn.ReLU, ()),
     torch.relu: (nn.ReLU, ()),
@@ -87,6 +87,8 @@ FUNCTIONAL_ACTIVATIONS: dict[Callable[..., Any], tuple[type[nn.Module], tuple[st
     torch.sigmoid: (nn.Sigmoid, ()),
     F.tanh: (nn.Tanh, ()),
     torch.tanh: (nn.Tanh, ()),
+    F.avg_pool2d: (nn.AvgPool2d, ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")),
+    F.adaptive_avg_pool2d: (nn.AdaptiveAvgPool2d, ("output_size",)),
 }
 #: tensor methods -> module class
 METHOD_ACTIVATIONS: dict[str, type[nn.Module]] = {
@@ -117,13 +119,16 @@ def as_modules(graph_model: fx.GraphModule) -> fx.GraphModule:
         made = _module_for(node)
         if made is None:
             continue
-        module, base, args = made
+        module, base, args, flatten = made
         name = _free_name(_owner(node), base, taken)
         taken.add(name)
         graph_model.add_submodule(name, module)
         with graph_model.graph.inserting_after(node):
             new = graph_model.graph.call_module(name, args)
         new.meta = dict(node.meta)
+        if flatten:  # a mean over the spatial axes without keepdim: pooled to 1x1, then flattened
+            with graph_model.graph.inserting_after(new):
+                new = graph_model.graph.call_function(torch.flatten, (new, 1))
         node.replace_all_uses_with(new)
         graph_model.graph.erase_node(node)
     graph_model.graph.lint()
@@ -131,25 +136,38 @@ def as_modules(graph_model: fx.GraphModule) -> fx.GraphModule:
     return graph_model
 
 
-def _module_for(node: fx.Node) -> tuple[nn.Module, str, tuple[Any, ...]] | None:
-    """(module, base name, call arguments) replacing ``node``, or None to leave it."""
-    if node.op == "call_function" and node.target in FUNCTIONAL_ACTIVATIONS:
-        cls, names = FUNCTIONAL_ACTIVATIONS[node.target]
+def _module_for(node: fx.Node) -> tuple[nn.Module, str, tuple[Any, ...], bool] | None:
+    """(module, base name, call arguments, flatten its result?) replacing ``node``, or None."""
+    if node.op == "call_function" and node.target in FUNCTIONAL_MODULES:
+        cls, names = FUNCTIONAL_MODULES[node.target]
         bound = _bind(node)
         if bound is None:
             return None
         first, *_ = bound.values()
-        return cls(**{k: v for k, v in bound.items() if k in names}), cls.__name__.lower(), (first,)
+        return cls(**{k: v for k, v in bound.items() if k in names}), cls.__name__.lower(), (first,), False
     if node.op == "call_method" and node.target in METHOD_ACTIVATIONS and len(node.args) == 1 and not node.kwargs:
         cls = METHOD_ACTIVATIONS[node.target]
-        return cls(), cls.__name__.lower(), (node.args[0],)
+        return cls(), cls.__name__.lower(), (node.args[0],), False
     if _is_tensor_add(node):
-        return Add(), "add", tuple(node.args)
+        return Add(), "add", tuple(node.args), False
     if node.op == "call_function" and node.target in CAT_FUNCTIONS and set(node.kwargs) <= {"dim", "axis"}:
         tensors, *rest = node.args
         dim = rest[0] if rest else next(iter(node.kwargs.values()), 0)
-        return Cat(), "cat", (tensors, dim)
+        return Cat(), "cat", (tensors, dim), False
+    spatial_mean = _spatial_mean(node)
+    if spatial_mean is not None:
+        return nn.AdaptiveAvgPool2d(1), "mean", (node.args[0],), not spatial_mean
     return None
+
+
+def _spatial_mean(node: fx.Node) -> bool | None:
+    """``x.mean((2, 3))`` / ``torch.mean(x, (-2, -1), keepdim)`` of a 4-D tensor: its keepdim; else None."""
+    if not ((node.op == "call_method" and node.target == "mean") or (node.op == "call_function" and node.target is torch.mean)):
+        return None
+    args = dict(zip(("input", "dim", "keepdim"), node.args)) | dict(node.kwargs)
+    if set(args) - {"input", "dim", "keepdim"} or not isinstance(args.get("dim"), (tuple, list)):
+        return None
+    return bool(args.get("keepdim", False)) if sorted(args["dim"]) in ([2, 3], [-2, -1]) else None
 
 
 def _bind(node: fx.Node) -> dict[str, Any] | None:
