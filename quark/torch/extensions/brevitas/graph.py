@@ -28,6 +28,12 @@ compute layer          ``Linear``, ``Conv*``, ``ConvTranspose*``,   ``weight``, 
                                                                     input arrives float (the summary
                                                                     shows ``= site`` where it arrives
                                                                     quantized from that site)
+average pool           ``nn.AvgPool2d`` (no padding),               ``input_tensors`` where the input
+(its module class)     ``nn.AdaptiveAvgPool2d``, ``F.avg_pool2d``,  arrives float; without
+                       ``x.mean((2, 3))``                           ``output_tensors`` the sum is
+                                                                    truncated to the input's bits
+                                                                    (FINN), with it the average is
+                                                                    requantized (QDQ)
 =====================  ==========================================  =====================================
 
 So an ordinary config (``weight`` and ``input_tensors`` set) quantizes the network input, every
@@ -38,8 +44,8 @@ name is its module path; a functional call gets the path of the module whose ``f
 plus the function's name (``blocks.0.add``, ``blocks.0.relu_1`` when ``blocks.0.relu`` is taken).
 
 Max pooling, flattening and reshaping pass quantized tensors through. Any other operation
-(``BatchNorm`` not merged by ``Preprocess``, ``LayerNorm``, ``Dropout``, ...) is named in a
-warning and left float; what follows it quantizes its own input.
+(``BatchNorm`` not merged by ``Preprocess``, ``LayerNorm``, ``Dropout``, padded average pooling,
+...) is named in a warning and left float; what follows it quantizes its own input.
 """
 
 from __future__ import annotations
