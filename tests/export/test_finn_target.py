@@ -207,3 +207,26 @@ def test_docs_embed_the_current_finn_requirements():
 
     docs = (Path(__file__).resolve().parents[2] / "docs" / "export.md").read_text()
     assert finn_target.markdown() in docs, "docs/export.md: paste the output of finn_target.markdown()"
+
+
+def test_the_handoff_absorbs_relu6_clips_into_thresholds(tmp_path):
+    """ReLU6 + quantizer becomes Clip -> MultiThreshold in FINN; the hand-off folds the clip into
+    the thresholds, so streamlining leaves an integer dataflow that computes what torch does."""
+    pytest.importorskip("finn.transformation.qonnx.convert_qonnx_to_finn", reason="finn-plus is not installed")
+    from qonnx.core.modelwrapper import ModelWrapper
+    from qonnx.core.onnx_exec import execute_onnx
+
+    from quark.torch.extensions.brevitas._backend.export.finn import finn_handoff
+
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU6(), nn.Linear(8, 8), nn.ReLU6(), nn.Linear(8, 3))
+    qmodel = quantized(finn(unsigned=("ReLU6",)), model)
+    x = data(1)[0] * 8  # large enough to clip at 6
+    ModelExporter(tmp_path / "m.onnx").export_qonnx_model(qmodel, x)
+    integer = finn_target.integer_input(tmp_path / "m.onnx", tmp_path / "int.onnx")
+    x_int = np.clip(np.floor(x.numpy() / integer.scale + 0.5), 0, 255).astype(np.float32)
+    report = finn_handoff(tmp_path / "int.onnx", torch.from_numpy(x_int))
+    assert "Clip" in report.steps[1].op_types and "Clip" not in report.steps[2].op_types
+    streamlined = ModelWrapper(report.path)
+    assert finn_target.float_operations(streamlined) == []
+    out = execute_onnx(streamlined, {streamlined.graph.input[0].name: x_int})[streamlined.graph.output[0].name]
+    np.testing.assert_array_equal(out, qmodel(x).detach().numpy())

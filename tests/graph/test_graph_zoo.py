@@ -4,8 +4,7 @@ depthwise convolutions.
 
 - FINN: the FINN preset, PTQ and a few QAT steps, QONNX export verified, the network input made
   integer, ConvertQONNXtoFINN and StreamlinePlus; the streamlined graph computes exactly what the
-  torch model does, and between the first and last compute layer only integer nodes remain
-  (ReLU6 is the exception: FINN keeps its Clip, with the scale and bias before it, in float).
+  torch model does, and between the first and last compute layer only integer nodes remain.
 - IPU: the XINT8 preset in graph mode; the QDQ export passes the IPU checks and every activation
   tensor, residual sums and concatenations included, lies between QuantizeLinear and
   DequantizeLinear (checked here again with plain onnx).
@@ -30,9 +29,9 @@ from quark.torch.quantization.config.type import QuantizationMode, TQTThresholdI
 NETWORKS = ("tfc", "cnv", "resnet_bn", "concat", "mobilenet")
 #: network -> activation types with non-negative outputs
 UNSIGNED = {"mobilenet": ("ReLU6",)}
-#: network -> float nodes FINN leaves between its first and last compute layer: each ReLU6 keeps
-#: its Clip (FINN has no threshold conversion for it) and the scale and bias it blocks
-FLOAT_OPERATIONS = {"tfc": 0, "cnv": 0, "resnet_bn": 0, "concat": 0, "mobilenet": 15}
+#: network -> float nodes FINN leaves between its first and last compute layer (ReLU6's Clip is
+#: absorbed into the thresholds by the hand-off)
+FLOAT_OPERATIONS = dict.fromkeys(NETWORKS, 0)
 
 
 def _model(name: str) -> torch.nn.Module:

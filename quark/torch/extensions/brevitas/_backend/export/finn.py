@@ -52,6 +52,39 @@ class FinnReport:
 STREAMLINERS = ("Streamline", "StreamlinePlus")
 
 
+def _absorb_clip_into_multithreshold():
+    """A qonnx transformation: Clip(lo, hi) feeding only a MultiThreshold becomes part of it.
+
+    FINN converts ReLU6 / Hardtanh + quantizer into Clip -> MultiThreshold and has no pass for
+    the Clip, which then blocks streamlining (the scale and bias before it stay float). Exact:
+    counting clip(x) >= t is counting always for t <= lo, never for t > hi, and x >= t between.
+    """
+    from qonnx.transformation.base import Transformation
+
+    class AbsorbClipIntoMultiThreshold(Transformation):
+        def apply(self, model):
+            for node in model.graph.node:
+                consumers = model.find_consumers(node.output[0]) if node.op_type == "Clip" else None
+                if not consumers or len(consumers) != 1 or consumers[0].op_type != "MultiThreshold":
+                    continue
+                names = [*node.input[1:3], "", ""][:2]  # min, max: optional inputs
+                bounds = [model.get_initializer(name) if name else None for name in names]
+                if any(name and bound is None for name, bound in zip(names, bounds)):
+                    continue  # bounds computed in the graph
+                lo = -np.inf if bounds[0] is None else float(bounds[0])
+                hi = np.inf if bounds[1] is None else float(bounds[1])
+                threshold = consumers[0]
+                values = model.get_initializer(threshold.input[1])
+                values = np.where(values <= lo, -np.inf, np.where(values > hi, np.inf, values)).astype(values.dtype)
+                model.set_initializer(threshold.input[1], values)
+                threshold.input[0] = node.input[0]
+                model.graph.node.remove(node)
+                return model, True
+            return model, False
+
+    return AbsorbClipIntoMultiThreshold
+
+
 def _finn_transforms(streamline: str):
     if streamline not in STREAMLINERS:
         raise ValueError(f"finn_handoff(streamline={streamline!r}): allowed {list(STREAMLINERS)}")
@@ -65,7 +98,11 @@ def _finn_transforms(streamline: str):
             "`pip install --no-deps finn-plus==1.6.1` and the pieces listed in docs/export.md"
         ) from error
     passes = {"Streamline": Streamline, "StreamlinePlus": StreamlinePlus}
-    return [("ConvertQONNXtoFINN", ConvertQONNXtoFINN), (streamline, passes[streamline])]
+    return [
+        ("ConvertQONNXtoFINN", ConvertQONNXtoFINN),
+        ("AbsorbClipIntoMultiThreshold", _absorb_clip_into_multithreshold()),
+        (streamline, passes[streamline]),
+    ]
 
 
 def finn_handoff(
@@ -76,8 +113,9 @@ def finn_handoff(
     rtol: float = FINN_RTOL,
     streamline: str = "Streamline",
 ) -> FinnReport:
-    """Run a QONNX file through qonnx cleanup, ConvertQONNXtoFINN and Streamline on ``inputs``
-    (``streamline="StreamlinePlus"`` for residual and concatenating networks).
+    """Run a QONNX file through qonnx cleanup, ConvertQONNXtoFINN, the absorption of clips into
+    thresholds (ReLU6, Hardtanh) and Streamline on ``inputs`` (``streamline="StreamlinePlus"`` for
+    residual and concatenating networks).
 
     Every step's outputs must equal the cleaned QONNX graph's within ``rtol * max(1, max|ref|)``.
     The streamlined graph is written to ``output_path`` (default: ``<name>_finn.onnx``).
