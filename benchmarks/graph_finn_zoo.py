@@ -24,12 +24,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from export.zoo import ZOO, calibration  # noqa: E402
+from export.zoo import ZOO, calibration
 
-from quark.torch.extensions.brevitas._backend.export import finn_target  # noqa: E402
-from quark.torch.extensions.brevitas._backend.export.finn import finn_handoff  # noqa: E402
-from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer  # noqa: E402
-from quark.torch.extensions.brevitas.presets import finn  # noqa: E402
+from quark.torch.extensions.brevitas._backend.export import finn_target
+from quark.torch.extensions.brevitas._backend.export.finn import finn_handoff
+from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
+from quark.torch.extensions.brevitas.presets import finn
 
 NETWORKS = {"tfc": ("ReLU",), "cnv": ("ReLU",), "resnet_bn": ("ReLU",), "concat": ("ReLU",), "mobilenet": ("ReLU6",)}
 
