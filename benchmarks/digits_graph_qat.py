@@ -10,7 +10,7 @@
    ConvertQONNXtoFINN and StreamlinePlus, and compare FINN's predictions with torch's on the whole
    test set; count the float nodes left between the first and last compute layer.
 
-    .venv/bin/python benchmarks/digits_graph_qat.py [--bits 4 2] [--epochs 8] [--seed 0]
+    .venv/bin/python benchmarks/digits_graph_qat.py [--bits 4 2] [--epochs 8] [--seed 0] [--add-bits 8]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from quark.torch.extensions.brevitas._backend.export import finn_target
 from quark.torch.extensions.brevitas._backend.export.finn import finn_handoff
 from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
 from quark.torch.extensions.brevitas.presets import finn
-from quark.torch.quantization.config.config import TQTSpec
+from quark.torch.quantization.config.config import QuantizationConfig, TQTSpec
 from quark.torch.quantization.config.type import TQTThresholdInitMeth
 
 
@@ -87,7 +87,7 @@ def predictions_through_finn(qmodel: nn.Module, x: torch.Tensor, directory: Path
     }
 
 
-def run(bits: list[int], epochs: int, seed: int, lr: float) -> None:
+def run(bits: list[int], epochs: int, seed: int, lr: float, add_bits: int | None) -> None:
     logging.getLogger("quark").setLevel(logging.ERROR)  # the float batch norms are named at every quantize
     torch.manual_seed(seed)
     data = digits.load(seed)
@@ -97,6 +97,9 @@ def run(bits: list[int], epochs: int, seed: int, lr: float) -> None:
     print(f"digits ResidualCNN (batch norm kept), seed {seed}: float test accuracy {float_acc:.2f} % on {len(x_test)} images")
     for b in bits:
         config = finn(weight_bits=b, act_bits=b, qat_spec=TQTSpec(TQTThresholdInitMeth._3SD))
+        if add_bits is not None:  # the residual addition (its inputs and sum) at another width
+            wider = finn(act_bits=add_bits, qat_spec=TQTSpec(TQTThresholdInitMeth._3SD)).global_quant_config
+            config.layer_type_quant_config["Add"] = QuantizationConfig(input_tensors=wider.input_tensors)
         qmodel = ModelQuantizer(config).quantize_model(
             copy.deepcopy(model), data.loader("train", batch_size=64), progress=False
         )
@@ -104,8 +107,9 @@ def run(bits: list[int], epochs: int, seed: int, lr: float) -> None:
         for epoch in range(epochs):
             digits.train(qmodel, data, epochs=1, lr=lr, seed=seed + epoch)
             accuracies.append(digits.accuracy(qmodel, data))
+        label = f"W{b}A{b}" + (f" (addition {add_bits} bits)" if add_bits else "")
         print(
-            f"W{b}A{b}: PTQ {accuracies[0]:.2f} %; QAT per epoch "
+            f"{label}: PTQ {accuracies[0]:.2f} %; QAT per epoch "
             + ", ".join(f"{a:.2f}" for a in accuracies[1:])
             + f" %; final - float {accuracies[-1] - float_acc:+.2f} points"
         )
@@ -129,6 +133,7 @@ if __name__ == "__main__":
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--add-bits", type=int, default=None, help="bit width of the residual addition")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    run(args.bits, args.epochs, args.seed, args.lr)
+    run(args.bits, args.epochs, args.seed, args.lr, args.add_bits)
