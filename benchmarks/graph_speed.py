@@ -13,7 +13,11 @@ graph-mode model built with ``calibrate=False``, per batch, against a float forw
 no_grad) per batch. Goals (issue 9): graph QAT step <= 1.5x float, layerwise <= 1.25x at 2
 threads, graph calibration <= 3x a float forward pass per batch.
 
-    .venv/bin/python benchmarks/graph_speed.py [--steps 40] [--batches 16]
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/graph_speed.py [--steps 40] [--batches 16]
+
+On a shared machine set ``OMP_WAIT_POLICY=PASSIVE``: with OpenMP's default spinning, 2 threads
+competing with other processes for 2 cores made the float step 4-6x slower than at 1 thread
+(measured), which swamps every ratio.
 """
 
 from __future__ import annotations
