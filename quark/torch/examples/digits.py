@@ -84,3 +84,14 @@ def trained_cnn(seed: int = 0, epochs: int = 30) -> tuple[nn.Module, DigitsData]
     data = load(seed)
     torch.manual_seed(seed)
     return train(cnn(), data, epochs=epochs, seed=seed), data
+
+
+def pretrained_cnn() -> nn.Module:
+    """The digits CNN trained with seed 0 (deterministic; a few seconds): a ``--model`` factory."""
+    return trained_cnn(seed=0)[0]
+
+
+def loaders(batch_size: int = 64) -> tuple[DataLoader, DataLoader]:
+    """(train, test) loaders of the seed-0 split: a ``--data-module`` for ``quark-brevitas train``."""
+    data = load(seed=0)
+    return data.loader("train", batch_size=batch_size, shuffle=True), data.loader("test", batch_size=256)

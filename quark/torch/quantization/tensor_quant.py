@@ -25,9 +25,13 @@ from quark.torch.quantization.config.type import (
 )
 from quark.torch.quantization.observer import (
     ObserverBase,
+    PerBlockBFPObserver,
+    PerBlockMXObserver,
     PerChannelMinMaxObserver,
+    PerGroupMinMaxObserver,
     PerTensorMinMaxObserver,
     PerTensorMSEObserver,
+    PlaceholderObserver,
     TQT3SDObserver,
     TQTJeffreysObserver,
 )
@@ -146,8 +150,22 @@ def _from_main(spec: main.QuantizationSpec, role: str, where: str) -> TensorQuan
     raise fail(where, f"dtype=Dtype.{spec.dtype.name} is not supported")  # every Dtype is in a table
 
 
+#: observers naming formats without a calibrated scale: refused by the scaled formats
+_UNSCALED_OBSERVERS = (PlaceholderObserver, PerBlockMXObserver, PerBlockBFPObserver)
+
+
+def _refuse_observers(spec: main.QuantizationSpec, where: str, refused: tuple[type, ...], what: str) -> None:
+    if spec.observer_cls is not None and issubclass(spec.observer_cls, refused):
+        raise fail(
+            where,
+            f"observer_cls={spec.observer_cls.__name__} is not supported with {what}; "
+            f"refused: {', '.join(c.__name__ for c in refused)}",
+        )
+
+
 def _int_from_main(spec: main.QuantizationSpec, role: str, where: str) -> TensorQuant:
     bits, signed = INT_DTYPES[spec.dtype]
+    _refuse_observers(spec, where, _UNSCALED_OBSERVERS, f"dtype=Dtype.{spec.dtype.name} (a scaled integer)")
     if role == "bias" and spec.observer_cls is None:  # scale = input scale x weight scale
         product = {
             "qscheme": (None, QSchemeType.per_tensor),
@@ -183,7 +201,8 @@ def require(where: str, spec: Any, allowed: dict[str, tuple[Any, ...]], what: st
     for field_name, values in allowed.items():
         value = getattr(spec, field_name)
         if value not in values:
-            shown = ", ".join(str(v) for v in values)
+            shown = ", ".join(getattr(v, "__name__", str(v)) for v in values)
+            value = getattr(value, "__name__", value)
             raise fail(where, f"{field_name}={value} is not supported with {what}; allowed: {shown}")
 
 
@@ -191,8 +210,10 @@ def _float_from_main(spec: main.QuantizationSpec, role: str, where: str) -> Tens
     exponent, mantissa, variant = FLOAT_DTYPES[spec.dtype]
     what = f"dtype=Dtype.{spec.dtype.name}"
     require(where, spec, {"symmetric": (None, True), "round_method": (None, RoundType.half_even), "qat_spec": (None,)}, what)
-    if spec.observer_cls is PerTensorMSEObserver:
-        raise fail(where, f"observer_cls=PerTensorMSEObserver searches an integer grid; not supported with {what}")
+    if spec.observer_cls is not None and issubclass(spec.observer_cls, PerTensorMSEObserver):
+        raise fail(where, f"observer_cls={spec.observer_cls.__name__} searches an integer grid; not supported with {what}")
+    # PerBlockMXObserver is Quark's name for per-group abs-max scales of minifloats too
+    _refuse_observers(spec, where, (PlaceholderObserver, PerBlockBFPObserver), what)
     qscheme = spec.qscheme or QSchemeType.per_tensor
     observer = spec.observer_cls or (PerTensorMinMaxObserver if qscheme is QSchemeType.per_tensor else PerChannelMinMaxObserver)
     return TensorQuant(
@@ -215,7 +236,7 @@ def _float_from_main(spec: main.QuantizationSpec, role: str, where: str) -> Tens
 def _cast_from_main(spec: main.QuantizationSpec, role: str, where: str) -> TensorQuant:
     exponent, mantissa = CAST_DTYPES[spec.dtype]
     unscaled = {
-        "observer_cls": (None,),
+        "observer_cls": (None, PlaceholderObserver),
         "qscheme": (None, QSchemeType.per_tensor),
         "ch_axis": (None,),
         "group_size": (None,),
@@ -241,14 +262,15 @@ def _block_from_main(spec: main.QuantizationSpec, role: str, where: str) -> Tens
     block = MX_BLOCK if is_mx else BDR_BLOCK
     what = f"dtype=Dtype.{spec.dtype.name} ({block}-element blocks, power-of-two shared scales)"
     allowed = {
-        "observer_cls": (None,),
+        "observer_cls": (None, PerBlockMXObserver if is_mx else PerBlockBFPObserver, PerGroupMinMaxObserver, PerChannelMinMaxObserver),
         "qscheme": (None, QSchemeType.per_group),
         "group_size": (None, block),
         "symmetric": (None, True),
         "round_method": (None, RoundType.half_even),
         "scale_type": (None, ScaleType.pof2),
         "qat_spec": (None,),
-        "is_dynamic": (None, role in ACTIVATION_ROLES),  # activations: per-block scales at run time
+        # activations: per-block scales at run time; weights: from their own values, whatever is_dynamic says
+        "is_dynamic": (None, True) if role in ACTIVATION_ROLES else (None, True, False),
     }
     require(where, spec, allowed, what)
     if is_mx and spec.mx_element_dtype not in MX_ELEMENTS:

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Iterable
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterable
 from typing import Any
 
+import torch
 from torch import nn
 
 import quark.torch.extensions.brevitas._backend
@@ -20,7 +23,7 @@ from quark.torch.extensions.brevitas import config as ext
 from quark.torch.extensions.brevitas._backend import rules
 from quark.torch.extensions.brevitas._backend.calibrate import add_calibrated_flags, static_act_proxies
 from quark.torch.extensions.brevitas._backend.calibrate import calibrate as run_calibration
-from quark.torch.extensions.brevitas._backend.data import CalibrationData
+from quark.torch.extensions.brevitas._backend.data import BatchError, CalibrationData
 from quark.torch.extensions.brevitas._backend.export import (
     ExportFailedError,
     ExportFormat,
@@ -42,6 +45,7 @@ __all__ = [
     "ExportVerificationError",
     "ModelExporter",
     "ModelQuantizer",
+    "QuantizationInterrupted",
     "TargetCheckError",
     "UnsupportedExportError",
 ]
@@ -104,6 +108,8 @@ class ModelQuantizer:
                 load a quantized checkpoint into it; ``qat.uncalibrated_quantizers`` lists what
                 is still uncalibrated.
         """
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"quantize_model(model=...): expected a torch.nn.Module, got {type(model).__name__}")
         if num_calib_batches is not None and num_calib_batches <= 0:
             raise ValueError(f"num_calib_batches={num_calib_batches}: must be a positive integer or None")
         specs = planning.config_specs(self.view)  # spec errors surface before the model is touched
@@ -111,25 +117,45 @@ class ModelQuantizer:
             self._require_no_data(specs, calibrate)
         data = CalibrationData(calib_loader, num_calib_batches, progress) if calib_loader is not None else None
         known_names = planning.module_names(model)
+        stage = Stage(data)
+        restore = _structure(model) if inplace else None
+        try:
+            # built outside inference mode, so that the quantized model trains (QAT) afterwards
+            with torch.inference_mode(False):
+                work = self._quantize(model if inplace else copy.deepcopy(model), data, known_names, calibrate, stage)
+        except BaseException as error:
+            if restore is not None:
+                restore()
+            explained = stage.explain(error, inplace)
+            if explained is error:
+                raise
+            raise explained from error
+        return work
 
-        work = model if inplace else copy.deepcopy(model)
-        work = self._run_phase(Phase.before_quantization, work, data)
+    def _quantize(self, work, data, known_names, calibrate, stage) -> nn.Module:
+        stage("before_quantization algorithms")
+        work = self._run_phase(Phase.before_quantization, work, data, stage)
+        stage("resolving the plan")
         work = self.rewriter.prepare(work)
         sites = self.rewriter.sites(work)
         plans = planning.resolve(
             self.config, sites, [*known_names, *planning.module_names(work)], self.rewriter.supported_types
         )
         self.rewriter.connect(work, plans, sites)
-        rules.check(plans, sites)
+        rules.check(plans, sites, self.algorithms)
+        if not any(p.quantized for p in plans):
+            warnings.warn(_nothing_quantized(work, sites, plans, self.rewriter.supported_types), stacklevel=3)
+        stage("rewriting the model")
         work = self.rewriter.rewrite(work, plans, sites)
         self.plans = plans
         setattr(work, PLANS_ATTRIBUTE, plans)  # the exporter reads target_device from them
 
         add_calibrated_flags(work)
         if calibrate and static_act_proxies(work):
+            stage("calibration")
             run_calibration(work, data)
-        work = self._run_phase(Phase.after_calibration, work, data)
-        work = self._run_phase(Phase.after_quantization, work, data)
+        work = self._run_phase(Phase.after_calibration, work, data, stage)
+        work = self._run_phase(Phase.after_quantization, work, data, stage)
         logger.info("quantized %d of %d %s sites", sum(p.quantized for p in plans), len(sites), self.rewriter.name)
         return work.eval()
 
@@ -145,9 +171,10 @@ class ModelQuantizer:
         if hungry:
             raise ValueError(f"quantize_model: {', '.join(hungry)} needs calibration data; pass calib_loader")
 
-    def _run_phase(self, phase: Phase, model: nn.Module, data: CalibrationData | None) -> nn.Module:
+    def _run_phase(self, phase: Phase, model: nn.Module, data: CalibrationData | None, stage: Stage) -> nn.Module:
         for algo, impl in self.algorithms:
             if impl.phase is phase:
+                stage(f"{type(algo).__name__} ({phase.value})", edits_float_model=phase is Phase.before_quantization)
                 logger.info("applying %s (%s)", type(algo).__name__, phase.value)
                 model = impl.run(algo, model, data)
         return model
@@ -155,3 +182,77 @@ class ModelQuantizer:
     def summary(self) -> str:
         """Table of what each layer got, from the last ``quantize_model`` call."""
         return planning.format_plan(self.plans)
+
+
+class QuantizationInterrupted(KeyboardInterrupt):
+    """Ctrl-C during ``quantize_model``; the message says where it stopped and what the model is."""
+
+
+class Stage:
+    """What ``quantize_model`` is doing, to say where an error or Ctrl-C stopped it."""
+
+    def __init__(self, data: CalibrationData | None) -> None:
+        self.data = data
+        self.name = "copying the model"
+        self.passes_before = 0
+        self.edited: list[str] = []  # algorithms that ran on the float model (in place with inplace=True)
+
+    def __call__(self, name: str, edits_float_model: bool = False) -> None:
+        self.name = name
+        self.passes_before = self.data.position.passes if self.data is not None else 0
+        if edits_float_model:
+            self.edited.append(name.split(" ")[0])
+
+    def where(self) -> str:
+        position = self.data.position if self.data is not None else None
+        if position is None or position.passes == self.passes_before or not position.batch:
+            return self.name
+        own_pass = "" if position.desc == self.name else f"its {position.desc!r} pass, "
+        return f"{self.name}, {own_pass}{position}"
+
+    def explain(self, error: BaseException, inplace: bool) -> BaseException:
+        """``error`` with where it happened: Ctrl-C becomes :class:`QuantizationInterrupted`, a bad
+        batch gets its pass and index; other errors pass unchanged."""
+        if not inplace:
+            model = "the model you passed is unchanged (the partly quantized copy is discarded)"
+        elif self.edited:
+            model = f"inplace=True: the model's original layers are back in place, with the changes {', '.join(self.edited)} made"
+        else:
+            model = "the model you passed is as it was (inplace=True: its original layers are back in place)"
+        if isinstance(error, KeyboardInterrupt) and not isinstance(error, QuantizationInterrupted):
+            return QuantizationInterrupted(f"quantize_model interrupted during {self.where()}; {model}")
+        if isinstance(error, BatchError) and error.args:
+            error.args = (f"{self.where()}: {error.args[0]}; {model}", *error.args[1:])
+        return error
+
+
+def _structure(model: nn.Module) -> Callable[[], None]:
+    """A function that puts back every submodule of ``model`` as it is now (undoes module swaps)."""
+    children = [(module, dict(module._modules)) for module in model.modules()]
+    attributes = set(vars(model))
+
+    def restore() -> None:
+        for module, kept in children:
+            module._modules.clear()
+            module._modules.update(kept)
+        for name in set(vars(model)) - attributes:  # e.g. the recorded plans
+            delattr(model, name)
+
+    return restore
+
+
+def _nothing_quantized(model: nn.Module, sites: list, plans: list, supported: tuple[type, ...]) -> str:
+    if not sites and type(model) in supported:
+        reason = f"the model itself is a {type(model).__name__}, and only its submodules are swapped: pass nn.Sequential(model)"
+    elif not sites:
+        reason = "it has no layer of a quantizable type"
+    elif not plans:
+        reason = "every quantizable layer is excluded"
+    else:
+        reason = "no spec of the config applies to its quantizable layers (every role is None)"
+    seen = Counter(type(m).__name__ for m in model.modules() if not next(m.children(), None))
+    return (
+        f"quantize_model: the config quantizes nothing in {type(model).__name__}: {reason}. Layer types seen: "
+        f"{', '.join(f'{name} ({count})' for name, count in sorted(seen.items())) or 'none'}; quantizable types: "
+        f"{', '.join(sorted(t.__name__ for t in supported))}. Layers of other types stay float."
+    )

@@ -90,29 +90,40 @@ def named_dict(obj: Any, name: str) -> dict[str, Any]:
 
 
 def write_file(data: dict[str, Any], path: str | Path) -> None:
-    """Write ``data`` as JSON or YAML, chosen by the file suffix."""
+    """Write ``data`` as JSON or YAML, chosen by the file suffix, atomically (see :mod:`..files`)."""
+    from quark.torch.quantization.files import write_text
+
     path = Path(path)
     if path.suffix in (".yaml", ".yml"):
         import yaml
 
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        write_text(path, yaml.safe_dump(data, sort_keys=False))
     elif path.suffix == ".json":
-        path.write_text(json.dumps(data, indent=2))
+        write_text(path, json.dumps(data, indent=2))
     else:
         raise ValueError(f"config file {str(path)!r}: suffix must be .json, .yaml or .yml")
 
 
 def read_file(path: str | Path) -> dict[str, Any]:
-    """Read a JSON or YAML config file (YAML with the safe loader: no object construction)."""
+    """Read a JSON or YAML config file.
+
+    Files may come from anyone: YAML goes through the safe loader (plain data, no Python objects,
+    no tags), and ``from_dict`` builds only registered classes; a file that does not parse is a
+    ``ValueError`` naming it.
+    """
     path = Path(path)
     if path.suffix in (".yaml", ".yml"):
         import yaml
 
-        data = yaml.safe_load(path.read_text())
+        parse, errors = yaml.safe_load, yaml.YAMLError
     elif path.suffix == ".json":
-        data = json.loads(path.read_text())
+        parse, errors = json.loads, json.JSONDecodeError
     else:
         raise ValueError(f"config file {str(path)!r}: suffix must be .json, .yaml or .yml")
+    try:
+        data = parse(path.read_text(encoding="utf-8"))
+    except (errors, UnicodeDecodeError) as error:
+        raise ValueError(f"config file {str(path)!r} is not a valid {path.suffix[1:].upper()} config: {error}") from None
     if not isinstance(data, dict):
         raise ValueError(f"config file {str(path)!r}: top level must be a mapping, got {type(data).__name__}")  # noqa: TRY004  the file's content, not an argument
     return data

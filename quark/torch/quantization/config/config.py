@@ -206,10 +206,11 @@ class QuantizationSpec:
             )
         if self.observer_cls is not None:
             obs_scheme = self.observer_cls.qscheme
-            if qscheme is QSchemeType.per_group and obs_scheme is not QSchemeType.per_channel:
+            if qscheme is QSchemeType.per_group and obs_scheme not in (QSchemeType.per_channel, QSchemeType.per_group):
                 raise ValueError(
-                    f"{owner}.observer_cls={self.observer_cls.__name__}: qscheme=per_group takes "
-                    "observer_cls=PerChannelMinMaxObserver (min/max per group)"
+                    f"{owner}.observer_cls={self.observer_cls.__name__}: qscheme=per_group takes a per-group "
+                    "observer (PerGroupMinMaxObserver, PerBlockMXObserver, PerBlockBFPObserver) or "
+                    "PerChannelMinMaxObserver (min/max per group)"
                 )
             if qscheme is not QSchemeType.per_group and obs_scheme is not qscheme:
                 raise ValueError(

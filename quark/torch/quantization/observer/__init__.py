@@ -17,7 +17,17 @@ PerTensorPercentileObserver     the ``percentile`` of |x| (symmetric) or the cen
                                 ``percentile`` interval of x (asymmetric), from a histogram
 PerTensorMSEObserver            the clipping range minimising the quantization MSE of the
                                 histogram on the integer grid of the spec
+PerTensorHistogramObserver      Quark's name for the same objective (torch's
+                                HistogramObserver minimises the L2 quantization error
+                                of a histogram by a greedy search; this one searches
+                                exhaustively, as PerTensorMSEObserver)
 =============================== ======================================================
+
+Quark's observers of formats whose scales never come from calibration select a behaviour and
+observe nothing: ``PlaceholderObserver`` (bfloat16 / float16 casts), ``PerGroupMinMaxObserver``
+(per-group min / max, computed on the weight by its quantizer), ``PerBlockMXObserver`` (OCP MX
+blocks) and ``PerBlockBFPObserver`` (MX6 / MX9 blocks); the block formats also take the MinMax
+observers of their granularity (``PerGroupMinMaxObserver``, ``PerChannelMinMaxObserver``).
 """
 
 from __future__ import annotations
@@ -34,10 +44,15 @@ from quark.torch.quantization.tqt_init import jeffreys_threshold, three_sd
 __all__ = [
     "OBSERVERS",
     "ObserverBase",
+    "PerBlockBFPObserver",
+    "PerBlockMXObserver",
     "PerChannelMinMaxObserver",
+    "PerGroupMinMaxObserver",
+    "PerTensorHistogramObserver",
     "PerTensorMSEObserver",
     "PerTensorMinMaxObserver",
     "PerTensorPercentileObserver",
+    "PlaceholderObserver",
     "TQT3SDObserver",
     "TQTJeffreysObserver",
     "register_observer",
@@ -145,6 +160,10 @@ class PerChannelMinMaxObserver(PerTensorMinMaxObserver):
         return x.movedim(self.ch_axis, 0).reshape(x.shape[self.ch_axis], -1)
 
 
+#: histogram bounds stop here, so that the width of [-bound, bound] is finite in float32 (2^128 is inf)
+MAX_BOUND = 2.0**126
+
+
 class _HistogramObserver(ObserverBase):
     """Histogram of x (or |x| when symmetric) whose range doubles when data exceeds it.
 
@@ -167,10 +186,12 @@ class _HistogramObserver(ObserverBase):
         self.amax = max(self.amax, amax)
         if not self.hist.numel():
             # a power of two, so that histograms of different processes align by doubling
-            self.bound = 2.0 ** math.ceil(math.log2(amax)) if amax > 0 else 1.0
+            self.bound = min(2.0 ** math.ceil(math.log2(amax)), MAX_BOUND) if amax > 0 else 1.0
             self.hist = torch.zeros(self.num_bins, device=x.device)
-        while amax > self.bound:
+        while amax > self.bound and self.bound < MAX_BOUND:
             self._double_range()
+        if amax > MAX_BOUND:  # counted in the outermost bins
+            x = x.clamp(-MAX_BOUND, MAX_BOUND)
         lo = 0.0 if self.symmetric else -self.bound
         self.hist += torch.histc(x, bins=self.num_bins, min=lo, max=self.bound)
 
@@ -265,6 +286,49 @@ class PerTensorMSEObserver(_HistogramObserver):
         return lo[i, 0], hi[i, 0]
 
 
+class PerTensorHistogramObserver(PerTensorMSEObserver):
+    """Quark's histogram observer: the range minimising the L2 quantization error of the histogram
+    (searched exhaustively over candidate ranges, see :class:`PerTensorMSEObserver`)."""
+
+
+class _SelectorObserver(ObserverBase):
+    """An observer name that selects a behaviour computed elsewhere (on the weight by its
+    quantizer, or not at all for casts and blocks): it never calibrates an activation."""
+
+    def _observe(self, x: torch.Tensor) -> None:
+        raise TypeError(
+            f"{type(self).__name__} selects {self.qscheme.name} {self.statistic or 'unscaled'} quantization computed by "
+            "the quantizer itself; it does not calibrate activations"
+        )
+
+
+class PlaceholderObserver(_SelectorObserver):
+    """bfloat16 / float16 casts: no scale, no statistics."""
+
+    statistic = "none"
+
+
+class PerGroupMinMaxObserver(_SelectorObserver):
+    """Min / max per group of ``group_size`` elements along ``ch_axis`` (per_group weights)."""
+
+    qscheme = QSchemeType.per_group
+    statistic = "minmax"
+
+
+class PerBlockMXObserver(_SelectorObserver):
+    """OCP MX: a power-of-two scale per 32-element block, from the block's absolute maximum."""
+
+    qscheme = QSchemeType.per_group
+    statistic = "block_max"
+
+
+class PerBlockBFPObserver(_SelectorObserver):
+    """MX6 / MX9 (block floating point with shared micro-exponents), per 16-element block."""
+
+    qscheme = QSchemeType.per_group
+    statistic = "block_max"
+
+
 class TQT3SDObserver(ObserverBase):
     """TQT ``_3SD`` threshold: |mean| + 3 std of all calibration data (running moments in float64)."""
 
@@ -285,7 +349,7 @@ class TQT3SDObserver(ObserverBase):
         count, total, squares = self.moments
         mean = total / count
         std = torch.sqrt(torch.clamp(squares / count - mean * mean, min=0))
-        t = three_sd(mean, std).float()
+        t = three_sd(mean, std).clamp(max=torch.finfo(torch.float32).max).float()  # float64 moments may exceed float32
         return -t, t
 
 
@@ -325,7 +389,17 @@ class TQTJeffreysObserver(_HistogramObserver):
 #: name -> class, for serialisation and for the translation tables.
 OBSERVERS: dict[str, type[ObserverBase]] = {
     cls.__name__: cls
-    for cls in (PerTensorMinMaxObserver, PerChannelMinMaxObserver, PerTensorPercentileObserver, PerTensorMSEObserver)
+    for cls in (
+        PerTensorMinMaxObserver,
+        PerChannelMinMaxObserver,
+        PerGroupMinMaxObserver,
+        PerTensorPercentileObserver,
+        PerTensorMSEObserver,
+        PerTensorHistogramObserver,
+        PlaceholderObserver,
+        PerBlockMXObserver,
+        PerBlockBFPObserver,
+    )
 }
 
 

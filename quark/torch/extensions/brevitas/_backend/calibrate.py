@@ -26,6 +26,8 @@ logger = logging.getLogger(__name__)
 
 #: buffer on every static activation quantizer: True once calibrated (saved in state_dict).
 CALIBRATED_FLAG = "quark_calibrated"
+#: the largest calibrated threshold (see set_range)
+MAX_THRESHOLD = 2.0**127
 
 
 def add_calibrated_flags(model: nn.Module) -> None:
@@ -74,7 +76,7 @@ def calibrate(model: nn.Module, calib_data: Iterable[Any] | data.CalibrationData
     try:
         with torch.no_grad():
             for batch in data.calibration_data(calib_data).passes("calibration"):
-                data.run_batch(model, batch)
+                _calibration_step(model, batch)
                 used += 1
     finally:
         for hook in hooks:
@@ -86,15 +88,38 @@ def calibrate(model: nn.Module, calib_data: Iterable[Any] | data.CalibrationData
     for observer in observers.values():  # no-op unless torch.distributed is initialised
         observer.sync()
     if not used and not any(obs.num_batches for obs in observers.values()):
-        raise ValueError("calibration received no batch: the calibration data is empty")
+        raise ValueError("calibration received no batch: calib_loader is empty")
     silent = [name for name, obs in observers.items() if not obs.num_batches]
     if silent:
         raise ValueError(f"these activation quantizers saw no data during calibration (layer never called): {silent}")
+    ranges = {name: observers[name].calculate_range() for name, _, _ in proxies}
+    # the inputs were finite (data.run_batch checks): the model itself produced NaN or inf (overflow)
+    infinite = [name for name, (lo, hi) in ranges.items() if not bool(torch.isfinite(lo).all() and torch.isfinite(hi).all())]
+    if infinite:
+        raise ValueError(
+            f"these activation quantizers observed NaN or inf during calibration: {infinite}; the calibration inputs "
+            "are finite, so the model computed them (an overflow, or a division by zero, before these layers)"
+        )
     for name, proxy, spec in proxies:
-        set_range(proxy, spec, *observers[name].calculate_range())
+        set_range(proxy, spec, *ranges[name])
         getattr(proxy, CALIBRATED_FLAG).fill_(True)
     logger.info("calibrated %d activation quantizers on %d batches", len(proxies), used)
     return used
+
+
+def _calibration_step(model: nn.Module, batch: Any) -> None:
+    """One calibration batch; the model's own error on it becomes a :class:`data.BatchError` naming its inputs."""
+    try:
+        data.run_batch(model, batch)
+    except data.BatchError:
+        raise
+    except Exception as error:
+        raise data.BatchError(
+            f"the model raised {type(error).__name__} on the batch ({data.describe_batch(model, batch)}): {error}. "
+            f"Check that the batches fit {type(model).__name__}.forward (a tensor, a tuple/list of its positional "
+            "inputs or a dict of keyword inputs, of the shapes and dtypes it takes); if the float model runs this "
+            "batch, its quantized version failing on it is a bug to report"
+        ) from error
 
 
 def set_range(proxy: ActQuantProxyFromInjectorBase, spec: TensorQuant, lo: torch.Tensor, hi: torch.Tensor) -> None:
@@ -106,7 +131,9 @@ def set_range(proxy: ActQuantProxyFromInjectorBase, spec: TensorQuant, lo: torch
         threshold = hi - lo
         zero_point = tensor_quant.zero_point_impl.value
         zero_point.data.copy_((-lo).to(zero_point).expand_as(zero_point))
-    threshold = torch.clamp(threshold, min=torch.finfo(torch.float32).tiny)
+    # [tiny, 2^127]: a zero range still gives a positive scale, and neither a power-of-two scale
+    # (rounded up: 2^128 is inf) nor the grid's far end (qmin x scale, beyond the range) overflows
+    threshold = torch.clamp(threshold, min=torch.finfo(torch.float32).tiny, max=MAX_THRESHOLD)
     if spec.tqt:  # TQT learns log2 of the threshold
         threshold = torch.log2(threshold)
     value = tensor_quant.scaling_impl.value

@@ -174,18 +174,19 @@ class Pof2Scale(nn.Module):
 
 class CastScale(nn.Module):
     """scale -> scale rounded to ``scale_dtype`` (float16 / bfloat16 / float32), straight-through
-    gradient. A scale below the type's smallest positive value takes that value instead of
-    underflowing to 0 (which would make every quantized value NaN)."""
+    gradient. A scale outside the type's positive range takes its smallest or largest value
+    instead of becoming 0 or inf (which would make every quantized value NaN: float16 tops out
+    at 65504, so a tensor of magnitude 1e7 has an int8 scale beyond it)."""
 
     def __init__(self, scale_dtype: torch.dtype):
         super().__init__()
         self.scale_dtype = scale_dtype
         info = torch.finfo(scale_dtype)
-        self.smallest = info.tiny * info.eps  # smallest positive subnormal
+        self.smallest, self.largest = info.tiny * info.eps, info.max  # smallest positive subnormal, largest
 
     def forward(self, scale: Tensor) -> Tensor:
-        cast = scale.to(self.scale_dtype).to(scale.dtype).clamp(min=self.smallest)
-        return scale + (cast - scale).detach()
+        cast = scale.to(self.scale_dtype).to(scale.dtype).clamp(min=self.smallest, max=self.largest)
+        return cast + (scale - scale.detach())  # the value is exactly ``cast``
 
 
 class RoundHalfAwayFromZeroSte(nn.Module):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from torch import nn
 
@@ -190,9 +191,15 @@ def problems(plans: Sequence[LayerPlan], sites: Sequence[Site]) -> list[str]:
     return found
 
 
-def check(plans: Sequence[LayerPlan], sites: Sequence[Site]) -> None:
-    """Raise one ``ValueError`` listing every problem, before anything is built."""
-    found = problems(plans, sites)
+def algorithm_problems(plans: Sequence[LayerPlan], sites: Sequence[Site], algorithms: Iterable[tuple[Any, Any]]) -> list[str]:
+    """What the config's algorithms refuse in the plan (each implementation's ``check``)."""
+    return [line for algo, impl in algorithms if impl.check is not None for line in impl.check(algo, plans, sites)]
+
+
+def check(plans: Sequence[LayerPlan], sites: Sequence[Site], algorithms: Iterable[tuple[Any, Any]] = ()) -> None:
+    """Raise one ``ValueError`` listing every problem of the layers and of the algorithms'
+    preconditions (``(config, implementation)`` pairs), before anything is built."""
+    found = problems(plans, sites) + algorithm_problems(plans, sites, algorithms)
     if found:
         raise ValueError("the config cannot be applied to this model:\n  " + "\n  ".join(found))
 

@@ -5,4 +5,12 @@ Importing this package registers them all; a new algorithm is a module here with
 ``@register_implementation(ConfigClass, Phase....)`` function.
 """
 
-from quark.torch.extensions.brevitas._backend.algorithms import preprocess  # noqa: F401
+from quark.torch.extensions.brevitas._backend.algorithms import (  # noqa: F401
+    awq,
+    corrections,
+    equalization,
+    gpfq,
+    gptq,
+    preprocess,
+    smoothquant,
+)

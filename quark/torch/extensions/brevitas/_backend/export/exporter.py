@@ -17,10 +17,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from quark.torch.extensions.brevitas._backend.export import support
+from quark.torch.extensions.brevitas._backend.export import safe_graph, support
 from quark.torch.extensions.brevitas._backend.export.errors import (
     ExportFailedError,
     ExportVerificationError,
+    TargetCheckError,
     UnsupportedExportError,
 )
 from quark.torch.extensions.brevitas._backend.export.formats import EXPORTERS, FORMATS, ExportFormat
@@ -30,6 +31,7 @@ from quark.torch.extensions.brevitas._backend.export.inputs import (
     output_names,
 )
 from quark.torch.quantization.config.type import DeviceType
+from quark.torch.quantization.files import atomic_path, check_writable
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +42,11 @@ class ModelExporter:
     ``export_onnx_model`` writes standard ONNX with QuantizeLinear / Clip / DequantizeLinear
     (QCDQ), as AMD Quark's Brevitas extension; ``export_qonnx_model`` writes QONNX (Quant /
     BipolarQuant / Trunc nodes) for FINN. Both return an :class:`ExportReport`.
+
+    The file appears only once written and verified (written beside it, then renamed): a failed
+    or interrupted export leaves no partial file and keeps the previous one; a graph that fails
+    verification or the target's checks is kept as ``<name>.rejected.onnx``. A missing directory
+    is created.
 
     Args:
         export_path: the ``.onnx`` file to write.
@@ -121,6 +128,55 @@ class ModelExporter:
         """
         return self._export(model, args, ExportFormat.qonnx, verify, tolerance_lsb, target_device, plans)
 
+    def verify(self, model: nn.Module, args: Any, *, tolerance_lsb: float | None = None):
+        """Execute the ONNX file at ``export_path`` (QONNX or QCDQ, told apart by its nodes) on
+        ``args`` and compare it with ``model``, as the exports do. Returns the ``ExportReport``.
+
+        Raises:
+            FileNotFoundError: no file at ``export_path``.
+            ExportVerificationError: the file does not run, or differs beyond the tolerance.
+        """
+        import onnx
+
+        if not os.path.isfile(self.export_path):
+            raise FileNotFoundError(f"verify: no ONNX file at {self.export_path}")
+        onnx_model = onnx.load(self.export_path)
+        qonnx = any(node.domain.startswith("qonnx") for node in onnx_model.graph.node)
+        fmt = ExportFormat.qonnx if qonnx else ExportFormat.qcdq
+        opset = next((o.version for o in onnx_model.opset_import if o.domain in ("", "ai.onnx")), 0)
+        inputs = ExampleInputs.of(model, args)
+        return self._verify(onnx_model, fmt, opset, inputs, self._reference(model, inputs), tolerance_lsb, [])
+
+    def export_finn_dataflow(
+        self,
+        model: nn.Module,
+        example: torch.Tensor,
+        *,
+        part: str = "xc7z020clg400-1",
+        target_fps: float | None = None,
+        clock_mhz: float = 100.0,
+        top_k: int | None = None,
+    ):
+        """Take the model into FINN's dataflow: ``export_path`` is the output directory.
+
+        Exports QONNX (verified against torch), runs FINN's front end to one dataflow partition
+        of hardware layers (each step executed and compared), executes the hardware graph on
+        ``example`` (a batch of inputs) against the model's outputs, folds the layers for
+        ``target_fps`` at ``clock_mhz`` on ``part`` and writes the estimate report. Returns a
+        ``DataflowExport``; see :mod:`~quark.torch.extensions.brevitas._backend.export.finn_dataflow`
+        (needs finn-plus).
+
+        Raises:
+            FinnDataflowError: a FINN step failed or changed the outputs, a node could not be
+                mapped to hardware (named with its module and the fix), or the hardware graph
+                differs from the model.
+        """
+        from quark.torch.extensions.brevitas._backend.export.finn_dataflow import export_finn_dataflow_model
+
+        return export_finn_dataflow_model(
+            model, example, self.export_path, part=part, target_fps=target_fps, clock_mhz=clock_mhz, top_k=top_k
+        )
+
     # -- the flow ---------------------------------------------------------------------------------
 
     def _export(
@@ -151,6 +207,7 @@ class ModelExporter:
             raise ValueError(f"export: tolerance_lsb={tolerance_lsb!r}; expected a number >= 0 or None")
         from quark.torch.extensions.brevitas._backend.export import ipu
 
+        check_writable(self.export_path)  # a directory in the way fails now, not after the export
         opset = self.opset_version or FORMATS[fmt].opset[self.dynamo]
         if target is DeviceType.IPU and checks is not None and (self.dynamo or opset != ipu.OPSET):
             raise UnsupportedExportError(
@@ -163,11 +220,18 @@ class ModelExporter:
         support.check(model, fmt, self.dynamo)
         inputs = ExampleInputs.of(model, args)
         expected = self._reference(model, inputs)
-        onnx_model = self._write(model, inputs, fmt, opset, len(expected))
-        target_checks = checks.check_graph(onnx_model) if checks is not None else []
-        report = self._verify(
-            onnx_model, fmt, opset, inputs, expected if verify else None, tolerance_lsb, target_checks
-        )
+        # written next to export_path and moved there once checked: a failed or interrupted export
+        # leaves no partial file and keeps the previous one
+        with atomic_path(self.export_path) as written:
+            onnx_model = self._write(model, inputs, fmt, opset, len(expected), written)
+            try:
+                target_checks = checks.check_graph(onnx_model) if checks is not None else []
+                report = self._verify(
+                    onnx_model, fmt, opset, inputs, expected if verify else None, tolerance_lsb, target_checks
+                )
+            except (TargetCheckError, ExportVerificationError) as error:
+                _keep_for_inspection(error, written, self.export_path)
+                raise
         logger.info("%s", report)
         return report
 
@@ -181,7 +245,7 @@ class ModelExporter:
             model.train(training)
 
     def _write(
-        self, model: nn.Module, inputs: ExampleInputs, fmt: ExportFormat, opset: int, num_outputs: int
+        self, model: nn.Module, inputs: ExampleInputs, fmt: ExportFormat, opset: int, num_outputs: int, path: str
     ):
         import onnx
 
@@ -200,21 +264,19 @@ class ModelExporter:
         }
         if not self.dynamo:
             kwargs["keep_initializers_as_inputs"] = False  # graph inputs are the model's inputs only
-        directory = os.path.dirname(os.path.abspath(self.export_path))
-        os.makedirs(directory, exist_ok=True)
         try:
             with export_session(model, manager):
-                manager.export(module, args=args, export_path=self.export_path, **kwargs)
+                manager.export(module, args=args, export_path=path, **kwargs)
         except Exception as error:  # the exporter's own errors: name the format and the exporter
             cause = error.__context__ if isinstance(error, AssertionError) and error.__context__ else error
             raise ExportFailedError(
                 f"{fmt.value} export with the {EXPORTERS[self.dynamo][0]} failed: {type(cause).__name__}: {cause}; "
                 "the model is restored to its state before the export"
             ) from error
-        written = onnx.load(self.export_path)
+        exported = onnx.load(path)
         if fmt is ExportFormat.qcdq:  # every activation tensor between Q/DQ, also after max pooling etc.
-            onnx.save(qdq.propagate(written), self.export_path)
-        return written
+            onnx.save(qdq.propagate(exported), path)
+        return exported
 
     def _verify(self, onnx_model, fmt, opset, inputs, expected, tolerance_lsb, target_checks):
         from quark.torch.extensions.brevitas._backend.export import verify as checks
@@ -233,6 +295,7 @@ class ModelExporter:
         if tolerance_lsb is None:
             tolerance_lsb = checks.EXACT_TOLERANCE_LSB if exact else checks.DEFAULT_TOLERANCE_LSB
         feeds = [t.detach().cpu().numpy() for t in inputs.tensors]
+        safe_graph.check(onnx_model, self.export_path)  # the check files from elsewhere pass before they run
         try:
             produced = checks.RUNNERS[fmt](onnx_model, feeds)
         except Exception as error:
@@ -286,6 +349,14 @@ def _optimized_runtime_diff(checks, graph, onnx_model, feeds, expected, outputs)
             worst,
         )
     return worst
+
+
+def _keep_for_inspection(error: Exception, written: str, export_path: str) -> None:
+    """Move the rejected graph to ``<name>.rejected.onnx`` and say so in ``error``'s message."""
+    stem, suffix = os.path.splitext(export_path)
+    kept = f"{stem}.rejected{suffix or '.onnx'}"
+    os.replace(written, kept)
+    error.args = (f"{error.args[0]}\n  the graph is kept at {kept} for inspection; {export_path} is unchanged", *error.args[1:])
 
 
 #: attribute where ``ModelQuantizer.quantize_model`` records the plans of the model it returns

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from quark.torch.extensions.brevitas._backend.export.safe_graph import load_checked
+from quark.torch.quantization.files import atomic_path
+
 logger = logging.getLogger(__name__)
 
 #: relative tolerance of each FINN step against the cleaned QONNX graph (the steps fold scales
@@ -121,6 +124,8 @@ def finn_handoff(
     The streamlined graph is written to ``output_path`` (default: ``<name>_finn.onnx``).
 
     Raises:
+        UnsafeGraphError: the file holds ops other than standard ONNX and QONNX's quantizers (it is
+            checked before anything in it is executed, see ``safe_graph``).
         ImportError: finn-plus is not installed.
         FinnHandoffError: a step fails or changes the outputs; names the step.
     """
@@ -139,7 +144,8 @@ def finn_handoff(
         out = execute_onnx(model, {i.name: x for i, x in zip(model.graph.input, feeds)})
         return [out[o.name] for o in model.graph.output]
 
-    model = cleanup_model(ModelWrapper(qonnx_path)).transform(InferShapes()).transform(InferDataTypes())
+    # checked before qonnx reads it: qonnx imports the module each node's domain names
+    model = cleanup_model(ModelWrapper(load_checked(qonnx_path))).transform(InferShapes()).transform(InferDataTypes())
     reference = run(model)
     steps = [FinnStep("qonnx cleanup", 0.0, tuple(n.op_type for n in model.graph.node))]
     for name, transform in transforms:
@@ -158,7 +164,8 @@ def finn_handoff(
                 f"FINN step {name} changed the outputs of {qonnx_path}: max |diff| {diff:.6g} > allowed {allowed:.6g}"
             )
     output_path = os.fspath(output_path) if output_path else os.path.splitext(qonnx_path)[0] + "_finn.onnx"
-    model.save(output_path)
+    with atomic_path(output_path) as temp:  # complete or not at all (quark.torch.quantization.files)
+        model.save(temp)
     report = FinnReport(
         output_path, tuple(steps), tuple(str(model.get_tensor_datatype(i.name)) for i in model.graph.input)
     )

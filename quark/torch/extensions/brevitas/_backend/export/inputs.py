@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from quark.torch.extensions.brevitas._backend.data import device_dtype, move
+from quark.torch.extensions.brevitas._backend.data import check_finite, device_dtype, move
 
 
 @dataclass
@@ -57,7 +57,9 @@ class ExampleInputs:
         ]
         names = [params[i] if i < len(params) else f"input_{i}" for i in range(len(positional))]
         names += [k for k, v in keywords.items() if isinstance(v, torch.Tensor)]
-        return cls(positional, keywords, names)
+        inputs = cls(positional, keywords, names)
+        check_finite((f"export input {name!r}", t) for name, t in zip(names, inputs.tensors))  # a NaN output verifies nothing
+        return inputs
 
     @property
     def tensors(self) -> list[torch.Tensor]:

@@ -1,6 +1,7 @@
 """The layerwise backend: every supported compute layer swapped for its Brevitas layer.
 
-Sites are the modules of the types in ``mapping.LAYERS`` (never one inside another: a
+``prepare`` converts equivalent layers (``rewrite.conversions``: transformers' ``Conv1D`` becomes
+``nn.Linear``). Sites are the modules of the types in ``mapping.LAYERS`` (never one inside another: a
 MultiheadAttention's ``out_proj`` is quantized as part of it). Only their own tensors (input,
 output, weight, bias) are quantized; what flows between them stays float.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 from torch import nn
 
 from quark.torch.extensions.brevitas._backend.mapping import LAYERS, build_layer
+from quark.torch.extensions.brevitas._backend.rewrite.conversions import convert
 from quark.torch.quantization.plan import LayerPlan, Site, module_sites
 
 
@@ -18,7 +20,8 @@ class LayerwiseRewriter:
     supported_types: tuple[type, ...] = tuple(LAYERS)
 
     def prepare(self, model: nn.Module) -> nn.Module:
-        return model
+        """Layers computing what a supported layer computes (transformers' ``Conv1D``) become it."""
+        return convert(model)
 
     def sites(self, model: nn.Module) -> list[Site]:
         return module_sites(model, self.supported_types)

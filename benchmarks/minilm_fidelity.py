@@ -1,0 +1,140 @@
+"""PTQ algorithms on the real all-MiniLM-L6-v2: how close the quantized sentence embeddings stay
+to the float ones, per configuration, with round-to-nearest (RTN) rows for reference.
+
+Calibration: ``--calib`` sentences of CPython's documentation topics; evaluation: ``--eval``
+*other* sentences (from ``--eval-offset`` on). Columns: mean and minimum cosine similarity of the
+quantized embeddings to the float embeddings, nearest-neighbour agreement (the fraction of
+evaluation sentences whose nearest other sentence is the same under both models), PTQ wall time
+(``quantize_model``, algorithms included) and the process's peak resident memory during it.
+
+    .venv/bin/python benchmarks/minilm_fidelity.py [--rows NAME ...] [--calib 128] [--eval 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from quark.torch.examples import minilm
+from quark.torch.extensions.brevitas.algos import ActivationEqualization
+from quark.torch.extensions.brevitas.api import ModelQuantizer
+from quark.torch.quantization.config.algorithms import AWQConfig, GPTQConfig, SmoothQuantConfig
+from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
+from quark.torch.quantization.config.type import Dtype, QSchemeType
+
+W8 = QuantizationSpec(dtype=Dtype.int8)  # per tensor, symmetric, MinMax
+A8 = QuantizationSpec(dtype=Dtype.uint8, symmetric=False)  # per tensor, asymmetric, MinMax
+W4G32 = QuantizationSpec(dtype=Dtype.int4, qscheme=QSchemeType.per_group, ch_axis=1, group_size=32)
+U4G32 = QuantizationSpec(
+    dtype=Dtype.uint4, symmetric=False, qscheme=QSchemeType.per_group, ch_axis=1, group_size=32
+)
+
+SPEC_OF = {"W8A8 per tensor": (W8, A8), "W4 g32 sym": (W4G32, None), "W4 g32 asym": (U4G32, None)}
+# the algorithms take their bit / sym / group_size from the weight spec (None)
+GPTQ = GPTQConfig(bit=None, sym=None, group_size=None, desc_act=False)
+GPTQ_ACT_ORDER = GPTQConfig(bit=None, sym=None, group_size=None, desc_act=True, static_groups=True)
+AWQ = AWQConfig(bit=None, sym=None, group_size=None)
+SMOOTH = SmoothQuantConfig(
+    alpha=0.5
+)  # folds only where the function is kept: v -> out in BERT's post-norm blocks
+EQUALIZE = ActivationEqualization(alpha=0.5)  # the extension's: a scale in front of every Linear
+
+#: row name -> (configuration, pre_quant_opt_config, algo_config)
+ROWS = {
+    f"{spec} | {algo}": (spec, pre, post)
+    for spec, algos in {
+        "W8A8 per tensor": {
+            "RTN": ([], None),
+            "SmoothQuant": ([SMOOTH], None),
+            "GPTQ": ([], [GPTQ]),
+            "GPTQ act-order": ([], [GPTQ_ACT_ORDER]),
+            "ActivationEqualization": ([EQUALIZE], None),
+            "ActivationEqualization+GPTQ": ([EQUALIZE], [GPTQ]),
+        },
+        "W4 g32 sym": {
+            "RTN": ([], None),
+            "GPTQ": ([], [GPTQ]),
+            "AWQ": ([], [AWQ]),
+            "AWQ+GPTQ": ([], [AWQ, GPTQ]),
+        },
+        "W4 g32 asym": {
+            "RTN": ([], None),
+            "GPTQ": ([], [GPTQ]),
+            "GPTQ act-order": ([], [GPTQ_ACT_ORDER]),
+            "AWQ": ([], [AWQ]),
+        },
+    }.items()
+    for algo, (pre, post) in algos.items()
+}
+
+
+def config(spec: str, pre: list, post: list | None) -> Config:
+    weight, inputs = SPEC_OF[spec]
+    return Config(
+        QuantizationConfig(weight=weight, input_tensors=inputs), pre_quant_opt_config=pre, algo_config=post
+    )
+
+
+def peak_rss_reset() -> None:
+    Path("/proc/self/clear_refs").write_text("5")  # Linux: reset the peak resident set size
+
+
+def peak_rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+@torch.no_grad()
+def embeddings(model, data) -> torch.Tensor:
+    return torch.cat([minilm.embed(model, batch) for batch in data])
+
+
+def neighbour_agreement(reference: torch.Tensor, candidate: torch.Tensor) -> float:
+    def nearest(e: torch.Tensor) -> torch.Tensor:
+        sims = e @ e.T
+        sims.fill_diagonal_(-2)
+        return sims.argmax(1)
+
+    return float((nearest(reference) == nearest(candidate)).float().mean())
+
+
+def main(rows: list[str], n_calib: int, n_eval: int, eval_offset: int) -> None:
+    warnings.simplefilter("ignore")  # transformers' deprecation notices are not ours to act on
+    torch.set_num_threads(1)
+    model, tokenizer = minilm.load()
+    calib = minilm.batches(tokenizer, minilm.sentences(n_calib))
+    test = minilm.batches(tokenizer, minilm.sentences(n_eval, offset=eval_offset))
+    reference = embeddings(model, test)
+    print(f"all-MiniLM-L6-v2, {n_calib} calibration sentences, {n_eval} other evaluation sentences, 1 thread")
+    print(
+        f"{'configuration | algorithm':<44} {'mean cos':>8} {'min cos':>8} {'NN agree':>8} {'PTQ s':>7} {'peak MiB':>8}"
+    )
+    for name in rows:
+        spec, pre, post = ROWS[name]
+        peak_rss_reset()
+        start = time.perf_counter()
+        quantized = ModelQuantizer(config(spec, pre, post)).quantize_model(model, calib, progress=False)
+        seconds = time.perf_counter() - start
+        peak = peak_rss_mib()
+        cos = (embeddings(quantized, test) * reference).sum(-1)
+        agree = neighbour_agreement(reference, embeddings(quantized, test))
+        print(
+            f"{name:<44} {cos.mean():8.4f} {cos.min():8.4f} {agree:8.3f} {seconds:7.1f} {peak:8.0f}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS), metavar="ROW")
+    parser.add_argument("--calib", type=int, default=128)
+    parser.add_argument("--eval", type=int, default=256)
+    parser.add_argument("--eval-offset", type=int, default=1000)
+    args = parser.parse_args()
+    main(args.rows, args.calib, args.eval, args.eval_offset)

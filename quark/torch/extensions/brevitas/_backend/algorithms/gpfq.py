@@ -1,0 +1,51 @@
+"""GPFQ and accumulator-aware GPFQ (the Brevitas extension's ``GPFQ`` / ``GPFA2Q``) on Brevitas."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from torch import nn
+
+from quark.torch.extensions.brevitas._backend.algorithms import gpxq
+from quark.torch.quantization.config.algorithms import GPFA2Q, GPFQ, Phase, register_implementation
+from quark.torch.quantization.plan import LayerPlan, Site
+
+
+@register_implementation(GPFQ, Phase.after_calibration, needs_data=True)
+def gpfq(config: GPFQ, model: nn.Module, data: Any) -> nn.Module:
+    mode = gpxq.gpfq(act_order=config.act_order, fraction=config.percentage_of_processed_inputs)
+    return gpxq.run(model, data, mode, desc="GPFQ")
+
+
+def _check_a2q(config: GPFA2Q, plans: Sequence[LayerPlan], sites: Sequence[Site]) -> list[str]:
+    """The accumulator bound depends on the input's integer range: every integer-weight layer needs
+    an integer input quantizer."""
+    bare = [
+        p.name
+        for p in plans
+        if p.specs["weight"] is not None
+        and (
+            p.specs["input_tensors"] is None
+            or p.specs["input_tensors"].format != "int"
+            or p.specs["input_tensors"].is_dynamic
+        )
+    ]
+    if bare:
+        return [
+            (
+                f"GPFA2Q bounds the accumulator from the input's integer range: layers {bare[:5]} need a static "
+                "integer input_tensors spec"
+            )
+        ]
+    return []
+
+
+@register_implementation(GPFA2Q, Phase.after_calibration, needs_data=True, check=_check_a2q)
+def gpfa2q(config: GPFA2Q, model: nn.Module, data: Any) -> nn.Module:
+    mode = gpxq.gpfa2q(
+        act_order=config.act_order,
+        fraction=config.percentage_of_processed_inputs,
+        accumulator_bit_width=config.accumulator_bit_width,
+    )
+    return gpxq.run(model, data, mode, desc="GPFA2Q")

@@ -1,0 +1,294 @@
+"""One call: a QONNX file (or a quantized torch model) to a directory ready for FINN's
+``build_dataflow`` with Vivado: the QONNX file, the dataflow parent and partition, the folding and
+build configurations, the estimate report and the verification result.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from quark.torch.extensions.brevitas._backend.export.finn_dataflow.errors import FinnDataflowError
+from quark.torch.extensions.brevitas._backend.export.finn_dataflow.estimate import (
+    ESTIMATED,
+    FOLDING_ATTRIBUTES,
+    MVAU_WWIDTH_MAX,
+    Estimate,
+    fold_and_estimate,
+    plain,
+)
+from quark.torch.extensions.brevitas._backend.export.finn_dataflow.front_end import (
+    STEP_RTOL,
+    StepCheck,
+    dataflow_from_qonnx,
+    execute,
+    max_diff,
+    top_indices,
+)
+from quark.torch.extensions.brevitas._backend.export.finn_dataflow.parts import FpgaPart, resolve
+from quark.torch.quantization.files import atomic_path, write_text
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The hardware-layer graph executed in Python (qonnx ``execute_onnx``) against a reference."""
+
+    reference: str  # "torch" (expected outputs given) or "QONNX"
+    samples: int
+    max_abs_diff: float
+    predictions_identical: bool  # argmax (or the top-k indices) equal on every sample
+    allowed: float
+
+    @property
+    def passed(self) -> bool:
+        return self.predictions_identical and self.max_abs_diff <= self.allowed
+
+
+@dataclass(frozen=True)
+class DataflowExport:
+    """What :func:`export_finn_dataflow` wrote and found."""
+
+    directory: str
+    files: dict[str, str]  # role -> path
+    steps: tuple[StepCheck, ...]
+    outside: tuple[str, ...]
+    float_layers: tuple[str, ...]
+    estimate: Estimate
+    verification: Verification
+
+    def __str__(self) -> str:
+        v, e = self.verification, self.estimate
+        lines = [
+            f"FINN dataflow in {self.directory}: one partition of {len(e.layers)} hardware layers; "
+            + f"outside: {', '.join(self.outside) or 'nothing'}",
+            *("  " + s.describe() for s in self.steps),
+            (
+                f"  verified on {v.samples} samples against {v.reference}: max |diff| {v.max_abs_diff:.3g} "
+                f"(allowed {v.allowed:.3g}), predictions {'identical' if v.predictions_identical else 'DIFFER'} "
+                f"-> {'PASS' if v.passed else 'FAIL'}"
+            ),
+            f"  {e.part.part} at {e.clock_mhz:g} MHz: {e.fps:,.0f} fps, "
+            + ", ".join(f"{r} {e.totals[r]:,.0f} ({100 * e.utilization[r]:.1f} %)" for r in ESTIMATED),
+            *("  problem: " + p for p in e.problems),
+        ]
+        return "\n".join(lines)
+
+
+def export_finn_dataflow(
+    qonnx_path: str | os.PathLike,
+    inputs: Any,
+    output_dir: str | os.PathLike,
+    *,
+    expected: Any = None,
+    part: str = "xc7z020clg400-1",
+    target_fps: float | None = None,
+    clock_mhz: float = 100.0,
+    top_k: int | None = None,
+    check_samples: int = 4,
+    rtol: float = STEP_RTOL,
+    mvau_wwidth_max: int = MVAU_WWIDTH_MAX,
+) -> DataflowExport:
+    """From a QONNX file to a directory ready for FINN's ``build_dataflow`` (with Vivado).
+
+    Runs :func:`dataflow_from_qonnx` (each step checked on the first ``check_samples`` inputs),
+    executes the hardware-layer graph on every input and compares it with ``expected`` (the
+    torch model's outputs; default: the QONNX graph's), then :func:`fold_and_estimate` for
+    ``part``. Writes to ``output_dir``:
+
+    - ``model.qonnx.onnx``: the QONNX file;
+    - ``dataflow_parent.onnx`` / ``dataflow_partition.onnx``: FINN's parent graph (host-side layout
+      nodes and one StreamingDataflowPartition) and the partition, specialized for ``part`` and folded;
+    - ``folding_config.json``: the folding of every layer (FINN's ``folding_config_file`` format);
+    - ``build_config.json``: the settings of FINN's ``DataflowBuildConfig`` for the rest of the build;
+    - ``estimate.md`` / ``estimate.json``: per-layer and total resources, cycles, fps, latency against
+      the part's capacity, and what keeps the design from the target or the part;
+    - ``verification.json``: the step checks and the hardware graph against torch.
+
+    The verified graph is the hardware-layer graph before specialization: the specialized HLS/RTL
+    layers run only in FINN's cppsim/rtlsim, which need Vivado; folding does not change what a
+    layer computes.
+
+    Raises:
+        FinnDataflowError: a step failed or changed the outputs, nodes stayed outside the hardware, or
+            the hardware graph differs from ``expected``; names the step, node (and torch module) or
+            sample count.
+        ValueError: unknown part, bad clock or target.
+    """
+    from finn.util.config import extract_model_config_to_json
+    from qonnx.custom_op.registry import getCustomOp
+
+    samples = _as_array(inputs, "inputs")
+    if samples.ndim < 2:
+        raise ValueError(f"inputs: expected a batch of samples (batch first), got shape {samples.shape}")
+    fpga = resolve(part) if not isinstance(part, FpgaPart) else part  # fail before the long steps
+    out = os.fspath(output_dir)
+    os.makedirs(out, exist_ok=True)
+    files = {"qonnx": os.path.join(out, "model.qonnx.onnx")}
+    if os.path.abspath(qonnx_path) != os.path.abspath(files["qonnx"]):
+        with atomic_path(files["qonnx"]) as temp:
+            shutil.copyfile(os.fspath(qonnx_path), temp)
+    dataflow = dataflow_from_qonnx(files["qonnx"], samples[:check_samples], out, top_k=top_k, rtol=rtol)
+    verification = _verify(dataflow.parent, samples, expected, top_k, rtol, files["qonnx"])
+    folded, estimate = fold_and_estimate(
+        dataflow.partition, fpga, target_fps=target_fps, clock_mhz=clock_mhz, mvau_wwidth_max=mvau_wwidth_max
+    )
+    files.update(
+        {
+            "partition": os.path.join(out, "dataflow_partition.onnx"),
+            "parent": os.path.join(out, "dataflow_parent.onnx"),
+            "folding_config": os.path.join(out, "folding_config.json"),
+            "build_config": os.path.join(out, "build_config.json"),
+            "estimate_md": os.path.join(out, "estimate.md"),
+            "estimate_json": os.path.join(out, "estimate.json"),
+            "verification": os.path.join(out, "verification.json"),
+        }
+    )
+    # every file is written beside its name and renamed when complete (quark.torch.quantization.files)
+    with atomic_path(files["partition"]) as temp:
+        folded.save(temp)
+    getCustomOp(dataflow.parent.get_nodes_by_op_type("StreamingDataflowPartition")[0]).set_nodeattr(
+        "model", files["partition"]
+    )
+    with atomic_path(files["parent"]) as temp:
+        dataflow.parent.save(temp)
+    with atomic_path(files["folding_config"]) as temp:
+        extract_model_config_to_json(folded, temp, list(FOLDING_ATTRIBUTES))
+    _write_json(files["build_config"], _build_config(fpga, clock_mhz, files["folding_config"]))
+    write_text(files["estimate_md"], estimate.markdown())
+    _write_json(files["estimate_json"], estimate.to_json())
+    result = DataflowExport(
+        out,
+        files,
+        tuple(dataflow.steps),
+        tuple(dataflow.outside),
+        tuple(dataflow.float_layers),
+        estimate,
+        verification,
+    )
+    _write_json(
+        files["verification"],
+        {
+            "steps": [asdict(s) for s in result.steps],
+            "outside_partition": list(result.outside),
+            "float_layers": list(result.float_layers),
+            "hardware_graph": {**asdict(verification), "passed": verification.passed},
+        },
+    )
+    if not verification.passed:
+        raise FinnDataflowError(
+            f"the hardware-layer graph differs from {verification.reference} on {verification.samples} samples: max "
+            f"|diff| {verification.max_abs_diff:.6g} (allowed {verification.allowed:.6g}), predictions "
+            f"{'identical' if verification.predictions_identical else 'differ'}; files are in {out}"
+        )
+    logger.info("%s", result)
+    return result
+
+
+def _as_array(value: Any, name: str) -> np.ndarray:
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().float().numpy()
+    try:
+        return np.asarray(value, dtype=np.float32)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{name}: expected one tensor or array, got {type(value).__name__}") from error
+
+
+def _verify(parent, samples, expected, top_k, rtol, qonnx_path) -> Verification:
+    """The hardware-layer graph on every sample against torch's outputs (or the QONNX graph's)."""
+    produced = execute(parent, samples)
+    if expected is None:
+        from qonnx.core.modelwrapper import ModelWrapper
+        from qonnx.transformation.change_batchsize import ChangeBatchSize
+        from qonnx.transformation.infer_shapes import InferShapes
+        from qonnx.util.cleanup import cleanup_model
+
+        reference = execute(
+            cleanup_model(ModelWrapper(qonnx_path)).transform(ChangeBatchSize(1)).transform(InferShapes()),
+            samples,
+        )
+        name = "QONNX"
+    else:
+        reference, name = _as_array(expected, "expected"), "torch"
+    if top_k is not None:
+        labels = top_indices(reference, top_k)
+        diff = max_diff(produced.reshape(labels.shape), labels)
+        return Verification(name, len(samples), diff, diff == 0.0, 0.0)
+    diff = max_diff(produced, reference.reshape(produced.shape))
+    identical = bool(np.array_equal(produced.argmax(-1), reference.reshape(produced.shape).argmax(-1)))
+    return Verification(
+        name, len(samples), diff, identical, rtol * max(1.0, float(np.max(np.abs(reference))))
+    )
+
+
+def _build_config(fpga: FpgaPart, clock_mhz: float, folding_config: str) -> dict[str, Any]:
+    """Settings of FINN's ``DataflowBuildConfig`` (``finn.builder.build_dataflow_config``) that
+    continue from ``dataflow_partition.onnx``: it is specialized and folded, so the build starts
+    at code generation."""
+    return {
+        "output_dir": "finn_build",
+        "fpga_part": fpga.part,
+        "board": fpga.boards[0],
+        "shell_flow_type": "vitis_alveo" if fpga.part.startswith("xcu") else "vivado_zynq",
+        "synth_clk_period_ns": 1e3 / clock_mhz,
+        "folding_config_file": os.path.basename(folding_config),
+        "steps": [
+            "step_minimize_bit_width",
+            "step_generate_estimate_reports",
+            "step_hw_codegen",
+            "step_hw_ipgen",
+            "step_set_fifo_depths",
+            "step_create_stitched_ip",
+            "step_synthesize_bitfile",
+            "step_make_driver",
+            "step_deployment_package",
+        ],
+        "generate_outputs": [
+            "estimate_reports",
+            "stitched_ip",
+            "bitfile",
+            "pynq_driver",
+            "deployment_package",
+        ],
+    }
+
+
+def _write_json(path: str, data: Any) -> None:
+    write_text(path, json.dumps(data, indent=2, default=plain))
+
+
+def export_finn_dataflow_model(
+    model: Any, example: Any, output_dir: str | os.PathLike, **options: Any
+) -> DataflowExport:
+    """A quantized torch model to a FINN dataflow directory: QONNX export (verified against torch by
+    ``ModelExporter.export_qonnx_model``), then :func:`export_finn_dataflow` with the torch model's
+    outputs on ``example`` (one tensor, batch first) as the expected outputs.
+
+    ``options`` are those of :func:`export_finn_dataflow` (``part``, ``target_fps``, ``clock_mhz``,
+    ``top_k``, ...). The model is unchanged.
+    """
+    import torch
+
+    from quark.torch.extensions.brevitas._backend.export.exporter import ModelExporter
+
+    if not isinstance(example, torch.Tensor):
+        raise TypeError(
+            f"example: FINN's dataflow takes one input tensor (batch first), got {type(example).__name__}"
+        )
+    path = os.path.join(os.fspath(output_dir), "model.qonnx.onnx")
+    ModelExporter(path).export_qonnx_model(model, example)
+    training = model.training
+    try:
+        with torch.no_grad():
+            expected = model.eval()(example.to(next(model.parameters()).device))
+    finally:
+        model.train(training)
+    expected = getattr(expected, "value", expected)  # a QuantTensor's float value
+    return export_finn_dataflow(path, example, output_dir, expected=expected, **options)
