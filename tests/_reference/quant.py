@@ -22,13 +22,15 @@ def grid(bits: int, signed: bool, symmetric: bool) -> tuple[int, int]:
 
 
 def round_(x: torch.Tensor, method: str) -> torch.Tensor:
-    """method: 'half_even' (ties to even), 'floor', 'round' (ties away from zero)."""
+    """method: 'half_even' (ties to even), 'floor', 'round' (ties away from zero), 'half_up' (ties up)."""
     if method == "half_even":
         return torch.round(x)
     if method == "floor":
         return torch.floor(x)
     if method == "round":
         return torch.sign(x) * torch.floor(torch.abs(x) + 0.5)
+    if method == "half_up":
+        return torch.floor(x + 0.5)
     raise ValueError(method)
 
 

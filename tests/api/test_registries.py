@@ -159,6 +159,9 @@ def test_a_registered_rewriter_is_selected_by_the_config_mode(monkeypatch):
         def sites(self, model):
             return module_sites(model, self.supported_types)[:1]
 
+        def connect(self, model, plans, sites):
+            pass
+
         def rewrite(self, model, plans, sites):
             self.seen[:] = [(p.name, p.specs["weight"].bit_width) for p in plans]
             return model

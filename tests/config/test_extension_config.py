@@ -25,7 +25,7 @@ from quark.torch.quantization.config.type import DeviceType, QSchemeType, ScaleT
 
 
 def test_enums():
-    assert {m.name: m.value for m in Backend} == {"layerwise": "layerwise"}
+    assert {m.name: m.value for m in Backend} == {"layerwise": "layerwise", "fx": "fx"}
     assert {m.name: m.value for m in QuantType} == {"int_quant": "int_quant", "float_quant": "float_quant"}
     assert {m.name: m.value for m in ParamType} == {"stats": "stats", "mse": "mse"}
 

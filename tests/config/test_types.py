@@ -55,8 +55,8 @@ EXPECTED = {
         "float16": "float16",
         "bfloat16": "bfloat16",
     },
-    RoundType: {"round": 2, "floor": 3, "half_even": 8},
-    DeviceType: {"CPU": "cpu", "IPU": "ipu"},
+    RoundType: {"round": 2, "floor": 3, "half_even": 8, "half_up": 9},
+    DeviceType: {"CPU": "cpu", "IPU": "ipu", "FINN": "finn"},
 }
 
 

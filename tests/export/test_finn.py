@@ -79,8 +79,10 @@ def test_finn_convert_and_streamline_keep_the_outputs(tmp_path, digits, case):
     }  # nn.Flatten, no dynamic shapes
 
     finn = finn_handoff(path, x)
-    assert [s.name for s in finn.steps] == ["qonnx cleanup", "ConvertQONNXtoFINN", "Streamline"]
-    converted, streamlined = finn.steps[1], finn.steps[2]
+    assert [s.name for s in finn.steps] == [
+        "qonnx cleanup", "ConvertQONNXtoFINN", "AbsorbClipIntoMultiThreshold", "Streamline"
+    ]  # fmt: skip
+    converted, streamlined = finn.steps[1], finn.steps[3]
     assert "MultiThreshold" in converted.op_types and "Quant" not in converted.op_types
     assert {"MultiThreshold", "MatMul"} <= set(
         streamlined.op_types

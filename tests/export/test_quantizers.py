@@ -26,7 +26,11 @@ GOLDEN = {
     RoundType.half_even: [-6, -2, -2, -0, 0, 2, 2, 6],
     RoundType.floor: [-6, -3, -2, -1, 0, 1, 2, 5],
     RoundType.round: [-6, -3, -2, -1, 1, 2, 3, 6],
+    RoundType.half_up: [-5, -2, -1, 0, 1, 2, 3, 6],
 }
+#: RoundType -> what its QONNX rounding_mode is applied to: half_up (floor(x + 0.5)) is written as
+#: HALF_UP (ties away from zero) on x shifted to non-negative values (handlers._SpecRounding)
+SHIFT = {RoundType.half_up: 8.0}
 
 
 @pytest.mark.parametrize("round_method", list(RoundType))
@@ -34,10 +38,21 @@ def test_qonnx_rounding_mode_means_what_our_rounding_does(round_method):
     from qonnx.custom_op.general.quant import resolve_rounding_mode
 
     x = np.asarray(TIES, np.float32)
-    qonnx_result = resolve_rounding_mode(QONNX_ROUNDING[round_method])(x)
+    shift = SHIFT.get(round_method, 0.0)
+    qonnx_result = resolve_rounding_mode(QONNX_ROUNDING[round_method])(x + shift) - shift
     torch_result = ROUND_IMPLS[round_method]()(torch.from_numpy(x)).numpy()
     np.testing.assert_array_equal(qonnx_result, GOLDEN[round_method])
     np.testing.assert_array_equal(torch_result, GOLDEN[round_method])
+
+
+def test_finn_multithreshold_rounds_half_up():
+    """FINN's MultiThreshold counts x >= (k + 1/2): RoundType.half_up is its rounding."""
+    from qonnx.custom_op.general.multithreshold import multithreshold
+
+    x = np.asarray([TIES], np.float32)
+    thresholds = np.arange(-8, 8, dtype=np.float32)[None, :] + 0.5  # a signed 5-bit grid, step 1
+    counted = multithreshold(x, thresholds, out_bias=-8)
+    np.testing.assert_array_equal(counted[0], GOLDEN[RoundType.half_up])
 
 
 def _identity_with_output_quant(spec: QuantizationSpec) -> nn.Module:

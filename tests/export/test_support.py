@@ -17,9 +17,17 @@ from quark.torch.extensions.brevitas._backend.export import (
     UnsupportedExportError,
     support,
 )
+from quark.torch.extensions.brevitas._backend.rewrite.graph import QuantConcat
 from quark.torch.extensions.brevitas.api import ModelExporter
 from quark.torch.quantization.config.config import QuantizationSpec
-from quark.torch.quantization.config.type import Dtype, QSchemeType, RoundType, ScaleType, ZeroPointType
+from quark.torch.quantization.config.type import (
+    Dtype,
+    QSchemeType,
+    QuantizationMode,
+    RoundType,
+    ScaleType,
+    ZeroPointType,
+)
 from quark.torch.quantization.observer import PerChannelMinMaxObserver, PerTensorMinMaxObserver
 
 METHODS = {ExportFormat.qcdq: "export_onnx_model", ExportFormat.qonnx: "export_qonnx_model"}
@@ -35,24 +43,54 @@ class Attention(nn.Module):
         return self.attn(x, x, x, need_weights=False)[0]
 
 
+class Residual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return x + self.linear(x)
+
+
+class Concat(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 4), nn.Linear(8, 4)
+
+    def forward(self, x):
+        return torch.cat([self.a(x), self.b(x)], dim=1)
+
+
+def _pooled(pool: nn.Module) -> nn.Module:
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), pool, nn.Flatten(), nn.LazyLinear(2))
+
+
 def _stock(layer_cls):
     """A stock Brevitas activation layer in front of a float linear layer (no Quark spec)."""
     return lambda: nn.Sequential(layer_cls(return_quant_tensor=False), nn.Linear(8, 4))
 
 
-#: table row -> (model builder, example input shape, quantize with ModelQuantizer?)
+#: table row -> (model builder, example input shape, quantized by ModelQuantizer in: QuantizationMode
+#: or None for a stock Brevitas model)
+EAGER, GRAPH = QuantizationMode.eager_mode, QuantizationMode.fx_graph_mode
 ROWS = {
-    qnn.QuantLinear: (lambda: nn.Sequential(nn.Linear(8, 4)), (2, 8), True),
-    qnn.QuantConv1d: (lambda: nn.Sequential(nn.Conv1d(3, 4, 3)), (2, 3, 8), True),
-    qnn.QuantConv2d: (lambda: nn.Sequential(nn.Conv2d(3, 4, 3)), (2, 3, 6, 6), True),
-    qnn.QuantConv3d: (lambda: nn.Sequential(nn.Conv3d(2, 3, 3)), (1, 2, 4, 4, 4), True),
-    qnn.QuantConvTranspose1d: (lambda: nn.Sequential(nn.ConvTranspose1d(3, 4, 3)), (2, 3, 6), True),
-    qnn.QuantConvTranspose2d: (lambda: nn.Sequential(nn.ConvTranspose2d(3, 4, 3)), (2, 3, 5, 5), True),
-    qnn.QuantConvTranspose3d: (lambda: nn.Sequential(nn.ConvTranspose3d(2, 3, 3)), (1, 2, 3, 3, 3), True),
-    qnn.QuantMultiheadAttention: (Attention, (2, 5, 8), True),
-    qnn.QuantIdentity: (_stock(qnn.QuantIdentity), (2, 8), False),
-    qnn.QuantReLU: (_stock(qnn.QuantReLU), (2, 8), False),
+    qnn.QuantLinear: (lambda: nn.Sequential(nn.Linear(8, 4)), (2, 8), EAGER),
+    qnn.QuantConv1d: (lambda: nn.Sequential(nn.Conv1d(3, 4, 3)), (2, 3, 8), EAGER),
+    qnn.QuantConv2d: (lambda: nn.Sequential(nn.Conv2d(3, 4, 3)), (2, 3, 6, 6), EAGER),
+    qnn.QuantConv3d: (lambda: nn.Sequential(nn.Conv3d(2, 3, 3)), (1, 2, 4, 4, 4), EAGER),
+    qnn.QuantConvTranspose1d: (lambda: nn.Sequential(nn.ConvTranspose1d(3, 4, 3)), (2, 3, 6), EAGER),
+    qnn.QuantConvTranspose2d: (lambda: nn.Sequential(nn.ConvTranspose2d(3, 4, 3)), (2, 3, 5, 5), EAGER),
+    qnn.QuantConvTranspose3d: (lambda: nn.Sequential(nn.ConvTranspose3d(2, 3, 3)), (1, 2, 3, 3, 3), EAGER),
+    qnn.QuantMultiheadAttention: (Attention, (2, 5, 8), EAGER),
+    qnn.QuantIdentity: (_stock(qnn.QuantIdentity), (2, 8), None),
+    qnn.QuantReLU: (_stock(qnn.QuantReLU), (2, 8), None),
+    qnn.QuantEltwiseAdd: (Residual, (2, 8), GRAPH),
+    QuantConcat: (Concat, (2, 8), GRAPH),
+    qnn.TruncAvgPool2d: (lambda: _pooled(nn.AvgPool2d(2)), (2, 3, 4, 4), GRAPH),
+    qnn.TruncAdaptiveAvgPool2d: (lambda: _pooled(nn.AdaptiveAvgPool2d(1)), (2, 3, 4, 4), GRAPH),
 }
+#: rows whose layer exists only without an output spec (an average pool with one is requantized)
+NO_OUTPUT = {qnn.TruncAvgPool2d, qnn.TruncAdaptiveAvgPool2d}
 
 
 def test_every_row_of_the_table_has_a_case():
@@ -60,15 +98,15 @@ def test_every_row_of_the_table_has_a_case():
 
 
 def _build(row):
-    build, shape, via_quantizer = ROWS[row]
+    build, shape, mode = ROWS[row]
     torch.manual_seed(0)
     model = build()
-    if via_quantizer:
-        model = quantize(
-            config(weight=W8_PER_TENSOR, input_tensors=A8, output_tensors=A8),
-            model,
-            [torch.randn(*shape) for _ in range(2)],
-        )
+    if mode is not None:
+        model(torch.randn(*shape))  # lazy layers take their shapes
+        output = {} if row in NO_OUTPUT else {"output_tensors": A8}
+        cfg = config(weight=W8_PER_TENSOR, input_tensors=A8, **output)
+        cfg.quant_mode = mode
+        model = quantize(cfg, model, [torch.randn(*shape) for _ in range(2)])
     return model.eval(), torch.randn(*shape)
 
 
@@ -119,11 +157,21 @@ def test_per_channel_transposed_convolution_with_float_input_exports(onnx_path, 
     assert getattr(ModelExporter(onnx_path), METHODS[fmt])(model, torch.randn(2, 4, 5, 5)).passed
 
 
+def test_a_truncating_average_pool_is_refused_by_qcdq_with_the_fix(onnx_path):
+    model, x = _build(qnn.TruncAvgPool2d)
+    with pytest.raises(
+        UnsupportedExportError,
+        match=r"module '2' \(TruncAvgPool2d\): a truncating average pool; allowed: a requantized average "
+        r"\(graph mode: output_tensors of the AvgPool2d / AdaptiveAvgPool2d site\)",
+    ):
+        ModelExporter(onnx_path).export_onnx_model(model, x)
+
+
 def test_a_layer_outside_the_table_is_refused_with_the_exportable_list(onnx_path):
     model = nn.Sequential(nn.Linear(8, 4), qnn.QuantSigmoid(return_quant_tensor=False))
     with pytest.raises(
         UnsupportedExportError,
-        match=r"module '1' \(QuantSigmoid\): no qcdq export; exportable layers: \['QuantConv1d'",
+        match=r"module '1' \(QuantSigmoid\): no qcdq export; exportable layers: \[.*'QuantConv1d'",
     ):
         ModelExporter(onnx_path).export_onnx_model(model, torch.randn(2, 8))
 

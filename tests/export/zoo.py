@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from quark.torch.extensions.brevitas.presets import xint8
@@ -76,6 +77,50 @@ class ResNetLike(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.blocks(self.stem(x)))
+
+
+class BasicBlockBN(nn.Module):
+    """A residual block with batch norm after each convolution (torchvision's BasicBlock shape)."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.relu = nn.ReLU()
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(x + self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x))))))
+
+
+class ResNetBN(nn.Module):
+    """Stem with batch norm, two residual blocks with batch norm, max pooling, linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU())
+        self.blocks = nn.Sequential(BasicBlockBN(16), BasicBlockBN(16))
+        self.head = nn.Sequential(nn.MaxPool2d(4), nn.Flatten(), nn.Linear(16 * 2 * 2, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(self.stem(x)))
+
+
+class ConcatNet(nn.Module):
+    """Two convolution branches concatenated along channels (Inception-like), a 1x1 merge, a head."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU())
+        self.branch1 = nn.Sequential(nn.Conv2d(8, 8, 1), nn.ReLU())
+        self.branch3 = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.ReLU())
+        self.merge = nn.Sequential(nn.Conv2d(16, 16, 1), nn.ReLU(), nn.MaxPool2d(4))
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(16 * 2 * 2, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        return self.head(self.merge(torch.cat([self.branch1(x), self.branch3(x)], dim=1)))
 
 
 def mobilenet_like() -> nn.Module:
@@ -165,6 +210,8 @@ ZOO: dict[str, ZooEntry] = {
     "cnv": ZooEntry(cnv, _image((8, 1, 8, 8)), "15"),
     "resnet": ZooEntry(ResNetLike, _image((4, 3, 8, 8)), "head.2"),
     "mobilenet": ZooEntry(mobilenet_like, _image((4, 3, 16, 16)), "12"),
+    "resnet_bn": ZooEntry(ResNetBN, _image((4, 3, 8, 8)), "head.2"),
+    "concat": ZooEntry(ConcatNet, _image((4, 3, 8, 8)), "head.1"),
     "conv1d": ZooEntry(conv1d_net, _signal((4, 4, 32)), "6"),
     "encoder": ZooEntry(EncoderLike, _signal((2, 6, 16)), "head"),
     "two_inputs": ZooEntry(

@@ -22,9 +22,14 @@ from torch import nn
 
 from quark.torch.extensions.brevitas.api import ModelQuantizer
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec, TQTSpec
-from quark.torch.quantization.config.type import Dtype, ScaleType, TQTThresholdInitMeth
+from quark.torch.quantization.config.type import Dtype, QuantizationMode, ScaleType, TQTThresholdInitMeth
 
-INITS = {"minmax": None, "3sd": TQTThresholdInitMeth._3SD, "ll_j": TQTThresholdInitMeth._LL_J}
+INITS = {
+    "minmax": None,
+    "3sd": TQTThresholdInitMeth._3SD,
+    "ll_j": TQTThresholdInitMeth._LL_J,
+    "graph_minmax": None,  # graph mode: the network input and the ReLU's output quantized too
+}
 STEPS = 3
 
 
@@ -43,7 +48,10 @@ def config(init: str) -> Config:
     def tqt(dtype: Dtype) -> QuantizationSpec:
         return QuantizationSpec(dtype=dtype, symmetric=True, scale_type=ScaleType.pof2, qat_spec=TQTSpec(INITS[init]))
 
-    return Config(global_quant_config=QuantizationConfig(weight=tqt(Dtype.int4), input_tensors=tqt(Dtype.int8)))
+    mode = QuantizationMode.fx_graph_mode if init.startswith("graph") else QuantizationMode.eager_mode
+    return Config(
+        global_quant_config=QuantizationConfig(weight=tqt(Dtype.int4), input_tensors=tqt(Dtype.int8)), quant_mode=mode
+    )
 
 
 def calib_batches(rank: int) -> list[torch.Tensor]:

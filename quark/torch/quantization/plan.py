@@ -15,8 +15,8 @@ Brevitas extension's in ``extensions/brevitas/normalise.py``). Pure data; no Bre
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -37,22 +37,38 @@ class Site:
         type: what ``layer_type_quant_config`` keys match (by class or class name).
         roles: the tensor roles the site has (a Linear without bias has no ``bias``).
         module: the module, for rules that look at its weights; None for nodes without one.
+        sources: for a role whose spec comes from other config roles, those roles in order of
+            preference (graph mode: an activation's output takes ``output_tensors``, else
+            ``input_tensors``); a role not listed takes the config role of its own name.
     """
 
     name: str
     type: type
     roles: tuple[str, ...]
     module: nn.Module | None = None
+    sources: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def sources_of(self, role: str) -> tuple[str, ...]:
+        return tuple(self.sources.get(role, (role,)))
 
 
 @dataclass
 class LayerPlan:
-    """Effective quantization of one site: a spec (or None: float) for every role."""
+    """Effective quantization of one site: a spec (or None: float) for every role.
+
+    ``origins`` names, per quantized role, the config field its spec came from
+    (``global_quant_config.input_tensors``, ``layer_type_quant_config['ReLU'].output_tensors``,
+    ...). ``upstream`` names, per role, the site whose quantizer provides that tensor (graph mode:
+    a layer whose input arrives quantized has no input quantizer of its own; its spec is the
+    upstream one).
+    """
 
     name: str
     module_type: type
     specs: dict[str, TensorQuant | None]
     target_device: Any = None
+    origins: dict[str, str] = field(default_factory=dict)
+    upstream: dict[str, str] = field(default_factory=dict)
 
     @property
     def quantized(self) -> bool:
@@ -197,12 +213,23 @@ def _plan_site(site: Site, view: ConfigView) -> LayerPlan:
     levels.append(("global_quant_config", view.global_config))
 
     specs: dict[str, TensorQuant | None] = dict.fromkeys(ROLES)
+    origins: dict[str, str] = {}
     for role in site.roles:
-        label, spec = next(((lbl, getattr(cfg, role)) for lbl, cfg in levels if getattr(cfg, role) is not None), ("", None))
+        # the most specific level that names any source of the role; within a level, sources in order
+        label, source, spec = next(
+            (
+                (lbl, src, getattr(cfg, src))
+                for lbl, cfg in levels
+                for src in site.sources_of(role)
+                if getattr(cfg, src) is not None
+            ),
+            ("", role, None),
+        )
         if spec is not None:
-            specs[role] = normalise(spec, role, f"{label}.{role} (module {site.name!r})")
+            specs[role] = normalise(spec, role, f"{label}.{source} (module {site.name!r})")
+            origins[role] = f"{label}.{source}"
     target = next((cfg.target_device for _, cfg in levels if getattr(cfg, "target_device", None)), None)
-    return LayerPlan(site.name, site.type, specs, target)
+    return LayerPlan(site.name, site.type, specs, target, origins)
 
 
 def _preview(names: list[str], limit: int = 30) -> str:
@@ -210,13 +237,18 @@ def _preview(names: list[str], limit: int = 30) -> str:
     return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
 
 
+def _cell(plan: LayerPlan, role: str) -> str:
+    if role in plan.upstream:
+        return f"= {plan.upstream[role]}"
+    spec = plan.specs[role]
+    return spec.describe() if spec else "-"
+
+
 def format_plan(plans: list[LayerPlan]) -> str:
-    """Plain-text table: one row per site, one column per role, '-' where a role stays float."""
+    """Plain-text table: one row per site, one column per role, '-' where a role stays float and
+    '= site' where the tensor is quantized upstream, by that site."""
     headers = ("layer", "type", *ROLES)
-    rows = [
-        (p.name, p.module_type.__name__, *((p.specs[r].describe() if p.specs[r] else "-") for r in ROLES))
-        for p in plans
-    ]
+    rows = [(p.name, p.module_type.__name__, *(_cell(p, r) for r in ROLES)) for p in plans]
     widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
     line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
     return "\n".join([line(headers), line("-" * w for w in widths), *map(line, rows)])

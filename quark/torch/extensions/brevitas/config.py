@@ -46,9 +46,18 @@ __all__ = [
 
 
 class Backend(Enum):
-    """How the model is rewritten: ``layerwise`` swaps supported layers for Brevitas layers."""
+    """How the model is rewritten.
+
+    - ``layerwise``: supported layers are swapped for Brevitas layers, which quantize their own
+      inputs, weights, biases (and outputs); what flows between them stays float.
+    - ``fx``: graph mode (Brevitas' name for its FX graph quantization): the model is traced with
+      ``torch.fx`` and every tensor between layers is quantized once, where it is produced (network
+      input, activations, additions, concatenations); see
+      :mod:`quark.torch.extensions.brevitas.graph`.
+    """
 
     layerwise = "layerwise"
+    fx = "fx"
 
 
 class QuantType(Enum):
@@ -167,7 +176,7 @@ class Config(FileConfig):
         pre_quant_opt_config: transforms run on the float model first; by default
             ``[Preprocess()]`` (as in Quark); ``[]`` turns it off.
         algo_config: algorithms run after calibration (GPTQ, GPFQ, BiasCorrection, ...).
-        backend: ``Backend.layerwise``.
+        backend: ``Backend.layerwise`` (default) or ``Backend.fx`` (graph mode).
     """
 
     global_quant_config: QuantizationConfig

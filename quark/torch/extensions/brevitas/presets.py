@@ -7,15 +7,27 @@ neither Brevitas nor ONNX.
   ``ModelExporter(path).export_onnx_model(qmodel, x, plans=quantizer.plans)``: the exporter then
   checks the config before and the QDQ graph after export (opset 17, static shapes, pof2 scales,
   zero points 0, int8 weights, int32 biases).
+- :func:`finn`: FINN's integer dataflow on FPGAs: graph mode, power-of-two scales, zero points 0,
+  unsigned quantizers after ReLU, an unsigned 8-bit network input, rounding ties up (FINN's
+  MultiThreshold), ``target_device=DeviceType.FINN``. Export with
+  ``ModelExporter(path).export_qonnx_model(qmodel, x)``: the exporter checks the config before and
+  the QONNX graph after export.
 """
 
 from __future__ import annotations
 
-from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
-from quark.torch.quantization.config.type import DeviceType, Dtype, QSchemeType, RoundType, ScaleType
-from quark.torch.quantization.observer import PerTensorMinMaxObserver
+from quark.torch.quantization.config.config import Config, QATSpec, QuantizationConfig, QuantizationSpec
+from quark.torch.quantization.config.type import (
+    DeviceType,
+    Dtype,
+    QSchemeType,
+    QuantizationMode,
+    RoundType,
+    ScaleType,
+)
+from quark.torch.quantization.observer import PerChannelMinMaxObserver, PerTensorMinMaxObserver
 
-__all__ = ["xint8"]
+__all__ = ["finn", "xint8"]
 
 
 def xint8(exclude: list[str] | None = None) -> Config:
@@ -38,3 +50,90 @@ def xint8(exclude: list[str] | None = None) -> Config:
         input_tensors=int8_pof2, weight=int8_pof2, bias=bias, target_device=DeviceType.IPU
     )
     return Config(global_quant_config=layer, exclude=list(exclude or []))
+
+
+#: bit width -> (signed, unsigned) integer dtype of the main API
+_INTEGERS: dict[int, tuple[Dtype, Dtype]] = {
+    bits: (signed, unsigned)
+    for bits, signed, unsigned in (
+        (2, Dtype.int2, Dtype.uint2),
+        (3, Dtype.int3, Dtype.uint3),
+        (4, Dtype.int4, Dtype.uint4),
+        (8, Dtype.int8, Dtype.uint8),
+    )
+}
+
+
+def finn(
+    weight_bits: int = 4,
+    act_bits: int = 4,
+    input_bits: int = 8,
+    *,
+    input_signed: bool = False,
+    unsigned: tuple[str, ...] = ("ReLU",),
+    per_channel_weights: bool = False,
+    qat_spec: QATSpec | None = None,
+    exclude: list[str] | None = None,
+) -> Config:
+    """FINN's integer dataflow (graph mode): every tensor between layers quantized, zero points 0.
+
+    Weights: ``int{weight_bits}`` symmetric, power-of-two scales (per output channel when
+    ``per_channel_weights``). Activations (the network input, activations, additions,
+    concatenations): ``int{act_bits}``, power-of-two scales, ``RoundType.half_up`` (FINN's
+    MultiThreshold rounds ties up); the outputs of the activation types in ``unsigned`` take
+    ``uint{act_bits}`` (FINN converts only unsigned quantizers after ReLU). The network input:
+    ``uint{input_bits}`` (``int`` with ``input_signed``). Biases stay float (FINN folds them into
+    thresholds). ``qat_spec`` (e.g. ``TQTSpec(TQTThresholdInitMeth._3SD)``) trains the thresholds.
+
+    Args:
+        weight_bits, act_bits, input_bits: 2, 3, 4 or 8.
+        input_signed: the network input can be negative.
+        unsigned: activation types (class names) whose outputs are non-negative; every type named
+            must occur in the model, as ``layer_type_quant_config`` requires.
+        per_channel_weights: one weight scale per output channel (FINN folds them into the
+            thresholds of the next layer).
+        qat_spec: quantization-aware training of every scale.
+        exclude: module name patterns left float.
+    """
+    for name, bits in (("weight_bits", weight_bits), ("act_bits", act_bits), ("input_bits", input_bits)):
+        if bits not in _INTEGERS:
+            raise ValueError(f"finn({name}={bits!r}): allowed {sorted(_INTEGERS)}")
+
+    def activation(dtype: Dtype) -> QuantizationSpec:
+        return QuantizationSpec(
+            dtype=dtype,
+            observer_cls=PerTensorMinMaxObserver,
+            symmetric=True,
+            scale_type=ScaleType.pof2,
+            round_method=RoundType.half_up,
+            qat_spec=qat_spec,
+        )
+
+    if per_channel_weights:
+        weight = QuantizationSpec(
+            dtype=_INTEGERS[weight_bits][0],
+            observer_cls=PerChannelMinMaxObserver,
+            qscheme=QSchemeType.per_channel,
+            ch_axis=0,
+            symmetric=True,
+            scale_type=ScaleType.pof2,
+        )
+    else:
+        weight = QuantizationSpec(
+            dtype=_INTEGERS[weight_bits][0],
+            observer_cls=PerTensorMinMaxObserver,
+            symmetric=True,
+            scale_type=ScaleType.pof2,
+            qat_spec=qat_spec,
+        )
+    network_input = activation(_INTEGERS[input_bits][0 if input_signed else 1])
+    non_negative = QuantizationConfig(output_tensors=activation(_INTEGERS[act_bits][1]))
+    return Config(
+        global_quant_config=QuantizationConfig(
+            input_tensors=activation(_INTEGERS[act_bits][0]), weight=weight, target_device=DeviceType.FINN
+        ),
+        layer_type_quant_config={"GraphInput": QuantizationConfig(input_tensors=network_input)}
+        | {name: non_negative for name in unsigned},
+        exclude=list(exclude or []),
+        quant_mode=QuantizationMode.fx_graph_mode,
+    )

@@ -129,18 +129,27 @@ class RoundType(Enum):
     - ``round``: to nearest, ties away from zero (C ``round``; 2.5 -> 3, -2.5 -> -3).
     - ``floor``: towards minus infinity (2.5 -> 2, -2.5 -> -3).
     - ``half_even``: to nearest, ties to even (2.5 -> 2, 3.5 -> 4; ONNX QuantizeLinear).
+    - ``half_up``: to nearest, ties up, floor(x + 0.5) (2.5 -> 3, -2.5 -> -2): what FINN's
+      MultiThreshold computes. Beyond Quark's enum.
     """
 
     round = 2
     floor = 3
     half_even = 8
+    half_up = 9  # beyond Quark's enum: FINN's MultiThreshold rounding
 
 
 class DeviceType(Enum):
-    """Deployment target."""
+    """Deployment target.
+
+    - ``CPU``, ``IPU``: as Quark (the IPU is checked at QDQ export).
+    - ``FINN``: FPGA dataflow accelerators built by FINN from a QONNX export (checked at QONNX
+      export). Beyond Quark's enum.
+    """
 
     CPU = "cpu"
     IPU = "ipu"
+    FINN = "finn"  # beyond Quark's enum
 
 
 class QuantizationMode(Enum):

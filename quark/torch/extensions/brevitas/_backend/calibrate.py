@@ -19,8 +19,10 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
+from brevitas.graph.calibrate import QuantizationStatusManager
 from brevitas.proxy.parameter_quant import BiasQuantProxyFromInjector
 from brevitas.proxy.runtime_quant import ActQuantProxyFromInjectorBase
+from brevitas.quant_tensor import _unpack_quant_tensor
 from torch import nn
 
 from quark.torch.extensions.brevitas._backend import data
@@ -71,18 +73,20 @@ def calibrate(model: nn.Module, calib_data: Iterable[Any] | data.CalibrationData
         # an unsigned symmetric grid covers [0, max(x, 0)]: its observer must not fold |x| in
         observer = spec.observer(symmetric=spec.symmetric and spec.signed, qmin=qmin, qmax=qmax, ch_axis=spec.ch_axis)
         observers[name] = observer
-        hooks.append(proxy.register_forward_pre_hook(lambda _m, args, obs=observer: obs(args[0])))
+        hooks.append(proxy.register_forward_pre_hook(lambda _m, args, obs=observer: obs(_unpack_quant_tensor(args[0]))))
         if _signed_zero_centred(spec):
             # what the grid receives is the output of the proxy's activation (Identity for layer
             # inputs, ReLU in a QuantReLU): observe that, not the proxy's input
             signs[name] = sign = PerTensorMinMaxObserver(symmetric=False)
             activation = proxy.fused_activation_quant_proxy.activation_impl
-            hooks.append(activation.register_forward_hook(lambda _m, _args, out, obs=sign: obs(out)))
+            hooks.append(activation.register_forward_hook(lambda _m, _args, out, obs=sign: obs(_unpack_quant_tensor(out))))
         proxy.disable_quant = True
     for bias in biases:
         bias.disable_quant = True
     was_training = model.training
     model.eval()
+    # graph mode hands QuantTensors on; with quantization off, layers must return plain tensors
+    returned = QuantizationStatusManager.disable_return_quant_tensor(model)
     used = 0
     try:
         with torch.no_grad():
@@ -94,6 +98,7 @@ def calibrate(model: nn.Module, calib_data: Iterable[Any] | data.CalibrationData
             hook.remove()
         for proxy in [p for _, p, _ in proxies] + biases:
             proxy.disable_quant = False
+        QuantizationStatusManager.restore_return_quant_tensor(model, returned)
         model.train(was_training)
     for observer in [*observers.values(), *signs.values()]:  # no-op unless torch.distributed is initialised
         observer.sync()

@@ -64,6 +64,7 @@ from quark.torch.extensions.brevitas._backend.quantizers import (
     Pof2Scale,
     QuarkIntScaling,
     RoundHalfAwayFromZeroSte,
+    RoundHalfUpSte,
     SaturatingFloatQuant,
     TQTIntScaling,
     ZeroInclusiveMax,
@@ -78,6 +79,7 @@ ROUND_IMPLS: dict[RoundType, type[nn.Module]] = {
     RoundType.half_even: RoundSte,  # torch.round: ties to even
     RoundType.floor: FloorSte,
     RoundType.round: RoundHalfAwayFromZeroSte,
+    RoundType.half_up: RoundHalfUpSte,
 }
 
 #: ScaleType -> (restriction module applied to the scale, its keyword arguments); None: unrestricted.
@@ -433,10 +435,11 @@ ROLE_BUILDERS: dict[str, Callable[..., Any]] = {
 }
 
 
-def build_layer(plan: LayerPlan, module: nn.Module) -> nn.Module:
-    """The Brevitas layer that replaces ``module`` according to ``plan`` (``module`` is not modified)."""
+def build_layer(plan: LayerPlan, module: nn.Module, return_quant_tensor: bool = False) -> nn.Module:
+    """The Brevitas layer that replaces ``module`` according to ``plan`` (``module`` is not modified);
+    ``return_quant_tensor`` hands its quantized output on as a QuantTensor (graph mode)."""
     quant_cls, roles = LAYERS[type(module)]
-    kwargs: dict[str, Any] = {"return_quant_tensor": False}
+    kwargs: dict[str, Any] = {"return_quant_tensor": return_quant_tensor}
     if isinstance(module, nn.MultiheadAttention):
         kwargs.update(dict.fromkeys(_MHA_FLOAT))
     # each weight quantizer keyword, with the tensor it quantizes (MultiheadAttention has two)

@@ -6,8 +6,9 @@
 - :class:`Pof2Scale`, :class:`CastScale`: restrictions applied to the *scale itself* (Brevitas'
   power-of-two restriction rounds the threshold and the integer range separately, which is not
   Quark's 2^round(log2(scale))).
-- :class:`RoundHalfAwayFromZeroSte`: ``RoundType.round``; Brevitas has half-even, floor, ceil and
-  the DPU's half-up, but no half away from zero.
+- :class:`RoundHalfAwayFromZeroSte`, :class:`RoundHalfUpSte`: ``RoundType.round`` and
+  ``RoundType.half_up``; Brevitas has half-even, floor, ceil and the DPU's rounding (ties up for
+  negative values only), but neither of these.
 - :class:`DynamicScaling`, :class:`DynamicZeroPoint`: per-tensor scale and zero point computed
   from each tensor at run time; Brevitas core ships dynamic scaling per group only.
 - :class:`ZeroInclusiveMax`, :class:`ZeroInclusiveMinMax`: weight statistics over a range that
@@ -196,6 +197,18 @@ class RoundHalfAwayFromZeroSte(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         y = torch.sign(x) * torch.floor(torch.abs(x) + 0.5)
+        return x + (y - x).detach()
+
+
+class RoundHalfUpSte(nn.Module):
+    """Round to nearest, ties up: floor(x + 0.5) (2.5 -> 3, -2.5 -> -2), straight-through gradient.
+    FINN's MultiThreshold counts x >= (k + 1/2) steps, which is this rounding."""
+
+    def __init__(self) -> None:  # explicit: Brevitas' injector rejects *args/**kwargs
+        super().__init__()
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = torch.floor(x + 0.5)
         return x + (y - x).detach()
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -106,18 +107,26 @@ class ModelExporter:
             ExportFailedError: the ONNX exporter failed (the model is restored).
             ExportVerificationError: the graph differs from the model beyond the tolerance.
         """
-        target = _target(target_device, plans if plans is not None else getattr(model, PLANS_ATTRIBUTE, None))
-        return self._export(model, args, ExportFormat.qcdq, verify, tolerance_lsb, target)
+        return self._export(model, args, ExportFormat.qcdq, verify, tolerance_lsb, target_device, plans)
 
     def export_qonnx_model(
-        self, model: nn.Module, args: Any, *, verify: bool = True, tolerance_lsb: float | None = None
+        self,
+        model: nn.Module,
+        args: Any,
+        *,
+        verify: bool = True,
+        tolerance_lsb: float | None = None,
+        target_device: DeviceType | str | None = None,
+        plans: Sequence[Any] | None = None,
     ):
         """Write QONNX (Quant / BipolarQuant / Trunc nodes, for FINN) and verify it with qonnx.
 
-        Arguments and errors as :meth:`export_onnx_model` (no target device: the FINN hand-off
-        is :func:`~quark.torch.extensions.brevitas._backend.export.finn.finn_handoff`).
+        Arguments and errors as :meth:`export_onnx_model`; ``target_device=DeviceType.FINN`` (or
+        a config whose ``target_device`` is FINN) checks the config before and the graph after
+        export against FINN's requirements. The FINN hand-off itself is
+        :func:`~quark.torch.extensions.brevitas._backend.export.finn.finn_handoff`.
         """
-        return self._export(model, args, ExportFormat.qonnx, verify, tolerance_lsb, None)
+        return self._export(model, args, ExportFormat.qonnx, verify, tolerance_lsb, target_device, plans)
 
     def verify(self, model: nn.Module, args: Any, *, tolerance_lsb: float | None = None):
         """Execute the ONNX file at ``export_path`` (QONNX or QCDQ, told apart by its nodes) on
@@ -177,24 +186,37 @@ class ModelExporter:
         fmt: ExportFormat,
         verify: bool,
         tolerance_lsb: float | None,
-        target: DeviceType | None,
+        target_device: DeviceType | str | None,
+        plans: Sequence[Any] | None,
     ):
         if not isinstance(model, nn.Module):
             raise TypeError(f"export: model must be an nn.Module, got {type(model).__name__}")
+        plans = plans if plans is not None else getattr(model, PLANS_ATTRIBUTE, None)
+        target = _target(target_device, plans)
+        checks = TARGETS.get(target)
+        if checks is not None and checks.format is not fmt:
+            if target_device is not None:
+                method = "export_onnx_model" if checks.format is ExportFormat.qcdq else "export_qonnx_model"
+                raise UnsupportedExportError(
+                    f"target_device={target.name} takes {checks.format.value}: use ModelExporter.{method}",
+                    [f"target_device={target.name}"],
+                )
+            logger.info("the config's target_device=%s is checked on %s exports only", target.name, checks.format.value)
+            checks = None
         if tolerance_lsb is not None and not (isinstance(tolerance_lsb, (int, float)) and tolerance_lsb >= 0):
             raise ValueError(f"export: tolerance_lsb={tolerance_lsb!r}; expected a number >= 0 or None")
         from quark.torch.extensions.brevitas._backend.export import ipu
 
         check_writable(self.export_path)  # a directory in the way fails now, not after the export
         opset = self.opset_version or FORMATS[fmt].opset[self.dynamo]
-        if target is DeviceType.IPU:
-            if self.dynamo or opset != ipu.OPSET:
-                raise UnsupportedExportError(
-                    f"target_device=IPU takes opset {ipu.OPSET} from the TorchScript exporter; got opset {opset}, "
-                    f"dynamo={self.dynamo}: use ModelExporter(path) with the defaults",
-                    [f"opset {opset}", f"dynamo={self.dynamo}"],
-                )
-            ipu.check_specs(model)
+        if target is DeviceType.IPU and checks is not None and (self.dynamo or opset != ipu.OPSET):
+            raise UnsupportedExportError(
+                f"target_device=IPU takes opset {ipu.OPSET} from the TorchScript exporter; got opset {opset}, "
+                f"dynamo={self.dynamo}: use ModelExporter(path) with the defaults",
+                [f"opset {opset}", f"dynamo={self.dynamo}"],
+            )
+        if checks is not None:
+            checks.check_specs(model, plans or ())
         support.check(model, fmt, self.dynamo)
         inputs = ExampleInputs.of(model, args)
         expected = self._reference(model, inputs)
@@ -203,7 +225,7 @@ class ModelExporter:
         with atomic_path(self.export_path) as written:
             onnx_model = self._write(model, inputs, fmt, opset, len(expected), written)
             try:
-                target_checks = ipu.check_graph(onnx_model) if target is DeviceType.IPU else []
+                target_checks = checks.check_graph(onnx_model) if checks is not None else []
                 report = self._verify(
                     onnx_model, fmt, opset, inputs, expected if verify else None, tolerance_lsb, target_checks
                 )
@@ -227,6 +249,7 @@ class ModelExporter:
     ):
         import onnx
 
+        from quark.torch.extensions.brevitas._backend.export import qdq
         from quark.torch.extensions.brevitas._backend.export.handlers import MANAGERS
         from quark.torch.extensions.brevitas._backend.export.session import export_session
 
@@ -250,7 +273,10 @@ class ModelExporter:
                 f"{fmt.value} export with the {EXPORTERS[self.dynamo][0]} failed: {type(cause).__name__}: {cause}; "
                 "the model is restored to its state before the export"
             ) from error
-        return onnx.load(path)
+        exported = onnx.load(path)
+        if fmt is ExportFormat.qcdq:  # every activation tensor between Q/DQ, also after max pooling etc.
+            onnx.save(qdq.propagate(exported), path)
+        return exported
 
     def _verify(self, onnx_model, fmt, opset, inputs, expected, tolerance_lsb, target_checks):
         from quark.torch.extensions.brevitas._backend.export import verify as checks
@@ -337,6 +363,28 @@ def _keep_for_inspection(error: Exception, written: str, export_path: str) -> No
 PLANS_ATTRIBUTE = "quark_plans"
 
 
+@dataclass(frozen=True)
+class TargetChecks:
+    """A deployment target: the format it takes, its checks before export and on the written graph."""
+
+    format: ExportFormat
+    check_specs: Callable[[nn.Module, Sequence[Any]], None]
+    check_graph: Callable[[Any], list[str]]
+
+
+def _targets() -> dict[DeviceType, TargetChecks]:
+    from quark.torch.extensions.brevitas._backend.export import finn_target, ipu
+
+    return {
+        DeviceType.IPU: TargetChecks(ExportFormat.qcdq, ipu.check_specs, ipu.check_graph),
+        DeviceType.FINN: TargetChecks(ExportFormat.qonnx, finn_target.check_specs, finn_target.check_graph),
+    }
+
+
+#: target device -> its checks (CPU has none)
+TARGETS: dict[DeviceType, TargetChecks] = _targets()
+
+
 def _target(target_device: Any, plans: Sequence[Any] | None) -> DeviceType | None:
     if isinstance(target_device, DeviceType):
         return target_device
@@ -345,13 +393,13 @@ def _target(target_device: Any, plans: Sequence[Any] | None) -> DeviceType | Non
             return DeviceType(str(target_device).lower())
         except ValueError:
             raise ValueError(
-                f"export_onnx_model(target_device={target_device!r}): expected one of "
+                f"export(target_device={target_device!r}): expected one of "
                 f"{[d.name for d in DeviceType]} or None"
             ) from None
     targets = {p.target_device for p in plans or () if getattr(p, "target_device", None) is not None}
     if len(targets) > 1:
         raise ValueError(
-            f"export_onnx_model(plans=...): the layers target different devices {sorted(t.name for t in targets)}; "
+            f"export(plans=...): the layers target different devices {sorted(t.name for t in targets)}; "
             "one graph goes to one device: pass target_device explicitly"
         )
     return next(iter(targets), None)

@@ -50,16 +50,62 @@ class FinnReport:
         return "\n".join(lines)
 
 
-def _finn_transforms():
+#: streamlining passes of FINN: ``Streamline`` for chains, ``StreamlinePlus`` also moves scales
+#: and biases through forks, residual additions and concatenations
+STREAMLINERS = ("Streamline", "StreamlinePlus")
+
+
+def _absorb_clip_into_multithreshold():
+    """A qonnx transformation: Clip(lo, hi) feeding only a MultiThreshold becomes part of it.
+
+    FINN converts ReLU6 / Hardtanh + quantizer into Clip -> MultiThreshold and has no pass for
+    the Clip, which then blocks streamlining (the scale and bias before it stay float). Exact:
+    counting clip(x) >= t is counting always for t <= lo, never for t > hi, and x >= t between.
+    """
+    from qonnx.transformation.base import Transformation
+
+    class AbsorbClipIntoMultiThreshold(Transformation):
+        def apply(self, model):
+            for node in model.graph.node:
+                consumers = model.find_consumers(node.output[0]) if node.op_type == "Clip" else None
+                if not consumers or len(consumers) != 1 or consumers[0].op_type != "MultiThreshold":
+                    continue
+                names = [*node.input[1:3], "", ""][:2]  # min, max: optional inputs
+                bounds = [model.get_initializer(name) if name else None for name in names]
+                if any(name and bound is None for name, bound in zip(names, bounds)):
+                    continue  # bounds computed in the graph
+                lo = -np.inf if bounds[0] is None else float(bounds[0])
+                hi = np.inf if bounds[1] is None else float(bounds[1])
+                threshold = consumers[0]
+                values = model.get_initializer(threshold.input[1])
+                values = np.where(values <= lo, -np.inf, np.where(values > hi, np.inf, values)).astype(values.dtype)
+                model.set_initializer(threshold.input[1], values)
+                threshold.input[0] = node.input[0]
+                model.graph.node.remove(node)
+                return model, True
+            return model, False
+
+    return AbsorbClipIntoMultiThreshold
+
+
+def _finn_transforms(streamline: str):
+    if streamline not in STREAMLINERS:
+        raise ValueError(f"finn_handoff(streamline={streamline!r}): allowed {list(STREAMLINERS)}")
     try:
         from finn.transformation.qonnx.convert_qonnx_to_finn import ConvertQONNXtoFINN
         from finn.transformation.streamline import Streamline
+        from finn.transformation.streamline.streamline_plus import StreamlinePlus
     except ImportError as error:
         raise ImportError(
             f"the FINN hand-off needs finn-plus ({error}); install it with "
             "`pip install --no-deps finn-plus==1.6.1` and the pieces listed in docs/export.md"
         ) from error
-    return [("ConvertQONNXtoFINN", ConvertQONNXtoFINN), ("Streamline", Streamline)]
+    passes = {"Streamline": Streamline, "StreamlinePlus": StreamlinePlus}
+    return [
+        ("ConvertQONNXtoFINN", ConvertQONNXtoFINN),
+        ("AbsorbClipIntoMultiThreshold", _absorb_clip_into_multithreshold()),
+        (streamline, passes[streamline]),
+    ]
 
 
 def finn_handoff(
@@ -68,8 +114,11 @@ def finn_handoff(
     output_path: str | os.PathLike | None = None,
     *,
     rtol: float = FINN_RTOL,
+    streamline: str = "Streamline",
 ) -> FinnReport:
-    """Run a QONNX file through qonnx cleanup, ConvertQONNXtoFINN and Streamline on ``inputs``.
+    """Run a QONNX file through qonnx cleanup, ConvertQONNXtoFINN, the absorption of clips into
+    thresholds (ReLU6, Hardtanh) and Streamline on ``inputs`` (``streamline="StreamlinePlus"`` for
+    residual and concatenating networks).
 
     Every step's outputs must equal the cleaned QONNX graph's within ``rtol * max(1, max|ref|)``.
     The streamlined graph is written to ``output_path`` (default: ``<name>_finn.onnx``).
@@ -86,7 +135,7 @@ def finn_handoff(
     from qonnx.transformation.infer_shapes import InferShapes
     from qonnx.util.cleanup import cleanup_model
 
-    transforms = _finn_transforms()
+    transforms = _finn_transforms(streamline)
     qonnx_path = os.fspath(qonnx_path)
     tensors = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
     feeds = [t.detach().float().cpu().numpy() for t in tensors]

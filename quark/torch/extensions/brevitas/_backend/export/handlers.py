@@ -25,7 +25,7 @@ from __future__ import annotations
 from copy import copy
 
 import torch
-from brevitas.core.function_wrapper import Identity, TensorClamp
+from brevitas.core.function_wrapper import FloorSte, Identity, RoundSte, TensorClamp
 from brevitas.core.quant.int_base import IntQuant
 from brevitas.export.common.handler.base import ClipMixin
 from brevitas.export.onnx.handler import ONNXBaseHandler
@@ -48,18 +48,21 @@ from torch import Tensor
 
 from quark.torch.extensions.brevitas._backend.export.formats import ExportFormat
 from quark.torch.extensions.brevitas._backend.export.support import spec_of
-from quark.torch.extensions.brevitas._backend.mapping import ROUND_IMPLS
+from quark.torch.extensions.brevitas._backend.quantizers import RoundHalfAwayFromZeroSte
 from quark.torch.quantization.config.type import RoundType
 
 #: RoundType -> QONNX ``rounding_mode`` (qonnx ``resolve_rounding_mode``: ROUND is numpy's
 #: half-even ``np.round``, FLOOR ``np.floor``, HALF_UP ``sign(x) * floor(|x| + 0.5)``, i.e. ties
-#: away from zero, which is ``RoundType.round``).
+#: away from zero, which is ``RoundType.round``). QONNX has no mode for ``RoundType.half_up``
+#: (floor(x + 0.5)) on negative values: it is HALF_UP on an argument made non-negative (below).
 QONNX_ROUNDING: dict[RoundType, str] = {
     RoundType.half_even: "ROUND",
     RoundType.floor: "FLOOR",
     RoundType.round: "HALF_UP",
+    RoundType.half_up: "HALF_UP",
 }
-_ROUND_IMPL_OF_MODE = {QONNX_ROUNDING[r]: ROUND_IMPLS[r] for r in QONNX_ROUNDING}
+#: QONNX rounding_mode -> the rounding qonnx executes for it
+_ROUND_IMPL_OF_MODE = {"ROUND": RoundSte, "FLOOR": FloorSte, "HALF_UP": RoundHalfAwayFromZeroSte}
 
 
 def _by_data_ptr(table: dict[int, Tensor], x: Tensor) -> Tensor:
@@ -92,19 +95,43 @@ class QuantOp:
 
 
 class _SpecRounding:
-    """Take ``rounding_mode`` from the proxy's Quark spec instead of its stale injector field."""
+    """Take ``rounding_mode`` from the proxy's Quark spec instead of its stale injector field.
+
+    A signed ``RoundType.half_up`` quantizer (FINN's rounding) has no QONNX mode. It is written
+    on the integer grid: q = Quant(x / s + 2^(b-1); scale 1, unsigned, HALF_UP), y = (q - 2^(b-1)) s.
+    The argument of the rounding is non-negative, where HALF_UP is floor(. + 0.5), and
+    [0, 2^b - 1] shifted by -2^(b-1) is the signed range. FINN absorbs the Div and Add before the
+    Quant into its thresholds and the shift after it into the MultiThreshold's output bias: the
+    same integer node as a signed Quant.
+    """
+
+    half_up_signed = False
 
     def prepare_for_export(self, module):
         super().prepare_for_export(module)
         spec = spec_of(module)
+        self.half_up_signed = False
         if module.is_quant_enabled and spec is not None:
             self.symbolic_kwargs["rounding_mode"] = QONNX_ROUNDING[spec.round_method]
             if self.quant_op is BrevitasQuantOp:
                 self.quant_op = QuantOp
+            self.half_up_signed = spec.round_method is RoundType.half_up and bool(self.symbolic_kwargs.get("signed"))
+
+    def _quant(self, x: Tensor, scale: Tensor, zero_point: Tensor, bit_width: Tensor, **attrs) -> Tensor:
+        """The Quant node(s) of ``x``; ``attrs``: narrow_range, signed, rounding_mode."""
+        if not self.half_up_signed:
+            return self.export_op(self.quant_op, x, scale, zero_point, bit_width, *attrs.values())
+        half = 2.0 ** (bit_width - 1)
+        unsigned = {**attrs, "signed": False}
+        q = self.export_op(self.quant_op, x / scale + half, torch.ones_like(scale), zero_point, bit_width, *unsigned.values())
+        return (q - half) * scale
 
 
 class QONNXActHandler(_SpecRounding, BrevitasActQuantProxyHandler):
-    pass
+    def symbolic_execution(self, x: Tensor):
+        kwargs = dict(self.symbolic_kwargs)
+        scale, zero_point, bit_width = kwargs.pop("scale"), kwargs.pop("zero_point"), kwargs.pop("bit_width")
+        return self._quant(x, scale, zero_point, bit_width, **kwargs), scale, zero_point, bit_width
 
 
 class QONNXBiasHandler(_SpecRounding, BrevitasBiasQuantProxyHandler):
@@ -115,8 +142,7 @@ class QONNXBiasHandler(_SpecRounding, BrevitasBiasQuantProxyHandler):
         bit_width = input_bit_width if bit_width is None else bit_width
         if scale is None or bit_width is None:
             raise RuntimeError("bias export needs the input scale and bit width of its layer")
-        y = self.export_op(self.quant_op, x, scale, zero_point, bit_width, *kwargs.values())
-        return y, scale, zero_point, bit_width
+        return self._quant(x, scale, zero_point, bit_width, **kwargs), scale, zero_point, bit_width
 
 
 class QONNXWeightHandler(BrevitasWeightQuantProxyHandler):

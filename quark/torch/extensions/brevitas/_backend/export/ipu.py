@@ -12,8 +12,9 @@ Two checks, each collecting every problem before raising one :class:`TargetCheck
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from brevitas.nn.quant_layer import QuantWeightBiasInputOutputLayer
@@ -73,8 +74,13 @@ REQUIREMENTS: tuple[Requirement, ...] = (
 _LAYER_ROLES = {"input_quant": "input_tensors", "weight_quant": "weight", "bias_quant": "bias"}
 
 
-def check_specs(model: nn.Module) -> None:
-    """Raise :class:`TargetCheckError` unless every quantizer and quantized layer meets XINT8."""
+def check_specs(model: nn.Module, plans: Sequence[Any] = ()) -> None:
+    """Raise :class:`TargetCheckError` unless every quantizer and quantized layer meets XINT8.
+
+    ``plans`` (the model's recorded plans) name the layers whose input arrives quantized from
+    upstream (graph mode): those have no input quantizer of their own.
+    """
+    quantized_upstream = {p.name for p in plans if "input_tensors" in getattr(p, "upstream", {})}
     problems = []
     for name, role, _proxy, spec in quantizers(model):
         if spec is None:
@@ -93,7 +99,9 @@ def check_specs(model: nn.Module) -> None:
         missing = [
             role
             for attr, role in _LAYER_ROLES.items()
-            if not getattr(layer, attr).is_quant_enabled and (attr != "bias_quant" or layer.bias is not None)
+            if not getattr(layer, attr).is_quant_enabled
+            and (attr != "bias_quant" or layer.bias is not None)
+            and (attr != "input_quant" or name not in quantized_upstream)
         ]
         if missing:
             problems.append(
@@ -140,10 +148,10 @@ def check_graph(model) -> list[str]:
             problems.extend(_check_compute_node(graph, node))
     _raise("the exported graph does not meet the IPU target", problems)
     return [
-        f"opset {OPSET}",
-        "static input/output shapes",
-        "Q/DQ scales exact powers of two, zero points 0",
-        "weights int8, biases int32 with scale = s_in * s_w",
+        f"IPU: opset {OPSET}",
+        "IPU: static input/output shapes",
+        "IPU: Q/DQ scales exact powers of two, zero points 0",
+        "IPU: weights int8, biases int32 with scale = s_in * s_w",
     ]
 
 

@@ -19,6 +19,7 @@ from torch import nn
 
 from quark.torch.extensions.brevitas._backend.export.errors import UnsupportedExportError
 from quark.torch.extensions.brevitas._backend.export.formats import ExportFormat
+from quark.torch.extensions.brevitas._backend.rewrite.graph import QuantConcat
 from quark.torch.quantization.config.type import QSchemeType, RoundType, ZeroPointType
 from quark.torch.quantization.tensor_quant import TensorQuant
 
@@ -38,6 +39,10 @@ LAYER_FORMATS: dict[type[nn.Module], frozenset[ExportFormat]] = {
     qnn.QuantMultiheadAttention: BOTH,
     qnn.QuantIdentity: BOTH,  # stock Brevitas layers, e.g. a FINN-style input quantizer
     qnn.QuantReLU: BOTH,
+    qnn.QuantEltwiseAdd: BOTH,  # graph mode: residual additions
+    QuantConcat: BOTH,  # graph mode: concatenations
+    qnn.TruncAvgPool2d: frozenset({QONNX}),  # graph mode: average pooling (QCDQ: see LAYER_RULES)
+    qnn.TruncAdaptiveAvgPool2d: frozenset({QONNX}),
 }
 
 #: quantizer proxy class -> the role it quantizes (first match wins).
@@ -186,6 +191,15 @@ def spec_of(proxy: nn.Module) -> TensorQuant | None:
 
 
 LAYER_RULES: tuple[LayerRule, ...] = (
+    LayerRule(
+        frozenset({QCDQ}),
+        ANY_EXPORTER,
+        (qnn.TruncAvgPool2d, qnn.TruncAdaptiveAvgPool2d),
+        lambda layer: True,
+        "a truncating average pool; allowed: a requantized average (graph mode: output_tensors of the "
+        "AvgPool2d / AdaptiveAvgPool2d site) (QuantizeLinear rounds half to even where the truncation floors: "
+        "measured 1 LSB off)",
+    ),
     LayerRule(
         BOTH,
         frozenset({True}),

@@ -234,7 +234,7 @@ class ExportReport:
         lines = [
             head,
             *("  " + o.describe() for o in self.outputs),
-            *("  IPU: " + c for c in self.target_checks),
+            *("  " + c for c in self.target_checks),
         ]
         if self.optimized_runtime_diff is not None:
             lines.append(

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from torch import nn
 
+from quark.torch.extensions.brevitas._backend.rewrite.graph import GRAPH
 from quark.torch.extensions.brevitas._backend.rewrite.layerwise import LAYERWISE
 from quark.torch.extensions.brevitas.config import Backend
 from quark.torch.quantization.config.type import QuantizationMode
@@ -23,7 +24,9 @@ class Rewriter(Protocol):
 
     ``prepare`` returns the model the plan is resolved on (the layerwise backend: the model
     itself; graph mode: its traced graph); ``sites`` lists where the plan may put quantizers, and
-    ``supported_types`` the types it can quantize (for the messages); ``rewrite`` builds every
+    ``supported_types`` the types it can quantize (for the messages); ``connect`` completes the
+    resolved plans with what the sites hand each other (graph mode: a layer whose input arrives
+    quantized takes the upstream spec), before the rules check them; ``rewrite`` builds every
     replacement first, then swaps them in.
     """
 
@@ -34,13 +37,17 @@ class Rewriter(Protocol):
 
     def sites(self, model: nn.Module) -> list[Site]: ...
 
+    def connect(self, model: nn.Module, plans: list[LayerPlan], sites: list[Site]) -> None: ...
+
     def rewrite(self, model: nn.Module, plans: list[LayerPlan], sites: list[Site]) -> nn.Module: ...
 
 
 #: config mode -> rewriter
 REWRITERS: dict[Enum, Rewriter] = {
     QuantizationMode.eager_mode: LAYERWISE,
+    QuantizationMode.fx_graph_mode: GRAPH,
     Backend.layerwise: LAYERWISE,
+    Backend.fx: GRAPH,
 }
 
 

@@ -26,6 +26,9 @@ class LayerwiseRewriter:
     def sites(self, model: nn.Module) -> list[Site]:
         return module_sites(model, self.supported_types)
 
+    def connect(self, model: nn.Module, plans: list[LayerPlan], sites: list[Site]) -> None:
+        """Nothing: every layer quantizes its own tensors."""
+
     def rewrite(self, model: nn.Module, plans: list[LayerPlan], sites: list[Site]) -> nn.Module:
         modules = {s.name: s.module for s in sites}
         replacements = {p.name: build_layer(p, modules[p.name]) for p in plans if p.quantized}

@@ -1,0 +1,121 @@
+"""Graph mode speed: QAT step and calibration against float, at 1 and 2 threads, in one run.
+
+The 6-conv CNN of ``qat_step_speed.py`` (batch 32, 3x32x32, batch norm, ReLU, max pooling).
+Quantized with W8A8 power-of-two TQT thresholds (``_3SD``):
+
+- graph mode (``QuantizationMode.fx_graph_mode``): the network input, every ReLU, every layer's
+  weight quantized;
+- layerwise (``eager_mode``): every layer's input and weight quantized.
+
+QAT step: forward + cross-entropy + backward + SGD, the variants interleaved so that machine noise
+hits each alike; median time and ratio to float. Calibration: ``calibrate`` over the batches of a
+graph-mode model built with ``calibrate=False``, per batch, against a float forward pass (eval,
+no_grad) per batch. Goals (issue 9): graph QAT step <= 1.5x float, layerwise <= 1.25x at 2
+threads, graph calibration <= 3x a float forward pass per batch.
+
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/graph_speed.py [--steps 40] [--batches 16]
+
+On a shared machine set ``OMP_WAIT_POLICY=PASSIVE``: with OpenMP's default spinning, 2 threads
+competing with other processes for 2 cores made the float step 4-6x slower than at 1 thread
+(measured), which swamps every ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).parent))
+from qat_step_speed import cnn, step_fn
+
+from quark.torch.extensions.brevitas._backend.calibrate import calibrate
+from quark.torch.extensions.brevitas._backend.data import CalibrationData
+from quark.torch.extensions.brevitas.api import ModelQuantizer
+from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec, TQTSpec
+from quark.torch.quantization.config.type import (
+    Dtype,
+    QuantizationMode,
+    ScaleType,
+    TQTThresholdInitMeth,
+)
+
+
+def config(mode: QuantizationMode) -> Config:
+    spec = QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2, qat_spec=TQTSpec(TQTThresholdInitMeth._3SD))
+    return Config(global_quant_config=QuantizationConfig(weight=spec, input_tensors=spec), quant_mode=mode)
+
+
+def quantized(model: nn.Module, mode: QuantizationMode, data, **kw) -> nn.Module:
+    return ModelQuantizer(config(mode)).quantize_model(model, data, progress=False, **kw)
+
+
+def step_times(variants: dict, steps: int) -> dict[str, float]:
+    for _ in range(5):  # warm-up
+        for step in variants.values():
+            step()
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(steps):
+        for name, step in variants.items():
+            start = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def calibration_times(model: nn.Module, data: list[torch.Tensor], repeats: int = 3) -> tuple[float, float]:
+    """(float forward, graph-mode calibration) seconds per batch, medians of ``repeats`` passes."""
+    float_model = copy.deepcopy(model).eval()
+    forward, calib = [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        with torch.no_grad():
+            for x in data:
+                float_model(x)
+        forward.append((time.perf_counter() - start) / len(data))
+        qmodel = quantized(copy.deepcopy(model), QuantizationMode.fx_graph_mode, None, calibrate=False)
+        start = time.perf_counter()
+        calibrate(qmodel, CalibrationData(data, progress=False))
+        calib.append((time.perf_counter() - start) / len(data))
+    return statistics.median(forward), statistics.median(calib)
+
+
+def main(steps: int, batches: int) -> None:
+    logging.getLogger("quark").setLevel(logging.ERROR)  # the float batch norms are named at every quantize
+    torch.manual_seed(0)
+    x, y = torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,))
+    data = [torch.randn(32, 3, 32, 32) for _ in range(batches)]
+    model = cnn()
+    print(f"6-conv CNN, batch 32, 3x32x32, W8A8 pof2 TQT; QAT: {steps} interleaved steps; calibration: {batches} batches")
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        variants = {
+            "float": step_fn(copy.deepcopy(model), x, y),
+            "graph (fx)": step_fn(quantized(copy.deepcopy(model), QuantizationMode.fx_graph_mode, data[:4]), x, y),
+            "layerwise": step_fn(quantized(copy.deepcopy(model), QuantizationMode.eager_mode, data[:4]), x, y),
+        }
+        medians = step_times(variants, steps)
+        base = medians["float"]
+        print(f"{threads} thread(s), QAT step: median ms and ratio to float")
+        for name, med in medians.items():
+            print(f"  {name:<12}{1e3 * med:8.2f} ms   x{med / base:.2f}")
+        forward, calib = calibration_times(model, data)
+        print(
+            f"{threads} thread(s), graph-mode calibration: {1e3 * calib:.2f} ms per batch vs float forward "
+            f"{1e3 * forward:.2f} ms   x{calib / forward:.2f}"
+        )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--batches", type=int, default=16)
+    args = parser.parse_args()
+    main(args.steps, args.batches)
