@@ -50,25 +50,21 @@ def three_sd(mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
     return mean.abs() + 3 * std
 
 
-def _prefix(v: torch.Tensor) -> torch.Tensor:
-    """Sums of v over [0, k) for k = 0..len(v)."""
-    return torch.cat([v.new_zeros(1), torch.cumsum(v, 0)])
+def _split(v: torch.Tensor) -> torch.Tensor:
+    """Rows v (shape (k, n)) as (coarse, v - coarse) pairs (2k, n) whose prefix sums give any range's sum
+    to float64 accuracy.
 
-
-def _split_prefix(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Prefix sums of v as two parts whose differences, added, give any range's sum to float64 accuracy.
-
-    The coarse part rounds v to a power-of-two grid fine enough that every partial sum is a
-    multiple of it below 2^53 of it: exact. The remainder is below half the grid, so its rounding
-    errors are negligible. (A plain cumsum carries the rounding of all earlier bins into every
-    difference.)
+    The coarse part is v rounded to a power-of-two grid fine enough that every partial sum is a
+    multiple of it below 2^53 of it: its prefix sums are exact. The remainder is below half the
+    grid, so its rounding errors are negligible. (A plain cumsum carries the rounding of all
+    earlier bins into every difference.)
     """
-    grid = torch.exp2(torch.ceil(torch.log2(v.abs().sum().clamp(min=_TINY))) - 52)
+    grid = torch.exp2(torch.ceil(torch.log2(v.abs().sum(1, keepdim=True).clamp(min=_TINY))) - 52)
     coarse = torch.round(v / grid) * grid
-    return _prefix(coarse), _prefix(v - coarse)
+    return torch.stack([coarse, v - coarse], 1).flatten(0, 1)
 
 
-def jeffreys_divergences(hist: torch.Tensor, levels: int, chunk: int = 2**15) -> torch.Tensor:
+def jeffreys_divergences(hist: torch.Tensor, levels: int, chunk: int = 2**17) -> torch.Tensor:
     """J(P_i, Q_i) for every candidate bin count i in [levels, len(hist)]; index k is i = levels + k.
 
     Candidates are evaluated in blocks of ``levels`` consecutive ones; a pass takes as many blocks
@@ -85,62 +81,58 @@ def jeffreys_divergences(hist: torch.Tensor, levels: int, chunk: int = 2**15) ->
     hist = torch.nn.functional.pad(hist.to(torch.float64), (0, (n_blocks + 1) * levels - 1 - n_bins))
     filled = hist > 0
     log_h = torch.where(filled, torch.log(hist), 0.0)
-    mass, count = _prefix(hist), _prefix(filled.to(torch.float64))  # exact for counts
-    hlogh, logs = _split_prefix(hist * log_h), _split_prefix(log_h)
+    # sums over bins [0, k): mass, non-empty bins (exact for counts), h log h and log h (split)
+    rows = torch.cat([torch.stack([hist, filled.to(torch.float64)]), _split(torch.stack([hist * log_h, log_h]))])
+    prefix = torch.nn.functional.pad(torch.cumsum(rows, 1), (1, 0))
 
-    def range_sum(prefix: tuple[torch.Tensor, torch.Tensor], start: torch.Tensor, stop: torch.Tensor) -> torch.Tensor:
-        return (prefix[0][stop] - prefix[0][start]) + (prefix[1][stop] - prefix[1][start])
-
-    def group_terms(start: torch.Tensor, stop: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A_g and m_g B_g of the groups [start, stop) (see the module docstring)."""
-        m, n = mass[stop] - mass[start], count[stop] - count[start]
+    def group_terms(start: torch.Tensor, stop: torch.Tensor) -> torch.Tensor:
+        """A_g, m_g B_g and m_g of the groups [start, stop) (see the module docstring)."""
+        m, n, hlogh, hlogh_fine, logs, logs_fine = prefix[:, stop] - prefix[:, start]
         mean = m / n.clamp(min=1)
         log_mean = torch.log(mean.clamp(min=_TINY))
-        a = range_sum(hlogh, start, stop) - m * log_mean
-        b = range_sum(logs, start, stop) - n * log_mean
-        return a, mean * b
+        return torch.stack([(hlogh + hlogh_fine) - m * log_mean, mean * ((logs + logs_fine) - n * log_mean), mean])
 
-    g = torch.arange(levels + 1, device=device)
-    rho = torch.arange(levels, device=device)[:, None]
+    g = torch.arange(levels + 1, device=device, dtype=torch.int32)
+    rho = torch.arange(levels, device=device, dtype=torch.int32)[:, None]
     edges0 = torch.div(g * (levels + rho) + levels - 1, levels, rounding_mode="floor")  # (levels, levels + 1)
     n_ends = hist.numel() + 1
     longest = -(-hist.numel() // levels)
     tabulate = n_ends * longest < n_blocks * levels * levels
     if tabulate:  # group [s, e) at e * (longest + 1) - s - 1 = e * longest + (e - s) - 1
         end = torch.arange(n_ends, device=device)[:, None]
-        table = [t.view(-1) for t in group_terms((end - torch.arange(1, longest + 1, device=device)).clamp(min=0), end)]
+        table = group_terms((end - torch.arange(1, longest + 1, device=device)).clamp(min=0), end).flatten(1)
         index0 = edges0[:, 1:] * (longest + 1) - edges0[:, :-1] - 1
         index_step = g[1:] * (longest + 1) - g[:-1]
     per_pass = max(1, chunk // levels**2)
     sums = []
     for first in range(0, n_blocks, per_pass):
-        t = torch.arange(first, min(first + per_pass, n_blocks), device=device)[:, None, None]
+        t = torch.arange(first, min(first + per_pass, n_blocks), device=device, dtype=torch.int32)[:, None, None]
         if tabulate:
-            index = (index0 + t * index_step).view(-1)
-            terms = [column.index_select(0, index) for column in table]
+            index = (index0 + t * index_step).view(-1, levels)
+            a, mb = (table[k].index_select(0, index.view(-1)).view(-1, levels) for k in range(2))
+            m_last = table[2].index_select(0, index[:, -1])
         else:
-            edges = edges0 + t * g
-            terms = group_terms(edges[..., :-1], edges[..., 1:])
-        sums.append(torch.stack([term.view(-1, levels).sum(1) for term in terms]))
-    sum_a, sum_mb = torch.cat(sums, 1)[:, :n_cand]
+            edges = (edges0 + t * g).view(-1, levels + 1).long()
+            a, mb, mean = group_terms(edges[:, :-1], edges[:, 1:])
+            m_last = mean[:, -1]
+        sums.append(torch.stack([a.sum(1), mb.sum(1), m_last]))
+    sum_a, sum_mb, m_last = torch.cat(sums, 1)[:, :n_cand]
 
     i = torch.arange(levels, n_bins + 1, device=device)
-    total, inside = mass[n_bins], mass[i]
-    tail = total - inside
-    r, outside = inside / total, tail / total
-    log_r = torch.log(inside) - torch.log(total)
-    cj = r * sum_a - sum_mb - outside * inside * log_r
-    # the last bin, i - 1, holds h + tail in P: replace its term computed with h alone
-    last = torch.div(i * (levels - 1) + levels - 1, levels, rounding_mode="floor")  # its group's first bin
-    m_last = (mass[i] - mass[last]) / (count[i] - count[last]).clamp(min=1)
-    log_m_last = torch.log(m_last.clamp(min=_TINY))
-    h = hist[i - 1]
+    mass, nonempty = prefix[:2, i]
+    total = prefix[0, n_bins]
+    tail = total - mass
+    r, outside = mass / total, tail / total
+    log_r = torch.log(r)
+    # the last bin, i - 1, holds h + tail in P: its term with h + tail replaces the one with h
+    h, log_m_last = hist[i - 1], torch.log(m_last.clamp(min=_TINY))
     clipped = (r * (h + tail) - m_last) * (torch.log(h + tail) - log_m_last + log_r)
     unclipped = (r * h - m_last) * (log_h[i - 1] - log_m_last + log_r)
-    divergence = torch.where(inside > 0, ((cj + torch.where(h > 0, clipped - unclipped, 0.0)) / inside).clamp(min=0), 0.0)
-    divergence = torch.where((h == 0) & (tail > 0), torch.inf, divergence)  # clipped mass in an empty bin
-    informative = count[i] >= torch.clamp(count[n_bins], max=levels)
-    return torch.where(informative, divergence, torch.inf)
+    cj = r * sum_a - sum_mb - outside * mass * log_r + torch.where(h > 0, clipped - unclipped, 0.0)
+    divergence = torch.where(mass > 0, (cj / mass).clamp(min=0), 0.0)  # no mass inside: no term
+    # out: clipped mass lands in an empty bin (infinite), or too few populated bins (uninformative)
+    out = ((h == 0) & (tail > 0)) | (nonempty < torch.clamp(prefix[1, n_bins], max=levels))
+    return torch.where(out, torch.inf, divergence)
 
 
 def jeffreys_threshold(hist: torch.Tensor, bin_width: float | torch.Tensor, levels: int) -> torch.Tensor:

@@ -145,17 +145,31 @@ class PerChannelMinMaxObserver(PerTensorMinMaxObserver):
         return x.movedim(self.ch_axis, 0).reshape(x.shape[self.ch_axis], -1)
 
 
-def _bin_counts(x: torch.Tensor, bound: float, bins: int, symmetric: bool) -> torch.Tensor:
+def _bin_counts(x: torch.Tensor, bound: float, bins: int, symmetric: bool, skip_zeros: bool) -> torch.Tensor:
     """Exact int64 counts of |x| over [0, bound] (symmetric) or of x over [-bound, bound], in ``bins``
-    equal bins, the right edge in the last bin; every value must lie in the range.
+    equal bins, the right edge in the last bin, leaving out exact zeros if ``skip_zeros``; every
+    value must lie in the range.
 
-    The bins of ``torch.histc``: the same float32 arithmetic, (x - lo) * bins / (hi - lo), then
-    truncation. Why not histc itself: on CPU it is ~10x slower than these passes and
-    ``torch.bincount``.
+    The bins of ``torch.histc``: its float32 arithmetic, (x - lo) * bins / (hi - lo), then
+    truncation (toward zero, so taking |x| after it is the same). Where bins / (hi - lo) is a
+    power of two in float32's normal range, as with the observers' power-of-two bounds and bin
+    counts, one multiplication by it gives the same values (and right ones where histc's x * bins
+    overflows, |x| > 2^128 / bins). Why not histc itself: on CPU it is ~10x slower than these few
+    passes and ``torch.bincount``.
     """
-    scaled = (x * bins).div_(bound).abs_() if symmetric else (x + bound).mul_(bins).div_(2 * bound)
-    index = scaled.to(torch.int16 if bins < 2**15 else torch.int32).flatten()
-    counts = torch.bincount(index, minlength=bins + 1)
+    if skip_zeros and not symmetric:
+        raise ValueError("_bin_counts: skip_zeros needs a histogram of |x| (symmetric), where zeros fall in bin 0")
+    lo, span = (0.0, bound) if symmetric else (-bound, 2 * bound)
+    scale = bins / span
+    exact = math.frexp(scale)[0] == 0.5 and 2.0**-126 <= scale <= 2.0**127
+    shifted = x if symmetric else x - lo
+    scaled = shifted * scale if exact else (shifted * bins).div_(span)
+    index = scaled.to(torch.int16 if bins < 2**15 else torch.int32)
+    if symmetric:
+        index.abs_()
+    if skip_zeros:  # exact zeros to slot 0, bin k to slot k + 1 (no branch per value, unlike count_nonzero)
+        index += x != 0
+    counts = torch.bincount(index.flatten(), minlength=bins + 1 + skip_zeros)[int(skip_zeros) :]
     counts[bins - 1] += counts[bins]
     return counts[:bins]
 
@@ -168,6 +182,7 @@ class _HistogramObserver(ObserverBase):
     """
 
     num_bins: ClassVar[int] = 2048
+    skip_zeros: ClassVar[bool] = False  # leave exact zeros out (of a symmetric histogram, of |x|)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -176,17 +191,15 @@ class _HistogramObserver(ObserverBase):
         self.amax = 0.0  # largest |x| seen
 
     def _observe(self, x: torch.Tensor) -> None:
-        self._add(x)
-
-    def _add(self, x: torch.Tensor, zeros: int = 0) -> None:
-        """Count x into the histogram, less ``zeros`` of its exact zeros (they fall in bin 0)."""
-        lo, hi = torch.aminmax(x)
-        amax = max(-float(lo), float(hi))
-        if not math.isfinite(amax):
+        lo, hi = (float(v) for v in torch.aminmax(x))
+        if not (math.isfinite(lo) and math.isfinite(hi)):
             raise ValueError(
-                f"{type(self).__name__}: calibration tensor holds {amax} (NaN or infinity); "
+                f"{type(self).__name__}: calibration tensor holds NaN or infinity (min {lo}, max {hi}); "
                 "a histogram observer needs finite values"
             )
+        amax = max(-lo, hi)
+        if self.skip_zeros and amax == 0:
+            return
         self.amax = max(self.amax, amax)
         if not self.hist.numel():
             # a power of two, so that histograms of different processes align by doubling
@@ -194,9 +207,7 @@ class _HistogramObserver(ObserverBase):
             self.hist = torch.zeros(self.num_bins, device=x.device)
         while amax > self.bound:
             self._double_range()
-        counts = _bin_counts(x, self.bound, self.num_bins, self.symmetric)
-        counts[0] -= zeros
-        self.hist += counts
+        self.hist += _bin_counts(x, self.bound, self.num_bins, self.symmetric, self.skip_zeros)
 
     def _double_range(self) -> None:
         merged = self.hist.view(-1, 2).sum(dim=1)
@@ -325,15 +336,11 @@ class TQTJeffreysObserver(_HistogramObserver):
     """
 
     statistic = "ll_j"
+    skip_zeros = True
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.symmetric = True  # the histogram is of |x|
-
-    def _observe(self, x: torch.Tensor) -> None:
-        zeros = x.numel() - int(torch.count_nonzero(x))
-        if zeros < x.numel():
-            self._add(x, zeros)
 
     def _range(self) -> tuple[torch.Tensor, torch.Tensor]:
         count = float(self.hist.sum()) if self.hist.numel() else 0.0
