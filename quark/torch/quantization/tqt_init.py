@@ -120,18 +120,18 @@ def jeffreys_divergences(hist: torch.Tensor, levels: int, chunk: int = 2**17) ->
 
     i = torch.arange(levels, n_bins + 1, device=device)
     mass, nonempty = prefix[:2, i]
-    total = prefix[0, n_bins]
+    total, populated = prefix[:2, n_bins]
     tail = total - mass
-    r, outside = mass / total, tail / total
+    r = mass / total
     log_r = torch.log(r)
+    h = hist[i - 1]
     # the last bin, i - 1, holds h + tail in P: its term with h + tail replaces the one with h
-    h, log_m_last = hist[i - 1], torch.log(m_last.clamp(min=_TINY))
-    clipped = (r * (h + tail) - m_last) * (torch.log(h + tail) - log_m_last + log_r)
-    unclipped = (r * h - m_last) * (log_h[i - 1] - log_m_last + log_r)
-    cj = r * sum_a - sum_mb - outside * mass * log_r + torch.where(h > 0, clipped - unclipped, 0.0)
+    p_last = torch.stack([h + tail, h])
+    term = (r * p_last - m_last) * (torch.log(p_last) - torch.log(m_last.clamp(min=_TINY)) + log_r)
+    cj = r * sum_a - sum_mb - tail / total * mass * log_r + torch.where(h > 0, term[0] - term[1], 0.0)
     divergence = torch.where(mass > 0, (cj / mass).clamp(min=0), 0.0)  # no mass inside: no term
     # out: clipped mass lands in an empty bin (infinite), or too few populated bins (uninformative)
-    out = ((h == 0) & (tail > 0)) | (nonempty < torch.clamp(prefix[1, n_bins], max=levels))
+    out = ((h == 0) & (tail > 0)) | (nonempty < torch.clamp(populated, max=levels))
     return torch.where(out, torch.inf, divergence)
 
 
