@@ -15,6 +15,7 @@ from _reference import tqt as R
 from torch import nn
 
 from quark.torch.extensions.brevitas.api import ModelQuantizer
+from quark.torch.quantization import observer as observer_module
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec, TQTSpec
 from quark.torch.quantization.config.type import Dtype, ScaleType, TQTThresholdInitMeth
 from quark.torch.quantization.observer import PerTensorPercentileObserver, TQT3SDObserver, TQTJeffreysObserver
@@ -279,6 +280,20 @@ def test_histogram_counts_equal_torch_histc(case, symmetric):
     obs(x)
     assert float(obs.hist.sum()) == x.numel()
     assert torch.equal(obs.hist, _histc(x.abs() if symmetric else x, obs))
+
+
+@pytest.mark.parametrize("cls", [TQTJeffreysObserver, PerTensorPercentileObserver])
+def test_histogram_counted_in_slices_is_the_same(cls, monkeypatch):
+    """Large tensors are counted a slice at a time; slicing (here every 777 values) changes nothing."""
+    x = _awkward("bin_edges").reshape(40, 500) * torch.relu(torch.randn(40, 500, generator=torch.Generator().manual_seed(3)))
+    whole = cls()
+    whole(x)
+    monkeypatch.setattr(observer_module, "_SLICE", 777)
+    sliced = cls()
+    sliced(x)
+    assert torch.equal(sliced.hist, whole.hist)
+    data = x[x != 0] if cls.skip_zeros else x
+    assert torch.equal(sliced.hist, _histc(data.abs() if sliced.symmetric else data, sliced))
 
 
 def test_jeffreys_observer_leaves_out_exact_zeros():

@@ -64,7 +64,7 @@ def _split(v: torch.Tensor) -> torch.Tensor:
     return torch.stack([coarse, v - coarse], 1).flatten(0, 1)
 
 
-def jeffreys_divergences(hist: torch.Tensor, levels: int, chunk: int = 2**17) -> torch.Tensor:
+def jeffreys_divergences(hist: torch.Tensor, levels: int, chunk: int = 2**15) -> torch.Tensor:
     """J(P_i, Q_i) for every candidate bin count i in [levels, len(hist)]; index k is i = levels + k.
 
     Candidates are evaluated in blocks of ``levels`` consecutive ones; a pass takes as many blocks

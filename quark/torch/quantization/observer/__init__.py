@@ -155,23 +155,32 @@ def _bin_counts(x: torch.Tensor, bound: float, bins: int, symmetric: bool, skip_
     power of two in float32's normal range, as with the observers' power-of-two bounds and bin
     counts, one multiplication by it gives the same values (and right ones where histc's x * bins
     overflows, |x| > 2^128 / bins). Why not histc itself: on CPU it is ~10x slower than these few
-    passes and ``torch.bincount``.
+    passes and ``torch.bincount``. Values are taken in slices of ``_SLICE``: the temporaries of a
+    whole large tensor (7 bytes a value) would be fresh memory at every batch, whose page faults
+    cost more than the counting (glibc gives big blocks back to the system).
     """
     if skip_zeros and not symmetric:
         raise ValueError("_bin_counts: skip_zeros needs a histogram of |x| (symmetric), where zeros fall in bin 0")
     lo, span = (0.0, bound) if symmetric else (-bound, 2 * bound)
     scale = bins / span
     exact = math.frexp(scale)[0] == 0.5 and 2.0**-126 <= scale <= 2.0**127
-    shifted = x if symmetric else x - lo
-    scaled = shifted * scale if exact else (shifted * bins).div_(span)
-    index = scaled.to(torch.int16 if bins < 2**15 else torch.int32)
-    if symmetric:
-        index.abs_()
-    if skip_zeros:  # exact zeros to slot 0, bin k to slot k + 1 (no branch per value, unlike count_nonzero)
-        index += x != 0
-    counts = torch.bincount(index.flatten(), minlength=bins + 1 + skip_zeros)[int(skip_zeros) :]
+    counts = torch.zeros(bins + 1 + skip_zeros, dtype=torch.int64, device=x.device)
+    for part in x.reshape(-1).split(_SLICE):
+        shifted = part if symmetric else part - lo
+        scaled = shifted * scale if exact else (shifted * bins).div_(span)
+        index = scaled.to(torch.int16 if bins < 2**15 else torch.int32)
+        if symmetric:
+            index.abs_()
+        if skip_zeros:  # exact zeros to slot 0, bin k to slot k + 1 (x.bool() is x != 0, ~5x faster on CPU)
+            index += part.bool()
+        counts += torch.bincount(index, minlength=counts.numel())
+    counts = counts[int(skip_zeros) :]
     counts[bins - 1] += counts[bins]
     return counts[:bins]
+
+
+#: values counted per pass by :func:`_bin_counts`
+_SLICE = 2**18
 
 
 class _HistogramObserver(ObserverBase):
