@@ -51,8 +51,8 @@ def three_sd(mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
 
 
 def _split(v: torch.Tensor) -> torch.Tensor:
-    """Rows v (shape (k, n)) as (coarse, v - coarse) pairs (2k, n) whose prefix sums give any range's sum
-    to float64 accuracy.
+    """Rows v (shape (k, n)) as (coarse, v - coarse) pairs (2k, n) whose prefix sums give any range's
+    sum to float64 accuracy.
 
     The coarse part is v rounded to a power-of-two grid fine enough that every partial sum is a
     multiple of it below 2^53 of it: its prefix sums are exact. The remainder is below half the
@@ -85,9 +85,14 @@ def jeffreys_divergences(hist: torch.Tensor, levels: int, chunk: int = 2**15) ->
     rows = torch.cat([torch.stack([hist, filled.to(torch.float64)]), _split(torch.stack([hist * log_h, log_h]))])
     prefix = torch.nn.functional.pad(torch.cumsum(rows, 1), (1, 0))
 
+    def range_sums(start: torch.Tensor, stop: torch.Tensor) -> list[torch.Tensor]:
+        """Sums over bins [start, stop): mass, non-empty bins, h log h and log h in two parts each."""
+        start, stop = start.flatten(), stop.flatten()
+        return [row.index_select(0, stop) - row.index_select(0, start) for row in prefix]
+
     def group_terms(start: torch.Tensor, stop: torch.Tensor) -> torch.Tensor:
-        """A_g, m_g B_g and m_g of the groups [start, stop) (see the module docstring)."""
-        m, n, hlogh, hlogh_fine, logs, logs_fine = prefix[:, stop] - prefix[:, start]
+        """A_g, m_g B_g and m_g of the groups [start, stop) (see the module docstring), flattened."""
+        m, n, hlogh, hlogh_fine, logs, logs_fine = range_sums(start, stop)
         mean = m / n.clamp(min=1)
         log_mean = torch.log(mean.clamp(min=_TINY))
         return torch.stack([(hlogh + hlogh_fine) - m * log_mean, mean * ((logs + logs_fine) - n * log_mean), mean])
@@ -100,7 +105,7 @@ def jeffreys_divergences(hist: torch.Tensor, levels: int, chunk: int = 2**15) ->
     tabulate = n_ends * longest < n_blocks * levels * levels
     if tabulate:  # group [s, e) at e * (longest + 1) - s - 1 = e * longest + (e - s) - 1
         end = torch.arange(n_ends, device=device)[:, None]
-        table = group_terms((end - torch.arange(1, longest + 1, device=device)).clamp(min=0), end).flatten(1)
+        table = group_terms((end - torch.arange(1, longest + 1, device=device)).clamp(min=0), end.expand(-1, longest))
         index0 = edges0[:, 1:] * (longest + 1) - edges0[:, :-1] - 1
         index_step = g[1:] * (longest + 1) - g[:-1]
     per_pass = max(1, chunk // levels**2)
@@ -112,8 +117,8 @@ def jeffreys_divergences(hist: torch.Tensor, levels: int, chunk: int = 2**15) ->
             a, mb = (table[k].index_select(0, index.view(-1)).view(-1, levels) for k in range(2))
             m_last = table[2].index_select(0, index[:, -1])
         else:
-            edges = (edges0 + t * g).view(-1, levels + 1).long()
-            a, mb, mean = group_terms(edges[:, :-1], edges[:, 1:])
+            edges = (edges0 + t * g).view(-1, levels + 1)
+            a, mb, mean = (term.view(-1, levels) for term in group_terms(edges[:, :-1], edges[:, 1:]))
             m_last = mean[:, -1]
         sums.append(torch.stack([a.sum(1), mb.sum(1), m_last]))
     sum_a, sum_mb, m_last = torch.cat(sums, 1)[:, :n_cand]
