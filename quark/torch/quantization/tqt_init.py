@@ -26,7 +26,7 @@ and A_g, B_g come from prefix sums of h log h and log h read at the group's edge
 work per candidate instead of O(bins). A_g and m_g B_g depend only on the group's edges; when
 there are fewer possible groups (end, length) than candidates times levels (many levels: int8),
 they are computed once per group in a table and gathered. The prefix sums are split into an
-exact coarse part and a small remainder (:func:`_split_prefix`), so a group's sums keep float64
+exact coarse part and a small remainder (:func:`_split`), so a group's sums keep float64
 accuracy, and summing per group (A_g, B_g are small) avoids cancelling large totals. The last bin
 i - 1, which holds the clipped mass in P, is corrected exactly. Divergences agree with the
 literal per-bin construction (tests/_reference/tqt.py) to float64 rounding; a rounding below 0

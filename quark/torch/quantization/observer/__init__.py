@@ -164,10 +164,11 @@ def _bin_counts(x: torch.Tensor, bound: float, bins: int, symmetric: bool, skip_
     lo, span = (0.0, bound) if symmetric else (-bound, 2 * bound)
     scale = bins / span
     exact = math.frexp(scale)[0] == 0.5 and 2.0**-126 <= scale <= 2.0**127
+    small = torch.int16 if bins < 2**15 else torch.int32  # bin indices, up to bins + 1
     counts = torch.zeros(bins + 1 + skip_zeros, dtype=torch.int64, device=x.device)
     for part in x.reshape(-1).split(_SLICE):
         shifted = part if symmetric else part - lo
-        index = (shifted * scale if exact else (shifted * bins).div_(span)).to(torch.int16 if bins < 2**15 else torch.int32)
+        index = (shifted * scale if exact else (shifted * bins).div_(span)).to(small)
         if symmetric:
             index.abs_()
         if skip_zeros:  # exact zeros to slot 0, bin k to slot k + 1 (x.bool() is x != 0, ~5x faster on CPU)
