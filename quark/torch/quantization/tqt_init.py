@@ -64,7 +64,7 @@ def _split(v: torch.Tensor) -> torch.Tensor:
     return torch.stack([coarse, v - coarse], 1).flatten(0, 1)
 
 
-def jeffreys_divergences(hist: torch.Tensor, levels: int, chunk: int = 2**15) -> torch.Tensor:
+def jeffreys_divergences(hist: torch.Tensor, levels: int, chunk: int = 2**16) -> torch.Tensor:
     """J(P_i, Q_i) for every candidate bin count i in [levels, len(hist)]; index k is i = levels + k.
 
     Candidates are evaluated in blocks of ``levels`` consecutive ones; a pass takes as many blocks
@@ -108,20 +108,22 @@ def jeffreys_divergences(hist: torch.Tensor, levels: int, chunk: int = 2**15) ->
         table = group_terms((end - torch.arange(1, longest + 1, device=device)).clamp(min=0), end.expand(-1, longest))
         index0 = edges0[:, 1:] * (longest + 1) - edges0[:, :-1] - 1
         index_step = g[1:] * (longest + 1) - g[:-1]
-    per_pass = max(1, chunk // levels**2)
-    sums = []
-    for first in range(0, n_blocks, per_pass):
-        t = torch.arange(first, min(first + per_pass, n_blocks), device=device, dtype=torch.int32)[:, None, None]
-        if tabulate:
-            index = (index0 + t * index_step).view(-1, levels)
-            a, mb = (table[k].index_select(0, index.view(-1)).view(-1, levels) for k in range(2))
-            m_last = table[2].index_select(0, index[:, -1])
-        else:
-            edges = (edges0 + t * g).view(-1, levels + 1)
+    t = torch.arange(n_blocks, device=device, dtype=torch.int32)[:, None, None]
+    per_pass = max(1, chunk // levels**2) * levels  # candidates
+    if tabulate:
+        index = (index0 + t * index_step).view(-1, levels)  # (candidates, groups) into the table
+        sum_a, sum_mb = (
+            torch.cat([table[k].index_select(0, part.flatten()).view(-1, levels).sum(1) for part in index.split(per_pass)])
+            for k in range(2)
+        )
+        m_last = table[2].index_select(0, index[:, -1])
+    else:
+        sums = []
+        for edges in (edges0 + t * g).view(-1, levels + 1).split(per_pass):
             a, mb, mean = (term.view(-1, levels) for term in group_terms(edges[:, :-1], edges[:, 1:]))
-            m_last = mean[:, -1]
-        sums.append(torch.stack([a.sum(1), mb.sum(1), m_last]))
-    sum_a, sum_mb, m_last = torch.cat(sums, 1)[:, :n_cand]
+            sums.append(torch.stack([a.sum(1), mb.sum(1), mean[:, -1]]))
+        sum_a, sum_mb, m_last = torch.cat(sums, 1)
+    sum_a, sum_mb, m_last = sum_a[:n_cand], sum_mb[:n_cand], m_last[:n_cand]
 
     i = torch.arange(levels, n_bins + 1, device=device)
     mass, nonempty = prefix[:2, i]
