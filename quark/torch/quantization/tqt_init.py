@@ -85,14 +85,9 @@ def jeffreys_divergences(hist: torch.Tensor, levels: int, chunk: int = 2**16) ->
     rows = torch.cat([torch.stack([hist, filled.to(torch.float64)]), _split(torch.stack([hist * log_h, log_h]))])
     prefix = torch.nn.functional.pad(torch.cumsum(rows, 1), (1, 0))
 
-    def range_sums(start: torch.Tensor, stop: torch.Tensor) -> list[torch.Tensor]:
-        """Sums over bins [start, stop): mass, non-empty bins, h log h and log h in two parts each."""
-        start, stop = start.flatten(), stop.flatten()
-        return [row.index_select(0, stop) - row.index_select(0, start) for row in prefix]
-
-    def group_terms(start: torch.Tensor, stop: torch.Tensor) -> torch.Tensor:
-        """A_g, m_g B_g and m_g of the groups [start, stop) (see the module docstring), flattened."""
-        m, n, hlogh, hlogh_fine, logs, logs_fine = range_sums(start, stop)
+    def group_terms(sums: torch.Tensor) -> torch.Tensor:
+        """A_g, m_g B_g and m_g (see the module docstring) from the groups' sums of the prefix rows."""
+        m, n, hlogh, hlogh_fine, logs, logs_fine = sums
         mean = m / n.clamp(min=1)
         log_mean = torch.log(mean.clamp(min=_TINY))
         return torch.stack([(hlogh + hlogh_fine) - m * log_mean, mean * ((logs + logs_fine) - n * log_mean), mean])
@@ -100,14 +95,15 @@ def jeffreys_divergences(hist: torch.Tensor, levels: int, chunk: int = 2**16) ->
     g = torch.arange(levels + 1, device=device, dtype=torch.int32)
     rho = torch.arange(levels, device=device, dtype=torch.int32)[:, None]
     edges0 = torch.div(g * (levels + rho) + levels - 1, levels, rounding_mode="floor")  # (levels, levels + 1)
-    n_ends = hist.numel() + 1
     longest = -(-hist.numel() // levels)
-    tabulate = n_ends * longest < n_blocks * levels * levels
-    if tabulate:  # group [s, e) at e * (longest + 1) - s - 1 = e * longest + (e - s) - 1
-        end = torch.arange(n_ends, device=device)[:, None]
-        table = group_terms((end - torch.arange(1, longest + 1, device=device)).clamp(min=0), end.expand(-1, longest))
-        index0 = edges0[:, 1:] * (longest + 1) - edges0[:, :-1] - 1
-        index_step = g[1:] * (longest + 1) - g[:-1]
+    tabulate = (hist.numel() + 1) * longest < n_blocks * levels * levels
+    if tabulate:
+        # every group [e - l, e), l <= longest, at e * longest + (longest - l): the window of prefix
+        # rows ending at e (padded with zeros before bin 0) less each of its first entries
+        window = torch.nn.functional.pad(prefix, (longest, 0)).unfold(1, longest + 1, 1)
+        table = group_terms(window[..., longest:] - window[..., :longest]).flatten(1)
+        index0 = edges0[:, 1:] * (longest - 1) + edges0[:, :-1] + longest  # e (longest - 1) + s + longest
+        index_step = g[1:] * (longest - 1) + g[:-1]
     t = torch.arange(n_blocks, device=device, dtype=torch.int32)[:, None, None]
     per_pass = max(1, chunk // levels**2) * levels  # candidates
     if tabulate:
@@ -120,7 +116,9 @@ def jeffreys_divergences(hist: torch.Tensor, levels: int, chunk: int = 2**16) ->
     else:
         sums = []
         for edges in (edges0 + t * g).view(-1, levels + 1).split(per_pass):
-            a, mb, mean = (term.view(-1, levels) for term in group_terms(edges[:, :-1], edges[:, 1:]))
+            start, stop = edges[:, :-1].flatten(), edges[:, 1:].flatten()
+            in_groups = torch.stack([row.index_select(0, stop) - row.index_select(0, start) for row in prefix])
+            a, mb, mean = group_terms(in_groups).view(3, -1, levels)
             sums.append(torch.stack([a.sum(1), mb.sum(1), mean[:, -1]]))
         sum_a, sum_mb, m_last = torch.cat(sums, 1)
     sum_a, sum_mb, m_last = sum_a[:n_cand], sum_mb[:n_cand], m_last[:n_cand]
