@@ -107,7 +107,7 @@ def jeffreys_divergences(hist: torch.Tensor, levels: int, chunk: int = 2**16) ->
     t = torch.arange(n_blocks, device=device, dtype=torch.int32)[:, None, None]
     per_pass = max(1, chunk // levels**2) * levels  # candidates
     if tabulate:
-        index = (index0 + t * index_step).view(-1, levels)  # (candidates, groups) into the table
+        index = (index0 + t * index_step).view(-1, levels)[:n_cand]  # (candidates, groups) into the table
         sum_a, sum_mb = (
             torch.cat([table[k].index_select(0, part.flatten()).view(-1, levels).sum(1) for part in index.split(per_pass)])
             for k in range(2)
@@ -123,13 +123,12 @@ def jeffreys_divergences(hist: torch.Tensor, levels: int, chunk: int = 2**16) ->
         sum_a, sum_mb, m_last = torch.cat(sums, 1)
     sum_a, sum_mb, m_last = sum_a[:n_cand], sum_mb[:n_cand], m_last[:n_cand]
 
-    i = torch.arange(levels, n_bins + 1, device=device)
-    mass, nonempty = prefix[:2, i]
+    mass, nonempty = prefix[:2, levels : n_bins + 1]  # over bins [0, i) of each candidate i
     total, populated = prefix[:2, n_bins]
     tail = total - mass
     r = mass / total
     log_r = torch.log(r)
-    h = hist[i - 1]
+    h = hist[levels - 1 : n_bins]  # bin i - 1
     # the last bin, i - 1, holds h + tail in P: its term with h + tail replaces the one with h
     p_last = torch.stack([h + tail, h])
     term = (r * p_last - m_last) * (torch.log(p_last) - torch.log(m_last.clamp(min=_TINY)) + log_r)
