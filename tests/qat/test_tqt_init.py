@@ -202,6 +202,18 @@ def test_jeffreys_search_edge_cases_match_literal_algorithm(case, levels):
     assert float(jeffreys_threshold(hist, 0.5, levels)) == R.jeffreys_threshold(hist.tolist(), 0.5, levels)
 
 
+@pytest.mark.parametrize("n_bins,levels", [(300, 1), (64, 63), (64, 64), (3, 2)])
+def test_jeffreys_search_extreme_level_counts_match_literal_algorithm(n_bins, levels):
+    """One level (one group: the whole range), and as many levels as bins or one fewer."""
+    hist = torch.randint(0, 5, (n_bins,), generator=torch.Generator().manual_seed(14)).float()
+    got = jeffreys_divergences(hist, levels)
+    expected = torch.tensor(R.jeffreys_divergences(hist.tolist(), levels), dtype=torch.float64)
+    assert torch.equal(torch.isinf(got), torch.isinf(expected))
+    finite = torch.isfinite(expected)
+    assert torch.allclose(got[finite], expected[finite], rtol=1e-9, atol=1e-12)
+    assert float(jeffreys_threshold(hist, 0.5, levels)) == R.jeffreys_threshold(hist.tolist(), 0.5, levels)
+
+
 @pytest.mark.parametrize("chunk", [1, 100, 2**20])
 @pytest.mark.parametrize("levels", [4, 128])
 def test_jeffreys_divergences_chunking_does_not_change_the_result_on_either_path(levels, chunk):
