@@ -15,9 +15,10 @@ from _reference import tqt as R
 from torch import nn
 
 from quark.torch.extensions.brevitas.api import ModelQuantizer
+from quark.torch.quantization import observer as observer_module
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec, TQTSpec
 from quark.torch.quantization.config.type import Dtype, ScaleType, TQTThresholdInitMeth
-from quark.torch.quantization.observer import TQT3SDObserver, TQTJeffreysObserver
+from quark.torch.quantization.observer import PerTensorPercentileObserver, TQT3SDObserver, TQTJeffreysObserver
 from quark.torch.quantization.tqt_init import jeffreys_divergences, jeffreys_threshold, three_sd
 
 
@@ -155,6 +156,78 @@ def test_jeffreys_threshold_few_bins_keeps_full_range():
     assert float(jeffreys_threshold(hist, 0.5, 8)) == 2.0
 
 
+def _edge_histogram(case: str) -> torch.Tensor:
+    """Histograms where the prefix-sum search has edge cases of its own."""
+    g = torch.Generator().manual_seed(11)
+    if case == "sparse":  # nine bins in ten empty, at random
+        h = torch.randint(1, 50, (400,), generator=g).float()
+        return h * (torch.rand(400, generator=g) < 0.1)
+    if case == "empty_head_and_tail":  # nothing in the first 100 bins, nor past bin 250
+        h = torch.zeros(400)
+        h[100:250] = torch.randint(0, 30, (150,), generator=g).float()
+        return h
+    if case == "few_populated":  # 5 populated bins, fewer than most level counts
+        h = torch.zeros(300)
+        h[[3, 40, 41, 120, 299]] = torch.tensor([7.0, 1.0, 2.0, 5.0, 1.0])
+        return h
+    if case == "one_populated":
+        h = torch.zeros(200)
+        h[57] = 9.0
+        return h
+    if case == "discrete_ties":  # integer data on a grid of bins: several thresholds fit exactly
+        x = torch.randint(0, 12, (5000,), generator=g).float() * 16 + 0.5
+        return R.abs_histogram(x, 256, 256.0)
+    if case == "flat":  # every bin equal: ties everywhere
+        return torch.full((300,), 4.0)
+    if case == "huge_counts":  # float64 counts near 1e12: accuracy does not depend on scale
+        return (torch.randn(301, generator=g, dtype=torch.float64).abs() * 1e12).round()
+    raise ValueError(case)
+
+
+EDGE_CASES = ("sparse", "empty_head_and_tail", "few_populated", "one_populated", "discrete_ties", "flat", "huge_counts")
+
+
+@pytest.mark.parametrize("levels", [2, 8, 16, 64, 128])  # few levels: groups evaluated directly; many: from a table
+@pytest.mark.parametrize("case", EDGE_CASES)
+def test_jeffreys_search_edge_cases_match_literal_algorithm(case, levels):
+    hist = _edge_histogram(case)
+    if hist.numel() <= levels:
+        pytest.skip("no candidates")
+    got = jeffreys_divergences(hist, levels)
+    expected = torch.tensor(R.jeffreys_divergences(hist.tolist(), levels), dtype=torch.float64)
+    assert torch.equal(torch.isinf(got), torch.isinf(expected))
+    finite = torch.isfinite(expected)
+    assert torch.allclose(got[finite], expected[finite], rtol=1e-9, atol=1e-12)
+    assert (got[finite] >= 0).all()
+    assert float(jeffreys_threshold(hist, 0.5, levels)) == R.jeffreys_threshold(hist.tolist(), 0.5, levels)
+
+
+@pytest.mark.parametrize("n_bins,levels", [(300, 1), (64, 63), (64, 64), (3, 2)])
+def test_jeffreys_search_extreme_level_counts_match_literal_algorithm(n_bins, levels):
+    """One level (one group: the whole range), and as many levels as bins or one fewer."""
+    hist = torch.randint(0, 5, (n_bins,), generator=torch.Generator().manual_seed(14)).float()
+    got = jeffreys_divergences(hist, levels)
+    expected = torch.tensor(R.jeffreys_divergences(hist.tolist(), levels), dtype=torch.float64)
+    assert torch.equal(torch.isinf(got), torch.isinf(expected))
+    finite = torch.isfinite(expected)
+    assert torch.allclose(got[finite], expected[finite], rtol=1e-9, atol=1e-12)
+    assert float(jeffreys_threshold(hist, 0.5, levels)) == R.jeffreys_threshold(hist.tolist(), 0.5, levels)
+
+
+@pytest.mark.parametrize("chunk", [1, 100, 2**20])
+@pytest.mark.parametrize("levels", [4, 128])
+def test_jeffreys_divergences_chunking_does_not_change_the_result_on_either_path(levels, chunk):
+    hist = _histogram("normal", 700)
+    assert torch.equal(jeffreys_divergences(hist, levels, chunk=chunk), jeffreys_divergences(hist, levels))
+
+
+def test_jeffreys_divergences_of_an_empty_histogram_are_zero():
+    """All P and Q empty: no term, J = 0 for every candidate, so the full range wins the tie."""
+    hist = torch.zeros(64)
+    assert torch.equal(jeffreys_divergences(hist, 8), torch.zeros(57, dtype=torch.float64))
+    assert float(jeffreys_threshold(hist, 0.25, 8)) == 16.0
+
+
 # -- _LL_J: the observer --------------------------------------------------------------------------
 
 
@@ -191,6 +264,71 @@ def test_jeffreys_observer_is_batch_order_independent():
     for chunk in reversed(x.split(7_000)):
         b(chunk)
     assert torch.equal(a.calculate_range()[1], b.calculate_range()[1])
+
+
+def _histc(data: torch.Tensor, obs) -> torch.Tensor:
+    return torch.histc(data, bins=obs.num_bins, min=0.0 if obs.symmetric else -obs.bound, max=obs.bound)
+
+
+def _awkward(case: str) -> torch.Tensor:
+    g = torch.Generator().manual_seed(12)
+    if case == "normal":
+        return torch.randn(20_000, generator=g)
+    if case == "bin_edges":  # values exactly on the edges of the 2048 bins over [-4, 4], and +-4
+        return torch.randint(-1024, 1025, (20_000,), generator=g).float() / 256
+    if case == "subnormal":  # all |x| < 2^-126: bins of width 2^-140 or less
+        return torch.randint(-2**13, 2**13, (20_000,), generator=g).float() * 2.0**-149
+    if case == "transposed":  # not contiguous
+        return torch.randn(200, 100, generator=g).t()
+    raise ValueError(case)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("case", ["normal", "bin_edges", "subnormal", "transposed"])
+def test_histogram_counts_equal_torch_histc(case, symmetric):
+    """The observers count with bincount; the bins must be exactly those of torch.histc."""
+    x = _awkward(case)
+    obs = PerTensorPercentileObserver(symmetric=symmetric)
+    obs(x)
+    assert float(obs.hist.sum()) == x.numel()
+    assert torch.equal(obs.hist, _histc(x.abs() if symmetric else x, obs))
+
+
+@pytest.mark.parametrize("cls", [TQTJeffreysObserver, PerTensorPercentileObserver])
+def test_histogram_counted_in_slices_is_the_same(cls, monkeypatch):
+    """Large tensors are counted a slice at a time; slicing (here every 777 values) changes nothing."""
+    x = _awkward("bin_edges").reshape(40, 500) * torch.relu(torch.randn(40, 500, generator=torch.Generator().manual_seed(3)))
+    whole = cls()
+    whole(x)
+    monkeypatch.setattr(observer_module, "_SLICE", 777)
+    sliced = cls()
+    sliced(x)
+    assert torch.equal(sliced.hist, whole.hist)
+    data = x[x != 0] if cls.skip_zeros else x
+    assert torch.equal(sliced.hist, _histc(data.abs() if sliced.symmetric else data, sliced))
+
+
+def test_jeffreys_observer_leaves_out_exact_zeros():
+    g = torch.Generator().manual_seed(13)
+    x = torch.relu(torch.randn(30_000, generator=g))  # half zeros
+    x[::7] = -0.0
+    obs, nonzero_only = TQTJeffreysObserver(qmin=-8, qmax=7), TQTJeffreysObserver(qmin=-8, qmax=7)
+    for batch in (x[:10_000], torch.zeros(500), x[10_000:]):
+        obs(batch)
+        nonzero_only(batch[batch != 0])
+    assert obs.num_batches == 3
+    assert float(obs.hist.sum()) == int((x != 0).sum())
+    assert torch.equal(obs.hist, _histc(x[x != 0].abs(), obs))
+    assert torch.equal(obs.calculate_range()[1], nonzero_only.calculate_range()[1])
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("cls", [TQTJeffreysObserver, PerTensorPercentileObserver])
+def test_histogram_observers_reject_non_finite_data(cls, bad):
+    obs = cls()
+    obs(torch.ones(10))
+    with pytest.raises(ValueError, match=f"{cls.__name__}: calibration tensor holds .*NaN or infinity"):
+        obs(torch.tensor([1.0, bad, 2.0]))
 
 
 # -- device, tensors, no NumPy ------------------------------------------------------------------

@@ -164,6 +164,44 @@ class PerChannelMinMaxObserver(PerTensorMinMaxObserver):
 MAX_BOUND = 2.0**126
 
 
+def _bin_counts(x: torch.Tensor, bound: float, bins: int, symmetric: bool, skip_zeros: bool) -> torch.Tensor:
+    """Exact int64 counts of |x| over [0, bound] (symmetric) or of x over [-bound, bound], in ``bins``
+    equal bins, the right edge in the last bin, leaving out exact zeros if ``skip_zeros``; every
+    value must lie in the range.
+
+    The bins of ``torch.histc``: its float32 arithmetic, (x - lo) * bins / (hi - lo), then
+    truncation (toward zero, so taking |x| after it is the same). Where bins / (hi - lo) is a
+    power of two in float32's normal range, as with the observers' power-of-two bounds and bin
+    counts, one multiplication by it gives the same values (and right ones where histc's x * bins
+    overflows, |x| > 2^128 / bins). Why not histc itself: on CPU it is ~10x slower than these few
+    passes and ``torch.bincount``. Values are taken in slices of ``_SLICE``: the temporaries of a
+    whole large tensor (7 bytes a value) would be fresh memory at every batch, whose page faults
+    cost more than the counting (glibc gives big blocks back to the system).
+    """
+    if skip_zeros and not symmetric:
+        raise ValueError("_bin_counts: skip_zeros needs a histogram of |x| (symmetric), where zeros fall in bin 0")
+    lo, span = (0.0, bound) if symmetric else (-bound, 2 * bound)
+    scale = bins / span
+    exact = math.frexp(scale)[0] == 0.5 and 2.0**-126 <= scale <= 2.0**127
+    small = torch.int16 if bins < 2**15 else torch.int32  # bin indices, up to bins + 1
+    counts = torch.zeros(bins + 1 + skip_zeros, dtype=torch.int64, device=x.device)
+    for part in x.reshape(-1).split(_SLICE):
+        shifted = part if symmetric else part - lo
+        index = (shifted * scale if exact else (shifted * bins).div_(span)).to(small)
+        if symmetric:
+            index.abs_()
+        if skip_zeros:  # exact zeros to slot 0, bin k to slot k + 1 (x.bool() is x != 0, ~5x faster on CPU)
+            index += part.bool()
+        counts += torch.bincount(index, minlength=counts.numel())
+    counts = counts[int(skip_zeros) :]
+    counts[bins - 1] += counts[bins]
+    return counts[:bins]
+
+
+#: values per pass of :func:`_bin_counts`
+_SLICE = 2**17
+
+
 class _HistogramObserver(ObserverBase):
     """Histogram of x (or |x| when symmetric) whose range doubles when data exceeds it.
 
@@ -172,6 +210,7 @@ class _HistogramObserver(ObserverBase):
     """
 
     num_bins: ClassVar[int] = 2048
+    skip_zeros: ClassVar[bool] = False  # leave exact zeros out (of a symmetric histogram, of |x|)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -180,9 +219,15 @@ class _HistogramObserver(ObserverBase):
         self.amax = 0.0  # largest |x| seen
 
     def _observe(self, x: torch.Tensor) -> None:
-        if self.symmetric:
-            x = x.abs()
-        amax = float(x.abs().max())
+        lo, hi = (float(v) for v in torch.aminmax(x))
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise ValueError(
+                f"{type(self).__name__}: calibration tensor holds NaN or infinity (min {lo}, max {hi}); "
+                "a histogram observer needs finite values"
+            )
+        amax = max(-lo, hi)
+        if self.skip_zeros and amax == 0:
+            return
         self.amax = max(self.amax, amax)
         if not self.hist.numel():
             # a power of two, so that histograms of different processes align by doubling
@@ -192,8 +237,7 @@ class _HistogramObserver(ObserverBase):
             self._double_range()
         if amax > MAX_BOUND:  # counted in the outermost bins
             x = x.clamp(-MAX_BOUND, MAX_BOUND)
-        lo = 0.0 if self.symmetric else -self.bound
-        self.hist += torch.histc(x, bins=self.num_bins, min=lo, max=self.bound)
+        self.hist += _bin_counts(x, self.bound, self.num_bins, self.symmetric, self.skip_zeros)
 
     def _double_range(self) -> None:
         merged = self.hist.view(-1, 2).sum(dim=1)
@@ -339,8 +383,9 @@ class TQT3SDObserver(ObserverBase):
         self.register_buffer("moments", torch.zeros(3, dtype=torch.float64), persistent=False)
 
     def _observe(self, x: torch.Tensor) -> None:
-        x = x.double()
-        self.moments += torch.stack([torch.tensor(float(x.numel()), dtype=torch.float64, device=x.device), x.sum(), (x * x).sum()])
+        # the work of a float64 mean and std, less: one float64 copy, a sum and a dot (no x * x copy)
+        x = x.double().flatten()
+        self.moments += torch.stack([x.new_tensor(float(x.numel())), x.sum(), torch.dot(x, x)])
 
     def _sync(self) -> None:
         torch.distributed.all_reduce(self.moments)
@@ -365,15 +410,11 @@ class TQTJeffreysObserver(_HistogramObserver):
     """
 
     statistic = "ll_j"
+    skip_zeros = True
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.symmetric = True  # the histogram is of |x|
-
-    def _observe(self, x: torch.Tensor) -> None:
-        nonzero = x[x != 0]
-        if nonzero.numel():
-            super()._observe(nonzero)
 
     def _range(self) -> tuple[torch.Tensor, torch.Tensor]:
         count = float(self.hist.sum()) if self.hist.numel() else 0.0
