@@ -25,7 +25,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from quark.torch.examples import digits
@@ -35,25 +34,6 @@ from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
 from quark.torch.extensions.brevitas.presets import finn
 from quark.torch.quantization.config.config import QuantizationConfig, TQTSpec
 from quark.torch.quantization.config.type import TQTThresholdInitMeth
-
-
-class ResidualCNN(nn.Module):
-    """Conv-BN-ReLU, a residual block (conv-BN-ReLU-conv-BN, add, ReLU), max pooling, a linear head."""
-
-    def __init__(self, channels: int = 16):
-        super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(1, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU())
-        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
-        self.bn1 = nn.BatchNorm2d(channels)
-        self.relu = nn.ReLU()
-        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
-        self.bn2 = nn.BatchNorm2d(channels)
-        self.head = nn.Sequential(nn.MaxPool2d(2), nn.Flatten(), nn.Linear(channels * 4 * 4, 10))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.stem(x)
-        x = F.relu(x + self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x))))))
-        return self.head(x)
 
 
 def predictions_through_finn(qmodel: nn.Module, x: torch.Tensor, directory: Path) -> dict:
@@ -91,7 +71,7 @@ def run(bits: list[int], epochs: int, seed: int, lr: float, add_bits: int | None
     logging.getLogger("quark").setLevel(logging.ERROR)  # the float batch norms are named at every quantize
     torch.manual_seed(seed)
     data = digits.load(seed)
-    model = digits.train(ResidualCNN(), data, epochs=30, seed=seed)
+    model = digits.train(digits.ResidualCNN(), data, epochs=30, seed=seed)
     float_acc = digits.accuracy(model, data)
     x_test = torch.cat([x for x, _ in data.loader("test", batch_size=512)])
     print(f"digits ResidualCNN (batch norm kept), seed {seed}: float test accuracy {float_acc:.2f} % on {len(x_test)} images")

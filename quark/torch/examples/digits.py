@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -51,6 +52,29 @@ def cnn() -> nn.Module:
         nn.ReLU(),
         nn.Linear(64, 10),
     )
+
+
+class ResidualCNN(nn.Module):
+    """Conv-BN-ReLU, a residual block (conv-BN-ReLU-conv-BN, add, ReLU), max pooling, a linear head.
+
+    The network of the graph-mode and FINN-dataflow flows: every tensor between its layers can be
+    put on an integer grid (``Backend.fx`` / ``QuantizationMode.fx_graph_mode``).
+    """
+
+    def __init__(self, channels: int = 16):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(1, channels, 3, padding=1), nn.BatchNorm2d(channels), nn.ReLU())
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.relu = nn.ReLU()
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(channels)
+        self.head = nn.Sequential(nn.MaxPool2d(2), nn.Flatten(), nn.Linear(channels * 4 * 4, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        x = F.relu(x + self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x))))))
+        return self.head(x)
 
 
 def train(model: nn.Module, data: DigitsData, epochs: int = 30, lr: float = 3e-3, seed: int = 0) -> nn.Module:
