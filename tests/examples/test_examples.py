@@ -25,7 +25,7 @@ def test_every_example_has_a_test():
 def test_ipu_transformers_resnet(tmp_path):
     result = load("ipu_transformers_resnet").main(["--output", str(tmp_path / "resnet.onnx")])
     assert result["report"].passed
-    assert "Q/DQ scales exact powers of two, zero points 0" in result["report"].target_checks
+    assert "IPU: Q/DQ scales exact powers of two, zero points 0" in result["report"].target_checks
     assert result["cosine"] > 0.98 and result["agreement"] >= 0.9
     assert (tmp_path / "resnet.onnx").stat().st_size > 0
 
