@@ -160,8 +160,9 @@ class ModelExporter:
         """Take the model into FINN's dataflow: ``export_path`` is the output directory.
 
         Exports QONNX (verified against torch), runs FINN's front end to one dataflow partition
-        of hardware layers (each step executed and compared), executes the hardware graph on
-        ``example`` (a batch of inputs) against the model's outputs, folds the layers for
+        of hardware layers (each step executed and compared on the first four samples), executes the
+        hardware graph on every sample of ``example`` (a batch of inputs: pass a whole test set to
+        compare the predictions on all of it) against the model's outputs, folds the layers for
         ``target_fps`` at ``clock_mhz`` on ``part`` and writes the estimate report. Returns a
         ``DataflowExport``; see :mod:`~quark.torch.extensions.brevitas._backend.export.finn_dataflow`
         (needs finn-plus).

@@ -44,8 +44,12 @@ class Verification:
     reference: str  # "torch" (expected outputs given) or "QONNX"
     samples: int
     max_abs_diff: float
-    predictions_identical: bool  # argmax (or the top-k indices) equal on every sample
+    identical_predictions: int  # samples whose argmax (or top-k indices) equals the reference's
     allowed: float
+
+    @property
+    def predictions_identical(self) -> bool:
+        return self.identical_predictions == self.samples
 
     @property
     def passed(self) -> bool:
@@ -72,7 +76,7 @@ class DataflowExport:
             *("  " + s.describe() for s in self.steps),
             (
                 f"  verified on {v.samples} samples against {v.reference}: max |diff| {v.max_abs_diff:.3g} "
-                f"(allowed {v.allowed:.3g}), predictions {'identical' if v.predictions_identical else 'DIFFER'} "
+                f"(allowed {v.allowed:.3g}), identical predictions {v.identical_predictions}/{v.samples} "
                 f"-> {'PASS' if v.passed else 'FAIL'}"
             ),
             f"  {e.part.part} at {e.clock_mhz:g} MHz: {e.fps:,.0f} fps, "
@@ -179,14 +183,18 @@ def export_finn_dataflow(
             "steps": [asdict(s) for s in result.steps],
             "outside_partition": list(result.outside),
             "float_layers": list(result.float_layers),
-            "hardware_graph": {**asdict(verification), "passed": verification.passed},
+            "hardware_graph": {
+                **asdict(verification),
+                "predictions_identical": verification.predictions_identical,
+                "passed": verification.passed,
+            },
         },
     )
     if not verification.passed:
         raise FinnDataflowError(
             f"the hardware-layer graph differs from {verification.reference} on {verification.samples} samples: max "
             f"|diff| {verification.max_abs_diff:.6g} (allowed {verification.allowed:.6g}), predictions "
-            f"{'identical' if verification.predictions_identical else 'differ'}; files are in {out}"
+            f"identical on {verification.identical_predictions} of {verification.samples}; files are in {out}"
         )
     logger.info("%s", result)
     return result
@@ -219,12 +227,17 @@ def _verify(parent, samples, expected, top_k, rtol, qonnx_path) -> Verification:
         reference, name = _as_array(expected, "expected"), "torch"
     if top_k is not None:
         labels = top_indices(reference, top_k)
-        diff = max_diff(produced.reshape(labels.shape), labels)
-        return Verification(name, len(samples), diff, diff == 0.0, 0.0)
-    diff = max_diff(produced, reference.reshape(produced.shape))
-    identical = bool(np.array_equal(produced.argmax(-1), reference.reshape(produced.shape).argmax(-1)))
+        indices = produced.reshape(labels.shape)
+        identical = int(np.all(indices == labels, axis=-1).sum())
+        return Verification(name, len(samples), max_diff(indices, labels), identical, 0.0)
+    reference = reference.reshape(produced.shape)
+    identical = int((produced.argmax(-1) == reference.argmax(-1)).sum())
     return Verification(
-        name, len(samples), diff, identical, rtol * max(1.0, float(np.max(np.abs(reference))))
+        name,
+        len(samples),
+        max_diff(produced, reference),
+        identical,
+        rtol * max(1.0, float(np.max(np.abs(reference)))),
     )
 
 
