@@ -5,9 +5,10 @@
    thresholds (``_3SD`` init), an unsigned 8-bit input, every tensor between layers quantized.
 3. QAT in a plain loop (Adam), test accuracy after every epoch; then freeze.
 4. Export QONNX, executed and compared with torch.
-5. FINN's dataflow for the Pynq-Z1 (xc7z020clg400-1, 100 MHz): one partition of hardware layers,
-   executed in Python on the whole test set and compared with torch, folded for a target
-   throughput, with FINN's resource and cycle estimates against the part.
+5. FINN's dataflow for the Pynq-Z1 (xc7z020clg400-1, 100 MHz): one partition of hardware layers
+   taking UINT8 pixels (``integer_input=True``), executed in Python on the whole test set and
+   compared with torch, folded for a target throughput, with FINN's resource and cycle estimates
+   against the part.
 6. QDQ for ONNX Runtime: the W4A4 FINN model rounds ties up, which QuantizeLinear cannot; what is
    exported is an XINT8 graph-mode PTQ of the same float model (the AMD NPU's scheme), verified.
 7. A short report: accuracy at each stage, model size, the FPGA graph and its estimate, the files.
@@ -140,7 +141,7 @@ def run(epochs: int, out: Path, seed: int, float_epochs: int, lr: float, target_
 
     with timer(f"FINN dataflow for {PART} at {CLOCK_MHZ:g} MHz, target {target_fps:,.0f} fps"):
         dataflow = ModelExporter(out / "finn").export_finn_dataflow(
-            qmodel, x_test, part=PART, clock_mhz=CLOCK_MHZ, target_fps=target_fps
+            qmodel, x_test, part=PART, clock_mhz=CLOCK_MHZ, target_fps=target_fps, integer_input=True
         )
         fpga = describe_fpga_graph(dataflow)
 

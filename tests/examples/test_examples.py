@@ -52,6 +52,8 @@ def test_digits_qat_finn(tmp_path, capsys):
     assert "round_method=half_up" in result["w4_qdq"]  # why the W4A4 model does not go to QDQ
     dataflow, fpga = result["dataflow"], result["fpga"]
     verification = dataflow.verification
+    assert fpga["input"] == "UINT8"  # integer pixels in (integer_input=True): the input scale folds into layer 1
+    assert not any("Thresholding" in layer for layer in dataflow.float_layers)
     assert fpga["partitions"] == 1 and set(fpga["outside"]) == {"StreamingDataflowPartition", "Transpose"}
     layers = Counter()  # generic layer types: FINN specializes to _hls or _rtl by datatype
     for op_type, count in fpga["inside"].items():

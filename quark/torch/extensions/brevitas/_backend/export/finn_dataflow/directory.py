@@ -278,14 +278,17 @@ def _write_json(path: str, data: Any) -> None:
 
 
 def export_finn_dataflow_model(
-    model: Any, example: Any, output_dir: str | os.PathLike, **options: Any
+    model: Any, example: Any, output_dir: str | os.PathLike, *, integer_input: bool = False, **options: Any
 ) -> DataflowExport:
     """A quantized torch model to a FINN dataflow directory: QONNX export (verified against torch by
     ``ModelExporter.export_qonnx_model``), then :func:`export_finn_dataflow` with the torch model's
     outputs on ``example`` (one tensor, batch first) as the expected outputs.
 
     ``options`` are those of :func:`export_finn_dataflow` (``part``, ``target_fps``, ``clock_mhz``,
-    ``top_k``, ...). The model is unchanged.
+    ``top_k``, ...). With ``integer_input`` the network input's quantizer leaves the graph (FINN's
+    usual interface: the accelerator takes integers, e.g. ``UINT8`` pixels, and its scale folds into
+    the first layer): the QONNX file takes integers and the hardware graph is executed on the
+    integers that quantizer makes of ``example``. The model is unchanged.
     """
     import torch
 
@@ -304,4 +307,11 @@ def export_finn_dataflow_model(
     finally:
         model.train(training)
     expected = getattr(expected, "value", expected)  # a QuantTensor's float value
-    return export_finn_dataflow(path, example, output_dir, expected=expected, **options)
+    inputs = _as_array(example, "example")
+    if integer_input:
+        from quark.torch.extensions.brevitas._backend.export.finn_target import integer_input as make_integer
+
+        interface = make_integer(path)
+        inputs = interface.integers(inputs)
+        logger.info("FINN dataflow input: %s integers, scale %g", interface.datatype, interface.scale)
+    return export_finn_dataflow(path, inputs, output_dir, expected=expected, **options)
