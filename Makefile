@@ -1,5 +1,6 @@
 # Two entry points, each self-sufficient on a fresh machine:
-#   make demo   build .venv with the pinned set, then quantize a digits CNN and print the results
+#   make demo   build .venv with the pinned set, then the whole journey on a digits CNN: train, PTQ,
+#               QAT, QONNX, FINN dataflow with a Pynq-Z1 estimate, QDQ; prints a report
 #   make test   build .venv with the pinned set, then run the test suite
 #   make docs   build .venv with the pinned set, then the documentation (warnings are errors)
 PYTHON ?= python3
@@ -19,7 +20,7 @@ $(STAMP): pyproject.toml requirements/lock.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) examples/digits_ptq.py
+	$(PY) examples/digits_qat_finn.py --out demo_output
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadfile tests

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -35,3 +36,40 @@ def test_digits_ptq(capsys):
     load("digits_ptq").main()
     out = capsys.readouterr().out
     assert "float model: test accuracy" in out and out.count("test accuracy") == 3
+
+
+@pytest.mark.slow
+def test_digits_qat_finn(tmp_path, capsys):
+    """The whole journey, shortened (10 float epochs, 1 QAT epoch): FINN's hardware layers give
+    torch's predictions on the whole test set, both exports are verified, the report says so."""
+    out = tmp_path / "journey"
+    result = load("digits_qat_finn").main(["--epochs", "1", "--float-epochs", "10", "--out", str(out)])
+    printed = capsys.readouterr().out
+    accuracy = result["accuracy"]
+    assert list(accuracy) == ["float", "PTQ", "QAT epoch 1", "XINT8 PTQ (QDQ)"]
+    assert min(accuracy.values()) > 90.0  # real digits, trained: far above chance (10 %)
+    assert result["qonnx"].passed and result["qdq"].passed
+    assert "round_method=half_up" in result["w4_qdq"]  # why the W4A4 model does not go to QDQ
+    dataflow, fpga = result["dataflow"], result["fpga"]
+    verification = dataflow.verification
+    assert fpga["input"] == "UINT8"  # integer pixels in (integer_input=True): the input scale folds into layer 1
+    assert not any("Thresholding" in layer for layer in dataflow.float_layers)
+    assert fpga["partitions"] == 1 and set(fpga["outside"]) == {"StreamingDataflowPartition", "Transpose"}
+    layers = Counter()  # generic layer types: FINN specializes to _hls or _rtl by datatype
+    for op_type, count in fpga["inside"].items():
+        layers[op_type.removesuffix("_hls").removesuffix("_rtl")] += count
+    assert layers["MVAU"] == 4  # three convolutions and the head
+    assert layers["ElementwiseAdd"] >= 1 and layers["DuplicateStreams"] == 1  # the residual block
+    assert verification.samples == result["test_images"] == 359
+    assert verification.identical_predictions == 359 and verification.passed
+    assert dataflow.estimate.fits and dataflow.estimate.meets_target
+    assert fpga["parameters"]["weights"] == {"INT4": result["quantized_weights"]}
+    for field in (
+        "float ", "PTQ ", "QAT epoch 1", "identical predictions 359/359", "cycles per frame", "fps; latency",
+        "LUT ", "BRAM_18K ", "inside (", "outside (host)", "files:", "W4A4 to QDQ: refused",
+    ):
+        assert field in printed, field
+    for path in result["files"].values():
+        assert Path(path).exists(), path
+    written = {p.name for p in (out / "finn").iterdir()}
+    assert {"estimate.md", "folding_config.json", "dataflow_partition.onnx"} <= written

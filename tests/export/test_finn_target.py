@@ -171,6 +171,10 @@ def test_the_integer_input_is_annotated_and_computes_the_same(tmp_path):
     x_int = np.clip(np.floor(x.numpy() / integer.scale + 0.5), 0, 255).astype(np.float32)
     out = execute_onnx(wrapper, {integer.name: x_int})[wrapper.graph.output[0].name]
     np.testing.assert_array_equal(out, model(x).detach().numpy())
+    # the integers of float inputs, as the removed quantizer made them: ties up (finn()), clamped to 0..255
+    np.testing.assert_array_equal(integer.integers(x.numpy()), x_int)
+    edges = np.array([-1.0, *((np.arange(4) + 0.5) * integer.scale), 1e3], np.float32)
+    np.testing.assert_array_equal(integer.integers(edges), [0, 1, 2, 3, 4, 255])
 
 
 def test_an_unquantized_network_input_cannot_become_integer(tmp_path):

@@ -156,13 +156,17 @@ class ModelExporter:
         target_fps: float | None = None,
         clock_mhz: float = 100.0,
         top_k: int | None = None,
+        integer_input: bool = False,
     ):
         """Take the model into FINN's dataflow: ``export_path`` is the output directory.
 
         Exports QONNX (verified against torch), runs FINN's front end to one dataflow partition
-        of hardware layers (each step executed and compared), executes the hardware graph on
-        ``example`` (a batch of inputs) against the model's outputs, folds the layers for
-        ``target_fps`` at ``clock_mhz`` on ``part`` and writes the estimate report. Returns a
+        of hardware layers (each step executed and compared on the first four samples), executes the
+        hardware graph on every sample of ``example`` (a batch of inputs: pass a whole test set to
+        compare the predictions on all of it) against the model's outputs, folds the layers for
+        ``target_fps`` at ``clock_mhz`` on ``part`` and writes the estimate report.
+        ``integer_input``: the accelerator takes the integers of the network input's quantizer
+        (e.g. ``UINT8`` pixels) instead of floats it thresholds itself. Returns a
         ``DataflowExport``; see :mod:`~quark.torch.extensions.brevitas._backend.export.finn_dataflow`
         (needs finn-plus).
 
@@ -174,7 +178,14 @@ class ModelExporter:
         from quark.torch.extensions.brevitas._backend.export.finn_dataflow import export_finn_dataflow_model
 
         return export_finn_dataflow_model(
-            model, example, self.export_path, part=part, target_fps=target_fps, clock_mhz=clock_mhz, top_k=top_k
+            model,
+            example,
+            self.export_path,
+            part=part,
+            target_fps=target_fps,
+            clock_mhz=clock_mhz,
+            top_k=top_k,
+            integer_input=integer_input,
         )
 
     # -- the flow ---------------------------------------------------------------------------------

@@ -214,6 +214,21 @@ class IntegerInput:
     name: str
     datatype: str
     scale: float
+    narrow: bool = False
+    rounding_mode: str = "ROUND"
+
+    def integers(self, x: Any) -> Any:
+        """The integers the removed quantizer would have produced from float inputs ``x`` (qonnx's own
+        ``int_quant``: clamping and rounding as the ``Quant`` node did)."""
+        import numpy as np
+        from qonnx.core.datatype import DataType
+        from qonnx.custom_op.general.intquant import int_quant
+
+        dtype = DataType[self.datatype]
+        x = np.asarray(x, dtype=np.float32)
+        bits, signed = np.float32(dtype.bitwidth()), dtype.signed()  # qonnx computes its bounds in numpy
+        quantized = int_quant(x, self.scale, 0.0, bits, signed, self.narrow, self.rounding_mode)
+        return np.asarray(quantized / self.scale, dtype=np.float32)
 
 
 def integer_input(qonnx_path: str | os.PathLike, output_path: str | os.PathLike | None = None) -> IntegerInput:
@@ -247,7 +262,9 @@ def integer_input(qonnx_path: str | os.PathLike, output_path: str | os.PathLike 
             f"integer_input: the input quantizer of {name!r} must be per tensor with zero point 0",
             [f"input {name!r}"],
         )
-    signed = bool(helper.get_attribute_value(next(a for a in quant.attribute if a.name == "signed")))
+    attributes = {a.name: helper.get_attribute_value(a) for a in quant.attribute}
+    signed, narrow = bool(attributes.get("signed", 1)), bool(attributes.get("narrow", 0))
+    rounding_mode = attributes.get("rounding_mode", b"ROUND").decode()
     datatype = f"{'INT' if signed else 'UINT'}{int(bits)}"
     scale_name = model.make_new_valueinfo_name()
     model.set_initializer(scale_name, np.asarray(scale, dtype=np.float32).reshape(()))
@@ -257,7 +274,7 @@ def integer_input(qonnx_path: str | os.PathLike, output_path: str | os.PathLike 
     model.graph.node.insert(index, mul)
     model.set_tensor_datatype(name, DataType[datatype])
     model.save(os.fspath(output_path or qonnx_path))
-    return IntegerInput(name, datatype, float(np.asarray(scale).reshape(())))
+    return IntegerInput(name, datatype, float(np.asarray(scale).reshape(())), narrow, rounding_mode)
 
 
 #: FINN graph nodes computing a layer's products

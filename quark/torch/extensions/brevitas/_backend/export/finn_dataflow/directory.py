@@ -44,8 +44,12 @@ class Verification:
     reference: str  # "torch" (expected outputs given) or "QONNX"
     samples: int
     max_abs_diff: float
-    predictions_identical: bool  # argmax (or the top-k indices) equal on every sample
+    identical_predictions: int  # samples whose argmax (or top-k indices) equals the reference's
     allowed: float
+
+    @property
+    def predictions_identical(self) -> bool:
+        return self.identical_predictions == self.samples
 
     @property
     def passed(self) -> bool:
@@ -72,7 +76,7 @@ class DataflowExport:
             *("  " + s.describe() for s in self.steps),
             (
                 f"  verified on {v.samples} samples against {v.reference}: max |diff| {v.max_abs_diff:.3g} "
-                f"(allowed {v.allowed:.3g}), predictions {'identical' if v.predictions_identical else 'DIFFER'} "
+                f"(allowed {v.allowed:.3g}), identical predictions {v.identical_predictions}/{v.samples} "
                 f"-> {'PASS' if v.passed else 'FAIL'}"
             ),
             f"  {e.part.part} at {e.clock_mhz:g} MHz: {e.fps:,.0f} fps, "
@@ -179,14 +183,18 @@ def export_finn_dataflow(
             "steps": [asdict(s) for s in result.steps],
             "outside_partition": list(result.outside),
             "float_layers": list(result.float_layers),
-            "hardware_graph": {**asdict(verification), "passed": verification.passed},
+            "hardware_graph": {
+                **asdict(verification),
+                "predictions_identical": verification.predictions_identical,
+                "passed": verification.passed,
+            },
         },
     )
     if not verification.passed:
         raise FinnDataflowError(
             f"the hardware-layer graph differs from {verification.reference} on {verification.samples} samples: max "
             f"|diff| {verification.max_abs_diff:.6g} (allowed {verification.allowed:.6g}), predictions "
-            f"{'identical' if verification.predictions_identical else 'differ'}; files are in {out}"
+            f"identical on {verification.identical_predictions} of {verification.samples}; files are in {out}"
         )
     logger.info("%s", result)
     return result
@@ -219,12 +227,17 @@ def _verify(parent, samples, expected, top_k, rtol, qonnx_path) -> Verification:
         reference, name = _as_array(expected, "expected"), "torch"
     if top_k is not None:
         labels = top_indices(reference, top_k)
-        diff = max_diff(produced.reshape(labels.shape), labels)
-        return Verification(name, len(samples), diff, diff == 0.0, 0.0)
-    diff = max_diff(produced, reference.reshape(produced.shape))
-    identical = bool(np.array_equal(produced.argmax(-1), reference.reshape(produced.shape).argmax(-1)))
+        indices = produced.reshape(labels.shape)
+        identical = int(np.all(indices == labels, axis=-1).sum())
+        return Verification(name, len(samples), max_diff(indices, labels), identical, 0.0)
+    reference = reference.reshape(produced.shape)
+    identical = int((produced.argmax(-1) == reference.argmax(-1)).sum())
     return Verification(
-        name, len(samples), diff, identical, rtol * max(1.0, float(np.max(np.abs(reference))))
+        name,
+        len(samples),
+        max_diff(produced, reference),
+        identical,
+        rtol * max(1.0, float(np.max(np.abs(reference)))),
     )
 
 
@@ -265,14 +278,17 @@ def _write_json(path: str, data: Any) -> None:
 
 
 def export_finn_dataflow_model(
-    model: Any, example: Any, output_dir: str | os.PathLike, **options: Any
+    model: Any, example: Any, output_dir: str | os.PathLike, *, integer_input: bool = False, **options: Any
 ) -> DataflowExport:
     """A quantized torch model to a FINN dataflow directory: QONNX export (verified against torch by
     ``ModelExporter.export_qonnx_model``), then :func:`export_finn_dataflow` with the torch model's
     outputs on ``example`` (one tensor, batch first) as the expected outputs.
 
     ``options`` are those of :func:`export_finn_dataflow` (``part``, ``target_fps``, ``clock_mhz``,
-    ``top_k``, ...). The model is unchanged.
+    ``top_k``, ...). With ``integer_input`` the network input's quantizer leaves the graph (FINN's
+    usual interface: the accelerator takes integers, e.g. ``UINT8`` pixels, and its scale folds into
+    the first layer): the QONNX file takes integers and the hardware graph is executed on the
+    integers that quantizer makes of ``example``. The model is unchanged.
     """
     import torch
 
@@ -291,4 +307,11 @@ def export_finn_dataflow_model(
     finally:
         model.train(training)
     expected = getattr(expected, "value", expected)  # a QuantTensor's float value
-    return export_finn_dataflow(path, example, output_dir, expected=expected, **options)
+    inputs = _as_array(example, "example")
+    if integer_input:
+        from quark.torch.extensions.brevitas._backend.export.finn_target import integer_input as make_integer
+
+        interface = make_integer(path)
+        inputs = interface.integers(inputs)
+        logger.info("FINN dataflow input: %s integers, scale %g", interface.datatype, interface.scale)
+    return export_finn_dataflow(path, inputs, output_dir, expected=expected, **options)
