@@ -4,7 +4,7 @@ Trains a small CNN on scikit-learn's real handwritten digits, quantizes it with 
 flavour (AMD Quark's Brevitas extension and the main Quark API), and prints float vs quantized
 test accuracy and what each layer got.
 
-    make demo          # or: python examples/digits_ptq.py
+    python examples/digits_ptq.py     (make demo runs the longer journey, digits_qat_finn.py)
 """
 
 import logging
