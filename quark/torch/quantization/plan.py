@@ -49,6 +49,7 @@ class Site:
     sources: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def sources_of(self, role: str) -> tuple[str, ...]:
+        """The config roles that feed ``role`` at this site (the role itself unless the site maps it)."""
         return tuple(self.sources.get(role, (role,)))
 
 
@@ -109,6 +110,7 @@ def register_config_view(config_cls: type, view: Callable[[Any], ConfigView]) ->
 
 
 def config_view(config: Any) -> ConfigView:
+    """The registered :class:`ConfigView` of ``config``'s class; an unregistered class is a ``TypeError``."""
     try:
         return CONFIG_VIEWS[type(config)](config)
     except KeyError:
@@ -144,6 +146,7 @@ def module_sites(model: nn.Module, types: Collection[type[nn.Module]]) -> list[S
 
 
 def module_names(model: nn.Module) -> list[str]:
+    """Qualified names of every submodule of ``model`` (the root excluded)."""
     return [n for n, _ in model.named_modules() if n]
 
 

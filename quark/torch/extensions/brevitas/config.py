@@ -138,6 +138,7 @@ class QuantizationSpec:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (enums as their values); ``from_dict`` reads it back."""
         d = {f.name: enum_to_json(getattr(self, f.name)) for f in fields(self)}
         d["qat_spec"] = self.qat_spec.to_dict() if self.qat_spec else None
         return d
@@ -196,6 +197,7 @@ class Config(FileConfig):
             setattr(self, fname, algo_list(owner, fname, getattr(self, fname)) or [])
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (enums as their values); ``from_dict`` reads it back."""
         return {
             "global_quant_config": self.global_quant_config.to_dict(),
             "pre_quant_opt_config": [step.to_dict() for step in self.pre_quant_opt_config],

@@ -4,37 +4,37 @@ sites it quantizes and the config role each takes. Importable without Brevitas.
 The model is traced with ``torch.fx``; every tensor flowing between layers is quantized once,
 where it is produced, and handed on as a quantized tensor:
 
-=====================  ==========================================  =====================================
-site (type key)        what it is                                  roles -> where the quantizer goes
-=====================  ==========================================  =====================================
-``GraphInput``         each required input of ``forward``          ``input_tensors``: quantizer on the
-                       (named by the argument, e.g. ``"x"``)        network input
-activation             ``nn.ReLU``, ``ReLU6``, ``Hardtanh``,        ``output_tensors``, else
-(its module class)     ``Sigmoid``, ``Tanh``, ``LeakyReLU``,        ``input_tensors``: quantizer on its
-                       ``GELU``, ``SiLU``, ``Hardswish``,           output (the activation itself is
-                       ``Hardsigmoid``, and their functional        kept exactly)
+=====================  ============================================  =====================================
+site (type key)        what it is                                    roles -> where the quantizer goes
+=====================  ============================================  =====================================
+``GraphInput``         each required input of ``forward``            ``input_tensors``: quantizer on the
+                       (named by the argument, e.g. ``"x"``)          network input
+activation             ``nn.ReLU``, ``ReLU6``, ``Hardtanh``,          ``output_tensors``, else
+(its module class)     ``Sigmoid``, ``Tanh``, ``LeakyReLU``,          ``input_tensors``: quantizer on its
+                       ``GELU``, ``SiLU``, ``Hardswish``,             output (the activation itself is
+                       ``Hardsigmoid``, and their functional          kept exactly)
                        forms (``F.relu``, ``torch.relu``,
                        ``x.relu()``, ...)
-``Add``                ``a + b``, ``torch.add``, ``Tensor.add``     ``input_tensors``: one quantizer
-                       of two tensors                               shared by both inputs (one scale);
-                                                                    ``output_tensors``, else
-                                                                    ``input_tensors``: the sum
-``Cat``                ``torch.cat`` / ``torch.concat``             ``input_tensors``: one quantizer
-                                                                    shared by all inputs;
-                                                                    ``output_tensors``: the result
-compute layer          ``Linear``, ``Conv*``, ``ConvTranspose*``,   ``weight``, ``bias``,
-(its module class)     ``MultiheadAttention``                       ``output_tensors`` as layerwise;
-                                                                    ``input_tensors`` only where the
-                                                                    input arrives float (the summary
-                                                                    shows ``= site`` where it arrives
-                                                                    quantized from that site)
-average pool           ``nn.AvgPool2d`` (no padding),               ``input_tensors`` where the input
-(its module class)     ``nn.AdaptiveAvgPool2d``, ``F.avg_pool2d``,  arrives float; without
-                       ``x.mean((2, 3))``                           ``output_tensors`` the sum is
-                                                                    truncated to the input's bits
-                                                                    (FINN), with it the average is
-                                                                    requantized (QDQ)
-=====================  ==========================================  =====================================
+``Add``                ``a + b``, ``torch.add``, ``Tensor.add``       ``input_tensors``: one quantizer
+                       of two tensors                                 shared by both inputs (one scale);
+                                                                      ``output_tensors``, else
+                                                                      ``input_tensors``: the sum
+``Cat``                ``torch.cat`` / ``torch.concat``               ``input_tensors``: one quantizer
+                                                                      shared by all inputs;
+                                                                      ``output_tensors``: the result
+compute layer          ``Linear``, ``Conv*``, ``ConvTranspose*``,     ``weight``, ``bias``,
+(its module class)     ``MultiheadAttention``                         ``output_tensors`` as layerwise;
+                                                                      ``input_tensors`` only where the
+                                                                      input arrives float (the summary
+                                                                      shows ``= site`` where it arrives
+                                                                      quantized from that site)
+average pool           ``nn.AvgPool2d`` (no padding),                 ``input_tensors`` where the input
+(its module class)     ``nn.AdaptiveAvgPool2d``, ``F.avg_pool2d``,    arrives float; without
+                       ``x.mean((2, 3))``                             ``output_tensors`` the sum is
+                                                                      truncated to the input's bits
+                                                                      (FINN), with it the average is
+                                                                      requantized (QDQ)
+=====================  ============================================  =====================================
 
 So an ordinary config (``weight`` and ``input_tensors`` set) quantizes the network input, every
 activation, the residual additions and concatenations and every compute layer; per-type

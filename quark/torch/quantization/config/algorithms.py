@@ -67,12 +67,14 @@ class AlgoConfig:
     default_phase: ClassVar[Phase] = Phase.after_calibration
 
     def apply(self, model: Any, calib_loader: Any = None) -> Any:
+        """Run the registered implementation on ``model`` (the extension's ``algos`` style); returns the model."""
         implementation = implementation_of(self)
         if implementation.needs_data and calib_loader is None:
             raise ValueError(f"{type(self).__name__} ({self.name}) needs calibration data: pass calib_loader")
         return implementation.run(self, model, calib_loader)
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict with its ``name``; ``Config.from_dict`` finds the class by that name."""
         return named_dict(self, self.name)
 
 
@@ -396,6 +398,7 @@ class AWQConfig(_NamedConfig, AlgoConfig):
             )
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict with its ``name``; ``Config.from_dict`` finds the class by that name."""
         data = super().to_dict()
         data["algo_processor"] = None  # a class does not serialise; it is ignored anyway
         return data

@@ -80,6 +80,7 @@ class QATSpec:
     """Base of quantization-aware-training specs (``QuantizationSpec.qat_spec``)."""
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (enums as their values, classes by name); ``from_dict`` reads it back."""
         return named_dict(self, type(self).__name__)
 
     @staticmethod
@@ -229,6 +230,7 @@ class QuantizationSpec:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (enums as their values, classes by name); ``from_dict`` reads it back."""
         d = {f.name: enum_to_json(getattr(self, f.name)) for f in fields(self)}
         d["observer_cls"] = self.observer_cls.__name__ if self.observer_cls else None
         d["qat_spec"] = self.qat_spec.to_dict() if self.qat_spec else None
@@ -273,6 +275,7 @@ class LayerConfigBase:
         return next((c for c in cls.spec_classes if set(data) <= {f.name for f in fields(c)}), cls.spec_classes[0])
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (enums as their values, classes by name); ``from_dict`` reads it back."""
         d: dict[str, Any] = {r: (getattr(self, r).to_dict() if getattr(self, r) else None) for r in self.roles}
         d["target_device"] = enum_to_json(self.target_device)
         return d
@@ -363,6 +366,7 @@ class Config(FileConfig):
 
     # -- serialisation -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (enums as their values, classes by name); ``from_dict`` reads it back."""
         return {
             "global_quant_config": self.global_quant_config.to_dict(),
             "layer_type_quant_config": {
