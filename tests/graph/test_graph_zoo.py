@@ -139,3 +139,21 @@ def test_xint8_graph_mode_qdq_export_passes_the_ipu_checks_with_every_activation
         assert ops.count("Add") == 2
     if name == "concat":
         assert ops.count("Concat") == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NETWORKS)
+def test_graph_mode_reaches_one_finn_dataflow_partition_equal_to_torch(tmp_path, name):
+    """Issue 12 from a float model and a Quark config: FINN preset, graph mode, QAT steps, then
+    ``export_finn_dataflow`` with an integer input: one partition of hardware layers (only the input
+    layout change on the host), its Python execution equal to torch, an estimate for the part."""
+    pytest.importorskip("finn.transformation.fpgadataflow.create_dataflow_partition", reason="finn-plus is not installed")
+    config = finn(unsigned=UNSIGNED.get(name, ("ReLU",)), qat_spec=TQTSpec(TQTThresholdInitMeth._3SD))
+    qmodel = ModelQuantizer(config).quantize_model(_model(name), calibration(ZOO[name]), progress=False)
+    _qat_steps(qmodel, name)
+    x = torch.cat([ZOO[name].sample(torch.Generator().manual_seed(s)) for s in range(2)])
+    result = ModelExporter(tmp_path).export_finn_dataflow(qmodel.eval(), x, part="xc7z020clg400-1", integer_input=True)
+    assert result.verification.passed and result.verification.samples == len(x)
+    assert result.verification.max_abs_diff == 0.0
+    assert all(op in ("Transpose", "Flatten") for op in (o.rsplit("(", 1)[-1].rstrip(")") for o in result.outside)), result.outside
+    assert result.estimate.fps > 0 and result.estimate.totals["LUT"] > 0

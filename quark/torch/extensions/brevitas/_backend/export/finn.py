@@ -55,7 +55,7 @@ class FinnReport:
 STREAMLINERS = ("Streamline", "StreamlinePlus")
 
 
-def _absorb_clip_into_multithreshold():
+def absorb_clip_into_multithreshold():
     """A qonnx transformation: Clip(lo, hi) feeding only a MultiThreshold becomes part of it.
 
     FINN converts ReLU6 / Hardtanh + quantizer into Clip -> MultiThreshold and has no pass for
@@ -103,7 +103,7 @@ def _finn_transforms(streamline: str):
     passes = {"Streamline": Streamline, "StreamlinePlus": StreamlinePlus}
     return [
         ("ConvertQONNXtoFINN", ConvertQONNXtoFINN),
-        ("AbsorbClipIntoMultiThreshold", _absorb_clip_into_multithreshold()),
+        ("AbsorbClipIntoMultiThreshold", absorb_clip_into_multithreshold()),
         (streamline, passes[streamline]),
     ]
 

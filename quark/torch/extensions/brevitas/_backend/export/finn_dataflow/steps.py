@@ -42,14 +42,19 @@ def _tidy(model):
 
 
 def _to_finn(model):
-    """FINN's ``step_qonnx_to_finn``: Quant nodes become MultiThreshold nodes and integer weights."""
+    """FINN's ``step_qonnx_to_finn``: Quant nodes become MultiThreshold nodes and integer weights;
+    then the clips of ReLU6 / Hardtanh fold into the thresholds they feed (exact; FINN has no
+    hardware layer for Clip)."""
     from finn.transformation.qonnx.convert_qonnx_to_finn import ConvertQONNXtoFINN
     from finn.transformation.qonnx.quant_act_to_multithreshold import default_filter_function_generator
+
+    from quark.torch.extensions.brevitas._backend.export.finn import absorb_clip_into_multithreshold
 
     convert = ConvertQONNXtoFINN(
         filter_function=default_filter_function_generator(max_multithreshold_bit_width=MAX_THRESHOLD_BITS)
     )
-    return _tidy(run_transform(model, convert))
+    model = run_transform(model, convert)
+    return _tidy(run_transform(model, absorb_clip_into_multithreshold()()))
 
 
 def _streamline(model):
