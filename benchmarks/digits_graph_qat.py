@@ -10,7 +10,14 @@
    ConvertQONNXtoFINN and StreamlinePlus, and compare FINN's predictions with torch's on the whole
    test set; count the float nodes left between the first and last compute layer.
 
-    .venv/bin/python benchmarks/digits_graph_qat.py [--bits 4 2] [--epochs 8] [--seed 0] [--add-bits 8]
+Below 4 bits, FINN's own low-bit recipe (Brevitas' bnn_pynq ResNet: 8-bit first and last layer)
+is ``--wide-layers stem.0 head.2`` (their weights at ``--wide-bits``, 8) with ``--add-bits 8`` (the
+residual addition's operands and sum); ``--init _LL_J`` initialises the thresholds by Settle et
+al.'s search instead of 3 standard deviations. ``--sensitivity`` trains the W2A2 network with one
+quantizer widened at a time (no FINN) to show which costs most.
+
+    .venv/bin/python benchmarks/digits_graph_qat.py [--bits 4 2] [--epochs 8] [--seed 0] [--init _3SD]
+        [--add-bits 8] [--wide-layers stem.0 head.2] [--sensitivity]
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from quark.torch.extensions.brevitas._backend.export import finn_target
 from quark.torch.extensions.brevitas._backend.export.finn import finn_handoff
 from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
 from quark.torch.extensions.brevitas.presets import finn
-from quark.torch.quantization.config.config import QuantizationConfig, TQTSpec
+from quark.torch.quantization.config.config import Config, TQTSpec
 from quark.torch.quantization.config.type import TQTThresholdInitMeth
 
 
@@ -67,32 +74,72 @@ def predictions_through_finn(qmodel: nn.Module, x: torch.Tensor, directory: Path
     }
 
 
-def run(bits: list[int], epochs: int, seed: int, lr: float, add_bits: int | None) -> None:
+#: --sensitivity: label -> preset arguments that widen one quantizer of the W2A2 network
+SENSITIVITY: dict[str, dict] = {
+    "all 2-bit (uint8 network input)": {},
+    "network input 2-bit too": {"input_bits": 2},
+    "stem.0 weights 8-bit": {"layer_weight_bits": {"stem.0": 8}},
+    "conv1 weights 8-bit": {"layer_weight_bits": {"conv1": 8}},
+    "conv2 weights 8-bit": {"layer_weight_bits": {"conv2": 8}},
+    "head.2 weights 8-bit": {"layer_weight_bits": {"head.2": 8}},
+    "addition 8-bit": {"add_bits": 8},
+    "stem.0 + head.2 weights and addition 8-bit": {
+        "layer_weight_bits": {"stem.0": 8, "head.2": 8},
+        "add_bits": 8,
+    },
+}
+
+
+def quantize_and_train(
+    config: Config, model: nn.Module, data: digits.DigitsData, epochs: int, lr: float, seed: int
+):
+    """PTQ (calibration) and QAT; the model and its test accuracy after PTQ and after every epoch."""
+    qmodel = ModelQuantizer(config).quantize_model(
+        copy.deepcopy(model), data.loader("train", batch_size=64), progress=False
+    )
+    accuracies = [digits.accuracy(qmodel, data)]
+    for epoch in range(epochs):
+        digits.train(qmodel, data, epochs=1, lr=lr, seed=seed + epoch)
+        accuracies.append(digits.accuracy(qmodel, data))
+    return qmodel, accuracies
+
+
+def per_epoch(accuracies: list[float], float_acc: float) -> str:
+    return (
+        f"PTQ {accuracies[0]:.2f} %; QAT per epoch "
+        + ", ".join(f"{a:.2f}" for a in accuracies[1:])
+        + f" %; final - float {accuracies[-1] - float_acc:+.2f} points"
+    )
+
+
+def run(args: argparse.Namespace) -> None:
     logging.getLogger("quark").setLevel(logging.ERROR)  # the float batch norms are named at every quantize
+    seed, qat_spec = args.seed, TQTSpec(TQTThresholdInitMeth[args.init])
     torch.manual_seed(seed)
     data = digits.load(seed)
     model = digits.train(digits.ResidualCNN(), data, epochs=30, seed=seed)
     float_acc = digits.accuracy(model, data)
     x_test = torch.cat([x for x, _ in data.loader("test", batch_size=512)])
-    print(f"digits ResidualCNN (batch norm kept), seed {seed}: float test accuracy {float_acc:.2f} % on {len(x_test)} images")
-    for b in bits:
-        config = finn(weight_bits=b, act_bits=b, qat_spec=TQTSpec(TQTThresholdInitMeth._3SD))
-        if add_bits is not None:  # the residual addition (its inputs and sum) at another width
-            wider = finn(act_bits=add_bits, qat_spec=TQTSpec(TQTThresholdInitMeth._3SD)).global_quant_config
-            config.layer_type_quant_config["Add"] = QuantizationConfig(input_tensors=wider.input_tensors)
-        qmodel = ModelQuantizer(config).quantize_model(
-            copy.deepcopy(model), data.loader("train", batch_size=64), progress=False
+    print(
+        f"digits ResidualCNN (batch norm kept), seed {seed}: float test accuracy {float_acc:.2f} % on {len(x_test)} "
+        f"images; TQT init {args.init}, Adam lr {args.lr}, {args.epochs} QAT epochs"
+    )
+    if args.sensitivity:
+        for label, changes in SENSITIVITY.items():
+            config = finn(weight_bits=2, act_bits=2, qat_spec=qat_spec, **changes)
+            _, accuracies = quantize_and_train(config, model, data, args.epochs, args.lr, seed)
+            print(f"W2A2, {label}: {per_epoch(accuracies, float_acc)}", flush=True)
+        return
+    wide = dict.fromkeys(args.wide_layers, args.wide_bits)
+    for b in args.bits:
+        config = finn(
+            weight_bits=b, act_bits=b, qat_spec=qat_spec, add_bits=args.add_bits, layer_weight_bits=wide
         )
-        accuracies = [digits.accuracy(qmodel, data)]
-        for epoch in range(epochs):
-            digits.train(qmodel, data, epochs=1, lr=lr, seed=seed + epoch)
-            accuracies.append(digits.accuracy(qmodel, data))
-        label = f"W{b}A{b}" + (f" (addition {add_bits} bits)" if add_bits else "")
-        print(
-            f"{label}: PTQ {accuracies[0]:.2f} %; QAT per epoch "
-            + ", ".join(f"{a:.2f}" for a in accuracies[1:])
-            + f" %; final - float {accuracies[-1] - float_acc:+.2f} points"
-        )
+        qmodel, accuracies = quantize_and_train(config, model, data, args.epochs, args.lr, seed)
+        extras = [f"{', '.join(wide)} weights {args.wide_bits}-bit"] if wide else []
+        extras += [f"addition {args.add_bits}-bit"] if args.add_bits else []
+        label = f"W{b}A{b}" + (f" ({'; '.join(extras)})" if extras else "")
+        print(f"{label}: {per_epoch(accuracies, float_acc)}")
         with tempfile.TemporaryDirectory() as directory:
             result = predictions_through_finn(qmodel.eval(), x_test, Path(directory))
         print(
@@ -103,7 +150,8 @@ def run(bits: list[int], epochs: int, seed: int, lr: float, add_bits: int | None
         print(
             f"  FINN vs torch on the whole test set: identical predictions {result['identical predictions']}"
             f"/{len(x_test)}, max |logit diff| {result['max |finn - torch|']:.3g} "
-            f"(FINN steps {result['finn seconds']:.0f} s)"
+            f"(FINN steps {result['finn seconds']:.0f} s)",
+            flush=True,
         )
 
 
@@ -113,7 +161,15 @@ if __name__ == "__main__":
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument(
+        "--init", choices=["_3SD", "_LL_J"], default="_3SD", help="TQT threshold initialisation"
+    )
     parser.add_argument("--add-bits", type=int, default=None, help="bit width of the residual addition")
+    parser.add_argument("--wide-layers", nargs="*", default=[], help="layers whose weights get --wide-bits")
+    parser.add_argument("--wide-bits", type=int, default=8)
+    parser.add_argument(
+        "--sensitivity", action="store_true", help="W2A2 with one quantizer widened at a time"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
-    run(args.bits, args.epochs, args.seed, args.lr, args.add_bits)
+    run(args)

@@ -200,10 +200,65 @@ def test_float_operations_count_the_nodes_that_are_not_integer(tmp_path):
     assert floats and all(f.split()[0] in ("Gemm", "Relu", "Quant", "Mul") for f in floats)
 
 
-@pytest.mark.parametrize("argument", ["weight_bits", "act_bits", "input_bits"])
+@pytest.mark.parametrize("argument", ["weight_bits", "act_bits", "input_bits", "add_bits"])
 def test_the_preset_names_a_bit_width_it_cannot_build(argument):
     with pytest.raises(ValueError, match=rf"finn\({argument}=5\): allowed \[2, 3, 4, 8\]"):
         finn(**{argument: 5})
+
+
+def test_the_preset_names_a_layer_weight_width_it_cannot_build():
+    with pytest.raises(ValueError, match=r"finn\(layer_weight_bits\['fc'\]=6\): allowed \[2, 3, 4, 8\]"):
+        finn(layer_weight_bits={"fc": 6})
+
+
+class _Residual(nn.Module):
+    """Linear, a residual addition, ReLU, Linear: the first and last layer and an addition."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.inner, self.last = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.first(x))
+        return self.last(torch.relu(h + self.inner(h)))
+
+
+def _codes(quant_tensor) -> torch.Tensor:
+    """Integer codes of a QuantTensor, from its value and scale (the formula, not Brevitas' int())."""
+    return torch.round(quant_tensor.value / quant_tensor.scale).unique()
+
+
+def test_the_preset_widens_the_named_layers_and_the_addition_and_nothing_else(tmp_path):
+    """W2A2 with 8-bit first/last weights and an 8-bit addition (FINN's bnn_pynq ResNet recipe):
+    the named weights and the addition's operands are on 8-bit grids, every other quantizer on a
+    2-bit one, and the export passes the FINN target's checks."""
+    config = finn(2, 2, add_bits=8, layer_weight_bits={"first": 8, "last": 8})
+    assert finn(2, 2, add_bits=2).layer_type_quant_config.keys() == finn(2, 2).layer_type_quant_config.keys()
+    torch.manual_seed(0)
+    qmodel = quantized(config, _Residual())
+    bits = {
+        name: int(module.quant_weight().bit_width) for name, module in qmodel.named_modules() if hasattr(module, "quant_weight")
+    }
+    assert bits == {"first": 8, "inner": 2, "last": 8}
+    assert len(_codes(qmodel.first.quant_weight())) > 4  # more levels than int2 has
+    assert set(_codes(qmodel.inner.quant_weight()).tolist()) <= {-2.0, -1.0, 0.0, 1.0}
+    seen: dict[str, torch.Tensor] = {}
+    hooks = [
+        module.register_forward_hook(lambda m, i, o, name=name: seen.__setitem__(name, o))
+        for name, module in qmodel.named_modules()
+        if type(module).__name__ in ("ActQuantProxyFromInjector",) and module.is_quant_enabled
+    ]
+    x = data(1)[0]
+    qmodel(x)
+    for hook in hooks:
+        hook.remove()
+    widths = {name: int(out.bit_width) for name, out in seen.items()}
+    add_inputs = [name for name in widths if name.startswith("add") and "input_quant" in name]
+    assert add_inputs and all(widths[name] == 8 for name in add_inputs), widths
+    relus = [name for name in widths if "relu" in name]
+    assert len(relus) == 2 and all(widths[name] == 2 for name in relus), widths
+    report = ModelExporter(tmp_path / "m.onnx").export_qonnx_model(qmodel, x)
+    assert report.passed and report.target_checks
 
 
 def test_docs_embed_the_current_finn_requirements():

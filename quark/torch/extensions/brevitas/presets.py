@@ -70,6 +70,8 @@ def finn(
     input_bits: int = 8,
     *,
     input_signed: bool = False,
+    add_bits: int | None = None,
+    layer_weight_bits: dict[str, int] | None = None,
     unsigned: tuple[str, ...] = ("ReLU",),
     per_channel_weights: bool = False,
     qat_spec: QATSpec | None = None,
@@ -85,9 +87,18 @@ def finn(
     ``uint{input_bits}`` (``int`` with ``input_signed``). Biases stay float (FINN folds them into
     thresholds). ``qat_spec`` (e.g. ``TQTSpec(TQTThresholdInitMeth._3SD)``) trains the thresholds.
 
+    Below 4 bits, the usual FINN practice (Brevitas' ``bnn_pynq`` ResNet: 8-bit first and last
+    layer) is expressed with ``layer_weight_bits`` and ``add_bits``; docs/graph.md ("Targets")
+    has the measured effect of each on the digits network.
+
     Args:
         weight_bits, act_bits, input_bits: 2, 3, 4 or 8.
         input_signed: the network input can be negative.
+        add_bits: bit width of the residual additions (both operands, requantized to one scale,
+            and the sum); None: ``act_bits``. Another width needs an addition in the model.
+        layer_weight_bits: layer name -> bit width of its weight (e.g. ``{"stem.0": 8, "fc": 8}``:
+            first and last layer at 8 bits); each name must be a layer of the model, as
+            ``layer_quant_config`` requires.
         unsigned: activation types (class names) whose outputs are non-negative; every type named
             must occur in the model, as ``layer_type_quant_config`` requires.
         per_channel_weights: one weight scale per output channel (FINN folds them into the
@@ -95,8 +106,15 @@ def finn(
         qat_spec: quantization-aware training of every scale.
         exclude: module name patterns left float.
     """
-    for name, bits in (("weight_bits", weight_bits), ("act_bits", act_bits), ("input_bits", input_bits)):
-        if bits not in _INTEGERS:
+    widths = {
+        "weight_bits": weight_bits,
+        "act_bits": act_bits,
+        "input_bits": input_bits,
+        "add_bits": add_bits,
+    }
+    widths |= {f"layer_weight_bits[{layer!r}]": bits for layer, bits in (layer_weight_bits or {}).items()}
+    for name, bits in widths.items():
+        if bits is not None and bits not in _INTEGERS:
             raise ValueError(f"finn({name}={bits!r}): allowed {sorted(_INTEGERS)}")
 
     def activation(dtype: Dtype) -> QuantizationSpec:
@@ -109,31 +127,40 @@ def finn(
             qat_spec=qat_spec,
         )
 
-    if per_channel_weights:
-        weight = QuantizationSpec(
-            dtype=_INTEGERS[weight_bits][0],
-            observer_cls=PerChannelMinMaxObserver,
-            qscheme=QSchemeType.per_channel,
-            ch_axis=0,
-            symmetric=True,
-            scale_type=ScaleType.pof2,
-        )
-    else:
-        weight = QuantizationSpec(
-            dtype=_INTEGERS[weight_bits][0],
+    def weight(bits: int) -> QuantizationSpec:
+        if per_channel_weights:  # TQT learns one threshold per tensor: per-channel scales follow the weights
+            return QuantizationSpec(
+                dtype=_INTEGERS[bits][0],
+                observer_cls=PerChannelMinMaxObserver,
+                qscheme=QSchemeType.per_channel,
+                ch_axis=0,
+                symmetric=True,
+                scale_type=ScaleType.pof2,
+            )
+        return QuantizationSpec(
+            dtype=_INTEGERS[bits][0],
             observer_cls=PerTensorMinMaxObserver,
             symmetric=True,
             scale_type=ScaleType.pof2,
             qat_spec=qat_spec,
         )
+
     network_input = activation(_INTEGERS[input_bits][0 if input_signed else 1])
     non_negative = QuantizationConfig(output_tensors=activation(_INTEGERS[act_bits][1]))
+    per_type = {"GraphInput": QuantizationConfig(input_tensors=network_input)}
+    if add_bits not in (None, act_bits):
+        per_type["Add"] = QuantizationConfig(input_tensors=activation(_INTEGERS[add_bits][0]))
     return Config(
         global_quant_config=QuantizationConfig(
-            input_tensors=activation(_INTEGERS[act_bits][0]), weight=weight, target_device=DeviceType.FINN
+            input_tensors=activation(_INTEGERS[act_bits][0]),
+            weight=weight(weight_bits),
+            target_device=DeviceType.FINN,
         ),
-        layer_type_quant_config={"GraphInput": QuantizationConfig(input_tensors=network_input)}
-        | {name: non_negative for name in unsigned},
+        layer_quant_config={
+            layer: QuantizationConfig(weight=weight(bits))
+            for layer, bits in (layer_weight_bits or {}).items()
+        },
+        layer_type_quant_config=per_type | {name: non_negative for name in unsigned},
         exclude=list(exclude or []),
         quant_mode=QuantizationMode.fx_graph_mode,
     )
