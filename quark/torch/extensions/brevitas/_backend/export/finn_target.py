@@ -23,7 +23,12 @@ from typing import Any
 from torch import nn
 
 from quark.torch.extensions.brevitas._backend.export.errors import TargetCheckError
-from quark.torch.extensions.brevitas._backend.export.support import dtype_name, quantizers
+from quark.torch.extensions.brevitas._backend.export.requirements import (
+    Requirement,
+    dynamic_shapes,
+    spec_problems,
+)
+from quark.torch.extensions.brevitas._backend.export.support import dtype_name
 from quark.torch.extensions.brevitas.graph import GraphInput
 from quark.torch.quantization.config.type import RoundType
 from quark.torch.quantization.tensor_quant import TensorQuant
@@ -32,18 +37,6 @@ logger = logging.getLogger(__name__)
 
 #: widest quantizer FINN's ConvertQONNXtoFINN turns into a MultiThreshold (its default filter)
 MAX_BITS = 8
-
-
-@dataclass(frozen=True)
-class Requirement:
-    """A quantizer spec FINN needs: ``ok(spec)``, else ``field=shown(spec)``; ``allowed``, ``reason``."""
-
-    roles: frozenset[str]
-    field: str
-    ok: Callable[[TensorQuant], bool]
-    shown: Callable[[TensorQuant], str]
-    allowed: str
-    reason: str
 
 
 _ACT = frozenset({"activation"})
@@ -159,16 +152,7 @@ THRESHOLD_ACTIVATIONS = (nn.ReLU,)
 
 def check_specs(model: nn.Module, plans: Sequence[Any]) -> None:
     """Raise :class:`TargetCheckError` naming every quantizer and site FINN rejects, with the fix."""
-    problems = []
-    for name, role, _proxy, spec in quantizers(model):
-        if spec is None:
-            problems.append(f"quantizer {name!r} ({role}): not built from a Quark spec; the FINN check needs one")
-            continue
-        problems += [
-            f"quantizer {name!r} ({role}): {req.field}={req.shown(spec)}; FINN allows {req.allowed} ({req.reason})"
-            for req in REQUIREMENTS
-            if role in req.roles and not req.ok(spec)
-        ]
+    problems = spec_problems(model, REQUIREMENTS, "FINN")
     for req in SITE_REQUIREMENTS:
         problems += [f"site {site!r}: {what}; set {fix} ({req.reason})" for site, what, fix in req.problems(plans)]
     if problems:
@@ -192,11 +176,7 @@ def _activation(plan: Any) -> bool:
 
 def check_graph(model) -> list[str]:
     """Check the written QONNX graph; return the checks passed or raise :class:`TargetCheckError`."""
-    problems = []
-    for value in [*model.graph.input, *model.graph.output]:
-        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in value.type.tensor_type.shape.dim]
-        if any(not isinstance(d, int) or d <= 0 for d in dims):
-            problems.append(f"graph {'input' if value in model.graph.input else 'output'} {value.name!r} has dynamic shape {dims}")
+    problems = dynamic_shapes(model)
     shape_ops = [n.name or n.output[0] for n in model.graph.node if n.op_type == "Shape"]
     if shape_ops:
         problems.append(

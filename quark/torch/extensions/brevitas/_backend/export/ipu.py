@@ -12,8 +12,7 @@ Two checks, each collecting every problem before raising one :class:`TargetCheck
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -21,20 +20,15 @@ from brevitas.nn.quant_layer import QuantWeightBiasInputOutputLayer
 from torch import nn
 
 from quark.torch.extensions.brevitas._backend.export.errors import TargetCheckError
-from quark.torch.extensions.brevitas._backend.export.support import dtype_name, quantizers
+from quark.torch.extensions.brevitas._backend.export.requirements import (
+    Requirement,
+    dynamic_shapes,
+    spec_problems,
+)
+from quark.torch.extensions.brevitas._backend.export.support import dtype_name
 from quark.torch.quantization.config.type import RoundType, ScaleType
-from quark.torch.quantization.tensor_quant import TensorQuant
 
 OPSET = 17
-
-
-@dataclass(frozen=True)
-class Requirement:
-    roles: frozenset[str]
-    field: str
-    ok: Callable[[TensorQuant], bool]
-    shown: Callable[[TensorQuant], str]
-    allowed: str
 
 
 _DATA = frozenset({"activation", "weight"})
@@ -81,18 +75,7 @@ def check_specs(model: nn.Module, plans: Sequence[Any] = ()) -> None:
     upstream (graph mode): those have no input quantizer of their own.
     """
     quantized_upstream = {p.name for p in plans if "input_tensors" in getattr(p, "upstream", {})}
-    problems = []
-    for name, role, _proxy, spec in quantizers(model):
-        if spec is None:
-            problems.append(
-                f"quantizer {name!r} ({role}): not built from a Quark spec; the IPU check needs one"
-            )
-            continue
-        for req in REQUIREMENTS:
-            if role in req.roles and not req.ok(spec):
-                problems.append(
-                    f"quantizer {name!r} ({role}): {req.field}={req.shown(spec)}; IPU allows {req.allowed}"
-                )
+    problems = spec_problems(model, REQUIREMENTS, "IPU")
     for name, layer in model.named_modules():
         if not isinstance(layer, QuantWeightBiasInputOutputLayer) or not layer.weight_quant.is_quant_enabled:
             continue
@@ -120,15 +103,7 @@ def check_graph(model) -> list[str]:
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset != OPSET:
         problems.append(f"opset {opset}; the IPU target takes opset {OPSET}")
-    for value in [*model.graph.input, *model.graph.output]:
-        dims = [
-            d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-            for d in value.type.tensor_type.shape.dim
-        ]
-        if any(not isinstance(d, int) or d <= 0 for d in dims):
-            problems.append(
-                f"graph {'input' if value in model.graph.input else 'output'} {value.name!r} has dynamic shape {dims}"
-            )
+    problems += dynamic_shapes(model)
     for node in model.graph.node:
         if node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
             continue
