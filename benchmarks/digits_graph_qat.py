@@ -5,7 +5,9 @@
 2. Quantize it in graph mode with the FINN preset (``presets.finn``: int weights, unsigned
    activations after ReLU, a uint8 network input, power-of-two TQT thresholds, ties rounded up as
    FINN's MultiThreshold does); batch norm is kept as a float layer during QAT.
-3. QAT in a plain loop (Adam), test accuracy after every epoch.
+3. QAT in a plain loop, test accuracy after every epoch: one Adam for the run, its learning rate
+   cosine-decayed to 0 (``--schedule cosine``), or constant (``constant``), or the loop before,
+   a fresh Adam every epoch (``restart``: ``benchmarks/digits_qat_restart.py`` shows its cost).
 4. Export QONNX (verified against torch), make the network input integer, run FINN's
    ConvertQONNXtoFINN and StreamlinePlus, and compare FINN's predictions with torch's on the whole
    test set; count the float nodes left between the first and last compute layer.
@@ -17,7 +19,7 @@ al.'s search instead of 3 standard deviations. ``--sensitivity`` trains the W2A2
 quantizer widened at a time (no FINN) to show which costs most.
 
     .venv/bin/python benchmarks/digits_graph_qat.py [--bits 4 2] [--epochs 8] [--seed 0] [--init _3SD]
-        [--add-bits 8] [--wide-layers stem.0 head.2] [--sensitivity]
+        [--add-bits 8] [--wide-layers stem.0 head.2] [--sensitivity] [--schedule cosine] [--merge-bn]
 """
 
 from __future__ import annotations
