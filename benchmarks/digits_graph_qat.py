@@ -5,7 +5,9 @@
 2. Quantize it in graph mode with the FINN preset (``presets.finn``: int weights, unsigned
    activations after ReLU, a uint8 network input, power-of-two TQT thresholds, ties rounded up as
    FINN's MultiThreshold does); batch norm is kept as a float layer during QAT.
-3. QAT in a plain loop (Adam), test accuracy after every epoch.
+3. QAT in a plain loop, test accuracy after every epoch: one Adam for the run, its learning rate
+   cosine-decayed to 0 (``--schedule cosine``), or constant (``constant``), or the loop before,
+   a fresh Adam every epoch (``restart``: ``benchmarks/digits_qat_restart.py`` shows its cost).
 4. Export QONNX (verified against torch), make the network input integer, run FINN's
    ConvertQONNXtoFINN and StreamlinePlus, and compare FINN's predictions with torch's on the whole
    test set; count the float nodes left between the first and last compute layer.
@@ -17,7 +19,7 @@ al.'s search instead of 3 standard deviations. ``--sensitivity`` trains the W2A2
 quantizer widened at a time (no FINN) to show which costs most.
 
     .venv/bin/python benchmarks/digits_graph_qat.py [--bits 4 2] [--epochs 8] [--seed 0] [--init _3SD]
-        [--add-bits 8] [--wide-layers stem.0 head.2] [--sensitivity]
+        [--add-bits 8] [--wide-layers stem.0 head.2] [--sensitivity] [--schedule cosine] [--merge-bn]
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from torch import nn
 from quark.torch.examples import digits
 from quark.torch.extensions.brevitas._backend.export import finn_target
 from quark.torch.extensions.brevitas._backend.export.finn import finn_handoff
+from quark.torch.extensions.brevitas.algos import Preprocess
 from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
 from quark.torch.extensions.brevitas.presets import finn
 from quark.torch.quantization.config.config import Config, TQTSpec
@@ -91,17 +94,29 @@ SENSITIVITY: dict[str, dict] = {
 
 
 def quantize_and_train(
-    config: Config, model: nn.Module, data: digits.DigitsData, epochs: int, lr: float, seed: int
-):
+    config: Config, model: nn.Module, data: digits.DigitsData, args: argparse.Namespace
+) -> tuple[nn.Module, list[float]]:
     """PTQ (calibration) and QAT; the model and its test accuracy after PTQ and after every epoch."""
     qmodel = ModelQuantizer(config).quantize_model(
         copy.deepcopy(model), data.loader("train", batch_size=64), progress=False
     )
     accuracies = [digits.accuracy(qmodel, data)]
-    for epoch in range(epochs):
-        digits.train(qmodel, data, epochs=1, lr=lr, seed=seed + epoch)
-        accuracies.append(digits.accuracy(qmodel, data))
+    record = lambda epoch, m: accuracies.append(digits.accuracy(m, data))
+    if args.schedule == "restart":  # the loop before: a fresh Adam (moments reset) every epoch
+        for epoch in range(args.epochs):
+            digits.train(qmodel, data, epochs=1, lr=args.lr, seed=args.seed + epoch, on_epoch=record)
+    else:
+        schedule = {"cosine": "cosine", "constant": None}[args.schedule]
+        digits.train(qmodel, data, args.epochs, args.lr, args.seed, schedule=schedule, on_epoch=record)
     return qmodel, accuracies
+
+
+#: --schedule -> how the header names it
+SCHEDULES = {
+    "cosine": "one optimizer, cosine decay to 0",
+    "constant": "one optimizer, constant",
+    "restart": "a fresh optimizer every epoch, constant",
+}
 
 
 def per_epoch(accuracies: list[float], float_acc: float) -> str:
@@ -120,14 +135,16 @@ def run(args: argparse.Namespace) -> None:
     model = digits.train(digits.ResidualCNN(), data, epochs=30, seed=seed)
     float_acc = digits.accuracy(model, data)
     x_test = torch.cat([x for x, _ in data.loader("test", batch_size=512)])
+    batch_norm = "batch norm merged before QAT" if args.merge_bn else "batch norm kept"
     print(
-        f"digits ResidualCNN (batch norm kept), seed {seed}: float test accuracy {float_acc:.2f} % on {len(x_test)} "
-        f"images; TQT init {args.init}, Adam lr {args.lr}, {args.epochs} QAT epochs"
+        f"digits ResidualCNN ({batch_norm}), seed {seed}: float test accuracy {float_acc:.2f} % on {len(x_test)} "
+        f"images; TQT init {args.init}, Adam lr {args.lr} ({SCHEDULES[args.schedule]}), {args.epochs} QAT epochs"
     )
     if args.sensitivity:
         for label, changes in SENSITIVITY.items():
             config = finn(weight_bits=2, act_bits=2, qat_spec=qat_spec, **changes)
-            _, accuracies = quantize_and_train(config, model, data, args.epochs, args.lr, seed)
+            config.pre_quant_opt_config = [Preprocess(equalize_iterations=0)] if args.merge_bn else []
+            _, accuracies = quantize_and_train(config, model, data, args)
             print(f"W2A2, {label}: {per_epoch(accuracies, float_acc)}", flush=True)
         return
     wide = dict.fromkeys(args.wide_layers, args.wide_bits)
@@ -135,7 +152,8 @@ def run(args: argparse.Namespace) -> None:
         config = finn(
             weight_bits=b, act_bits=b, qat_spec=qat_spec, add_bits=args.add_bits, layer_weight_bits=wide
         )
-        qmodel, accuracies = quantize_and_train(config, model, data, args.epochs, args.lr, seed)
+        config.pre_quant_opt_config = [Preprocess(equalize_iterations=0)] if args.merge_bn else []
+        qmodel, accuracies = quantize_and_train(config, model, data, args)
         extras = [f"{', '.join(wide)} weights {args.wide_bits}-bit"] if wide else []
         extras += [f"addition {args.add_bits}-bit"] if args.add_bits else []
         label = f"W{b}A{b}" + (f" ({'; '.join(extras)})" if extras else "")
@@ -161,6 +179,16 @@ if __name__ == "__main__":
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument(
+        "--schedule",
+        choices=["cosine", "constant", "restart"],
+        default="cosine",
+        help="QAT loop: one Adam, lr cosine-decayed to 0 (cosine) or constant; restart: a fresh Adam every "
+        "epoch at a constant lr (the loop before)",
+    )
+    parser.add_argument(
+        "--merge-bn", action="store_true", help="merge batch norm into the convolutions before QAT (Preprocess)"
+    )
     parser.add_argument(
         "--init", choices=["_3SD", "_LL_J"], default="_3SD", help="TQT threshold initialisation"
     )

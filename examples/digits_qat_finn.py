@@ -3,7 +3,8 @@
 1. Train ``digits.ResidualCNN`` (conv, a residual block with batch norm, max pooling, a linear head).
 2. PTQ in graph mode with the FINN preset: 4-bit weights and activations, power-of-two TQT
    thresholds (``_3SD`` init), an unsigned 8-bit input, every tensor between layers quantized.
-3. QAT in a plain loop (Adam), test accuracy after every epoch; then freeze.
+3. QAT in a plain loop (one Adam for the run, learning rate cosine-decayed to 0), test accuracy
+   after every epoch; then freeze.
 4. Export QONNX, executed and compared with torch.
 5. FINN's dataflow for the Pynq-Z1 (xc7z020clg400-1, 100 MHz): one partition of hardware layers
    taking UINT8 pixels (``integer_input=True``), executed in Python on the whole test set and
@@ -128,11 +129,12 @@ def run(epochs: int, out: Path, seed: int, float_epochs: int, lr: float, target_
         qmodel = ModelQuantizer(config).quantize_model(model, data.loader("train"), progress=False)
         accuracy["PTQ"] = digits.accuracy(qmodel, data)
 
-    with timer(f"QAT, {epochs} epoch(s)"):
-        for epoch in range(1, epochs + 1):
-            digits.train(qmodel, data, epochs=1, lr=lr, seed=seed + epoch)
-            accuracy[f"QAT epoch {epoch}"] = digits.accuracy(qmodel, data)
-            print(f"    epoch {epoch}: test accuracy {accuracy[f'QAT epoch {epoch}']:.2f} %", flush=True)
+    def record(epoch: int, qmodel: torch.nn.Module) -> None:
+        accuracy[f"QAT epoch {epoch}"] = digits.accuracy(qmodel, data)
+        print(f"    epoch {epoch}: test accuracy {accuracy[f'QAT epoch {epoch}']:.2f} %", flush=True)
+
+    with timer(f"QAT, {epochs} epoch(s), one Adam, learning rate cosine-decayed to 0"):
+        digits.train(qmodel, data, epochs, lr, seed, schedule="cosine", on_epoch=record)
         freeze(qmodel)
 
     qonnx_path = out / f"digits_w{BITS}a{BITS}.qonnx.onnx"
@@ -244,7 +246,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=Path("demo_output"), help="output directory")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--float-epochs", type=int, default=30, help="float training epochs (default 30)")
-    parser.add_argument("--lr", type=float, default=1e-3, help="QAT learning rate (Adam)")
+    parser.add_argument("--lr", type=float, default=1e-3, help="QAT peak learning rate (Adam, cosine decay)")
     parser.add_argument(
         "--target-fps", type=float, default=20_000, help="FINN folding target (default 20,000)"
     )
