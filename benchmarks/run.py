@@ -8,7 +8,8 @@ Runs the measuring functions of the scripts beside this one (each also has its o
 - ``formats``: accuracy change of int8 / fp8 / MX configs (``formats_accuracy.py``; MiniLM's
   embedding cosine too, full run only);
 - ``minilm``: all-MiniLM-L6-v2 embedding fidelity, round-to-nearest and the best algorithm per
-  configuration (``minilm_fidelity.py``; full run only);
+  configuration (``minilm_fidelity.py``; not in ``--quick`` unless named with ``--only``, then
+  round-to-nearest only);
 - ``qat_speed``: QAT step time against float (``qat_step_speed.py``);
 - ``graph_speed``: graph-mode QAT step and calibration against float (``graph_speed.py``);
 - ``export``: export time and verification per zoo model, config and format (``export_zoo.py``);
@@ -80,6 +81,9 @@ MINILM_ROWS = [
 def _minilm(quick: bool) -> dict:
     import minilm_fidelity
 
+    if quick:  # round-to-nearest rows only, fewer sentences
+        rows = [row for row in MINILM_ROWS if row.endswith("| RTN")]
+        return minilm_fidelity.measure(rows, n_calib=32, n_eval=64, eval_offset=1000)
     return minilm_fidelity.measure(MINILM_ROWS, n_calib=128, n_eval=256, eval_offset=1000)
 
 

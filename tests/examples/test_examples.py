@@ -48,6 +48,7 @@ def test_minilm_smoothquant_gptq():
     assert tuned["min_cosine"] > rtn["min_cosine"]
 
 
+@pytest.mark.slow
 def test_quark_extension_script(tmp_path):
     path = tmp_path / "digits.onnx"
     result = load("quark_extension_script").main(["--output", str(path)])
