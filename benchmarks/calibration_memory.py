@@ -68,9 +68,8 @@ def child(num_batches: int, threads: int, control: bool) -> dict:
     return {"batches": num_batches, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def main(counts: list[int], threads: int, control: bool) -> None:
-    what = "control: one observer keeps every tensor" if control else "the package's observers"
-    print(f"calibration peak RSS, CNN 4x conv64 on 16x3x32x32 batches, {threads} thread(s), {what}, one process per count")
+def measure(counts: list[int], threads: int = 1, control: bool = False) -> list[dict]:
+    """One fresh process per count: ``[{"batches": n, "peak_rss_mib": m}, ...]``."""
     rows = []
     for count in counts:
         result = subprocess.run(
@@ -78,6 +77,13 @@ def main(counts: list[int], threads: int, control: bool) -> None:
             capture_output=True, text=True, check=True,
         )  # fmt: skip
         rows.append(json.loads(result.stdout.strip().splitlines()[-1]))
+    return rows
+
+
+def main(counts: list[int], threads: int, control: bool) -> None:
+    what = "control: one observer keeps every tensor" if control else "the package's observers"
+    print(f"calibration peak RSS, CNN 4x conv64 on 16x3x32x32 batches, {threads} thread(s), {what}, one process per count")
+    rows = measure(counts, threads, control)
     base = rows[0]["peak_rss_mib"]
     for row in rows:
         print(f"  {row['batches']:>5} batches: peak RSS {row['peak_rss_mib']:7.1f} MiB  ({row['peak_rss_mib'] - base:+7.1f} MiB)")

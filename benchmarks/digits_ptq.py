@@ -59,28 +59,75 @@ CONFIGS = {
 }
 
 
-def run(seeds: list[int]) -> None:
-    results: dict[str, list[float]] = {name: [] for name in CONFIGS}
-    times: dict[str, list[float]] = {name: [] for name in CONFIGS}
+def measure(seeds: list[int], configs: list[str] | None = None) -> dict:
+    """Float test accuracy per seed; per config, the accuracy change (points) and quantize wall
+    time (s) per seed, with their medians."""
+    names = list(CONFIGS) if configs is None else configs
+    results: dict[str, list[float]] = {name: [] for name in names}
+    times: dict[str, list[float]] = {name: [] for name in names}
     floats = []
     for seed in seeds:
         model, data = digits.trained_cnn(seed)
         float_acc = digits.accuracy(model, data)
         floats.append(float_acc)
         calib = data.loader("train", batch_size=64)
-        for name, config in CONFIGS.items():
+        for name in names:
             start = time.perf_counter()
-            qmodel = ModelQuantizer(config).quantize_model(model, calib, progress=False)
+            qmodel = ModelQuantizer(CONFIGS[name]).quantize_model(model, calib, progress=False)
             times[name].append(time.perf_counter() - start)
             results[name].append(digits.accuracy(qmodel, data) - float_acc)
-    print(f"digits CNN, {len(data.test)} test images, seeds {seeds}; float accuracy per seed: "
-          + ", ".join(f"{a:.2f}%" for a in floats))
+    return {
+        "test_images": len(data.test),
+        "seeds": seeds,
+        "float_accuracy": floats,
+        "configs": {
+            name: {
+                "accuracy_change": results[name],
+                "accuracy_change_median": statistics.median(results[name]),
+                "quantize_s": times[name],
+                "quantize_s_median": statistics.median(times[name]),
+            }
+            for name in names
+        },
+    }
+
+
+def bit_sweep(seeds: list[int], bits: list[int]) -> dict:
+    """Test accuracy (mean over seeds) against bit width: weights per channel and inputs per tensor
+    at the same width (W{b}A{b}), and weights alone at that width with 8-bit inputs (W{b}A8);
+    the extension's config (int quantization, float scales, Preprocess)."""
+    def config(w: int, a: int) -> bcfg.Config:
+        return extension(bcfg.QuantizationSpec(bit_width=w, qscheme=QSchemeType.per_channel),
+                         bcfg.QuantizationSpec(bit_width=a))
+
+    series: dict[str, dict[int, list[float]]] = {"W{b}A{b}": {}, "W{b}A8": {}}
+    floats = []
+    for seed in seeds:
+        model, data = digits.trained_cnn(seed)
+        floats.append(digits.accuracy(model, data))
+        calib = data.loader("train", batch_size=64)
+        for b in bits:
+            for name, cfg in (("W{b}A{b}", config(b, b)), ("W{b}A8", config(b, 8))):
+                qmodel = ModelQuantizer(cfg).quantize_model(model, calib, progress=False)
+                series[name].setdefault(b, []).append(digits.accuracy(qmodel, data))
+    return {
+        "seeds": seeds,
+        "float_accuracy": statistics.mean(floats),
+        "bits": bits,
+        "accuracy": {name: [statistics.mean(per_bit[b]) for b in bits] for name, per_bit in series.items()},
+    }
+
+
+def run(seeds: list[int]) -> None:
+    result = measure(seeds)
+    print(f"digits CNN, {result['test_images']} test images, seeds {seeds}; float accuracy per seed: "
+          + ", ".join(f"{a:.2f}%" for a in result["float_accuracy"]))
     width = max(map(len, CONFIGS))
     print(f"{'config':<{width}}  {'accuracy change per seed (points)':<36}  median   quantize s (median)")
-    for name in CONFIGS:
-        per_seed = ", ".join(f"{d:+.2f}" for d in results[name])
-        print(f"{name:<{width}}  {per_seed:<36}  {statistics.median(results[name]):+.2f}   "
-              f"{statistics.median(times[name]):.2f}")
+    for name, row in result["configs"].items():
+        per_seed = ", ".join(f"{d:+.2f}" for d in row["accuracy_change"])
+        print(f"{name:<{width}}  {per_seed:<36}  {row['accuracy_change_median']:+.2f}   "
+              f"{row['quantize_s_median']:.2f}")
 
 
 if __name__ == "__main__":

@@ -101,6 +101,15 @@ def run(models: list[str], exporters: list[bool], width: int) -> list[tuple]:
     return rows
 
 
+def measure(models: list[str], width: int = 60) -> list[dict]:
+    """The rows of :func:`run` (TorchScript exporter) as dicts keyed by ``HEADERS``; ``s`` a float
+    (None for a refused or failed export)."""
+    rows = [dict(zip(HEADERS, row)) for row in run(models, [False], width)]
+    for row in rows:
+        row["s"] = float(row["s"]) if row["s"] else None
+    return rows
+
+
 def _cause(error: Exception) -> str:
     """The informative part of an export error (torch.export buries it under an 'Exception summary')."""
     text = str(error)

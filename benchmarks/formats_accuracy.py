@@ -40,7 +40,8 @@ CONFIGS = {
 }
 
 
-def digits_rows(seeds: list[int]) -> dict[str, str]:
+def digits_changes(seeds: list[int]) -> dict:
+    """Float accuracy per seed, and per config the accuracy change (points) per seed."""
     changes: dict[str, list[float]] = {name: [] for name in CONFIGS}
     floats = []
     for seed in seeds:
@@ -51,11 +52,11 @@ def digits_rows(seeds: list[int]) -> dict[str, str]:
         for name, cfg in CONFIGS.items():
             qmodel = ModelQuantizer(cfg).quantize_model(model, calib, progress=False)
             changes[name].append(digits.accuracy(qmodel, data) - base)
-    print(f"digits CNN float accuracy per seed: {', '.join(f'{a:.2f}%' for a in floats)}")
-    return {name: f"{statistics.mean(v):+.2f} ({', '.join(f'{d:+.2f}' for d in v)})" for name, v in changes.items()}
+    return {"float_accuracy": floats, "accuracy_change": changes}
 
 
-def minilm_rows() -> dict[str, str]:
+def minilm_cosines() -> dict[str, float]:
+    """Per config, the mean cosine of MiniLM's embeddings to the float ones (128 held-out sentences)."""
     from quark.torch.examples import minilm
 
     model, tokenizer = minilm.load()
@@ -64,15 +65,32 @@ def minilm_rows() -> dict[str, str]:
     rows = {}
     for name, cfg in CONFIGS.items():
         qmodel = ModelQuantizer(cfg).quantize_model(model, calib, progress=False)
-        rows[name] = f"{minilm.embedding_similarity(model, qmodel, test):.4f}"
+        rows[name] = minilm.embedding_similarity(model, qmodel, test)
     return rows
 
 
-def main(seeds: list[int], skip_minilm: bool) -> None:
+def measure(seeds: list[int], with_minilm: bool = True) -> dict:
     warnings.simplefilter("ignore")  # transformers' deprecation notices are not ours to act on
-    table = {"digits accuracy change, mean (per seed), points": digits_rows(seeds)}
-    if not skip_minilm:
-        table["all-MiniLM-L6-v2 embedding cosine vs float"] = minilm_rows()
+    result = {"seeds": seeds, "digits": digits_changes(seeds)}
+    if with_minilm:
+        result["minilm_cosine"] = minilm_cosines()
+    return result
+
+
+def main(seeds: list[int], skip_minilm: bool) -> None:
+    result = measure(seeds, not skip_minilm)
+    found = result["digits"]
+    print(f"digits CNN float accuracy per seed: {', '.join(f'{a:.2f}%' for a in found['float_accuracy'])}")
+    table = {
+        "digits accuracy change, mean (per seed), points": {
+            name: f"{statistics.mean(v):+.2f} ({', '.join(f'{d:+.2f}' for d in v)})"
+            for name, v in found["accuracy_change"].items()
+        }
+    }
+    if "minilm_cosine" in result:
+        table["all-MiniLM-L6-v2 embedding cosine vs float"] = {
+            name: f"{cos:.4f}" for name, cos in result["minilm_cosine"].items()
+        }
     width = max(map(len, CONFIGS))
     for column, rows in table.items():
         print(f"\n{'config':<{width}}  {column}")

@@ -87,29 +87,44 @@ def calibration_times(model: nn.Module, data: list[torch.Tensor], repeats: int =
     return statistics.median(forward), statistics.median(calib)
 
 
-def main(steps: int, batches: int) -> None:
+def measure(steps: int, batches: int, threads: tuple[int, ...] = (1, 2)) -> dict:
+    """Per thread count: QAT step medians (s) and ratios to float, graph-mode calibration per batch
+    against a float forward pass."""
     logging.getLogger("quark").setLevel(logging.ERROR)  # the float batch norms are named at every quantize
     torch.manual_seed(0)
     x, y = torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,))
     data = [torch.randn(32, 3, 32, 32) for _ in range(batches)]
     model = cnn()
-    print(f"6-conv CNN, batch 32, 3x32x32, W8A8 pof2 TQT; QAT: {steps} interleaved steps; calibration: {batches} batches")
-    for threads in (1, 2):
-        torch.set_num_threads(threads)
+    result = {"steps": steps, "batches": batches, "threads": {}}
+    for count in threads:
+        torch.set_num_threads(count)
         variants = {
             "float": step_fn(copy.deepcopy(model), x, y),
             "graph (fx)": step_fn(quantized(copy.deepcopy(model), QuantizationMode.fx_graph_mode, data[:4]), x, y),
             "layerwise": step_fn(quantized(copy.deepcopy(model), QuantizationMode.eager_mode, data[:4]), x, y),
         }
         medians = step_times(variants, steps)
-        base = medians["float"]
-        print(f"{threads} thread(s), QAT step: median ms and ratio to float")
-        for name, med in medians.items():
-            print(f"  {name:<12}{1e3 * med:8.2f} ms   x{med / base:.2f}")
         forward, calib = calibration_times(model, data)
+        result["threads"][count] = {
+            "step_median_s": medians,
+            "step_ratio_to_float": {name: med / medians["float"] for name, med in medians.items()},
+            "calibration_s_per_batch": calib,
+            "float_forward_s_per_batch": forward,
+            "calibration_ratio_to_forward": calib / forward,
+        }
+    return result
+
+
+def main(steps: int, batches: int) -> None:
+    result = measure(steps, batches)
+    print(f"6-conv CNN, batch 32, 3x32x32, W8A8 pof2 TQT; QAT: {steps} interleaved steps; calibration: {batches} batches")
+    for threads, row in result["threads"].items():
+        print(f"{threads} thread(s), QAT step: median ms and ratio to float")
+        for name, med in row["step_median_s"].items():
+            print(f"  {name:<12}{1e3 * med:8.2f} ms   x{row['step_ratio_to_float'][name]:.2f}")
         print(
-            f"{threads} thread(s), graph-mode calibration: {1e3 * calib:.2f} ms per batch vs float forward "
-            f"{1e3 * forward:.2f} ms   x{calib / forward:.2f}"
+            f"{threads} thread(s), graph-mode calibration: {1e3 * row['calibration_s_per_batch']:.2f} ms per batch "
+            f"vs float forward {1e3 * row['float_forward_s_per_batch']:.2f} ms   x{row['calibration_ratio_to_forward']:.2f}"
         )
 
 

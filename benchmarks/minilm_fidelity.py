@@ -104,17 +104,16 @@ def neighbour_agreement(reference: torch.Tensor, candidate: torch.Tensor) -> flo
     return float((nearest(reference) == nearest(candidate)).float().mean())
 
 
-def main(rows: list[str], n_calib: int, n_eval: int, eval_offset: int) -> None:
+def measure(rows: list[str], n_calib: int, n_eval: int, eval_offset: int, report=None) -> dict:
+    """Per row: mean and minimum cosine, nearest-neighbour agreement, PTQ seconds and peak MiB;
+    ``report(name, row)`` is called as each row is done."""
     warnings.simplefilter("ignore")  # transformers' deprecation notices are not ours to act on
     torch.set_num_threads(1)
     model, tokenizer = minilm.load()
     calib = minilm.batches(tokenizer, minilm.sentences(n_calib))
     test = minilm.batches(tokenizer, minilm.sentences(n_eval, offset=eval_offset))
     reference = embeddings(model, test)
-    print(f"all-MiniLM-L6-v2, {n_calib} calibration sentences, {n_eval} other evaluation sentences, 1 thread")
-    print(
-        f"{'configuration | algorithm':<44} {'mean cos':>8} {'min cos':>8} {'NN agree':>8} {'PTQ s':>7} {'peak MiB':>8}"
-    )
+    results = {}
     for name in rows:
         spec, pre, post = ROWS[name]
         peak_rss_reset()
@@ -122,12 +121,34 @@ def main(rows: list[str], n_calib: int, n_eval: int, eval_offset: int) -> None:
         quantized = ModelQuantizer(config(spec, pre, post)).quantize_model(model, calib, progress=False)
         seconds = time.perf_counter() - start
         peak = peak_rss_mib()
-        cos = (embeddings(quantized, test) * reference).sum(-1)
-        agree = neighbour_agreement(reference, embeddings(quantized, test))
+        candidate = embeddings(quantized, test)
+        cos = (candidate * reference).sum(-1)
+        results[name] = {
+            "mean_cosine": float(cos.mean()),
+            "min_cosine": float(cos.min()),
+            "nn_agreement": neighbour_agreement(reference, candidate),
+            "ptq_s": seconds,
+            "peak_mib": peak,
+        }
+        if report is not None:
+            report(name, results[name])
+    return {"calib": n_calib, "eval": n_eval, "eval_offset": eval_offset, "rows": results}
+
+
+def main(rows: list[str], n_calib: int, n_eval: int, eval_offset: int) -> None:
+    print(f"all-MiniLM-L6-v2, {n_calib} calibration sentences, {n_eval} other evaluation sentences, 1 thread")
+    print(
+        f"{'configuration | algorithm':<44} {'mean cos':>8} {'min cos':>8} {'NN agree':>8} {'PTQ s':>7} {'peak MiB':>8}"
+    )
+
+    def report(name: str, r: dict) -> None:
         print(
-            f"{name:<44} {cos.mean():8.4f} {cos.min():8.4f} {agree:8.3f} {seconds:7.1f} {peak:8.0f}",
+            f"{name:<44} {r['mean_cosine']:8.4f} {r['min_cosine']:8.4f} {r['nn_agreement']:8.3f} "
+            f"{r['ptq_s']:7.1f} {r['peak_mib']:8.0f}",
             flush=True,
         )
+
+    measure(rows, n_calib, n_eval, eval_offset, report)
 
 
 if __name__ == "__main__":

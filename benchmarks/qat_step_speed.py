@@ -67,7 +67,8 @@ def step_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor):
     return step
 
 
-def main(steps: int, threads: int) -> None:
+def measure(steps: int, threads: int) -> dict:
+    """Median step seconds per variant and its ratio to float, the variants interleaved."""
     torch.manual_seed(0)
     torch.set_num_threads(threads)
     x, y = torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,))
@@ -88,10 +89,19 @@ def main(steps: int, threads: int) -> None:
             step()
             times[name].append(time.perf_counter() - start)
     base = statistics.median(times["float"])
+    return {
+        "steps": steps,
+        "threads": threads,
+        "median_s": {name: statistics.median(values) for name, values in times.items()},
+        "ratio_to_float": {name: statistics.median(values) / base for name, values in times.items()},
+    }
+
+
+def main(steps: int, threads: int) -> None:
+    result = measure(steps, threads)
     print(f"QAT step, 6-conv CNN, batch 32, 3x32x32, {steps} steps, {threads} thread(s); median ms and ratio to float")
-    for name, values in times.items():
-        med = statistics.median(values)
-        print(f"  {name:<26}{1e3 * med:8.2f} ms   x{med / base:.2f}")
+    for name, med in result["median_s"].items():
+        print(f"  {name:<26}{1e3 * med:8.2f} ms   x{result['ratio_to_float'][name]:.2f}")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,10 @@ how the scale is computed. Three things do not survive unchanged, measured with 
   ``GroupwiseWeightQuantProxyFromInjector``. QONNX: one Quant node on the grouped view, whose
   scale broadcasts. QCDQ: integer weights reshaped to (groups, group elements) and dequantized per
   axis 0 (a 1-D scale, valid from opset 13), then reshaped back.
+- **Frozen weight quantizers**. GPTQ / GPFQ freeze a layer's weight statistics by giving its proxy
+  a subclass (``algorithms/frozen.py``); Brevitas looks handlers up by the proxy's exact class, so
+  these proxies had none and the export failed (``'NoneType' object is not callable``). The
+  managers below look a frozen proxy up by the Brevitas class it extends.
 
 The managers are Brevitas' with these handlers first in their ``handlers`` list (Brevitas picks
 the first handler whose ``handled_layer`` is exactly the proxy's class).
@@ -46,6 +50,7 @@ from brevitas.proxy.groupwise_int_parameter_quant import GroupwiseWeightQuantPro
 from brevitas.quant.solver.common import solve_float_to_int_impl_from_enum
 from torch import Tensor
 
+from quark.torch.extensions.brevitas._backend.algorithms.frozen import FrozenProxyMixin
 from quark.torch.extensions.brevitas._backend.export.formats import ExportFormat
 from quark.torch.extensions.brevitas._backend.export.support import spec_of
 from quark.torch.extensions.brevitas._backend.quantizers import RoundHalfAwayFromZeroSte
@@ -225,22 +230,39 @@ class QCDQGroupwiseWeightHandler(ClipMixin, ONNXBaseHandler):
         return y, kw["scale"], kw["zero_point"], kw["bit_width"]
 
 
+class FrozenProxyLookup:
+    """A manager mixin: a frozen proxy gets the handler of the Brevitas proxy class it extends."""
+
+    @classmethod
+    def handler_from_module(cls, module, no_inheritance=False):
+        handler = super().handler_from_module(module, no_inheritance)
+        if handler is None and isinstance(module, FrozenProxyMixin):
+            base = next(c for c in type(module).__mro__ if not issubclass(c, FrozenProxyMixin))
+            handled = (h for h in cls.handlers if base in _classes(h.handled_layer))
+            handler = next(handled, None)
+        return handler
+
+
+def _classes(handled_layer) -> tuple[type, ...]:
+    return handled_layer if isinstance(handled_layer, tuple) else (handled_layer,)
+
+
 _QONNX_HANDLERS = [QONNXActHandler, QONNXBiasHandler, QONNXWeightHandler, QONNXGroupwiseWeightHandler]
 
 
-class QONNXExportManager(QONNXManager):
+class QONNXExportManager(FrozenProxyLookup, QONNXManager):
     handlers = [*_QONNX_HANDLERS, *QONNXManager.handlers]
 
 
-class QONNXDynamoExportManager(QONNXDynamoManager):
+class QONNXDynamoExportManager(FrozenProxyLookup, QONNXDynamoManager):
     handlers = [*_QONNX_HANDLERS, *QONNXDynamoManager.handlers]
 
 
-class QCDQExportManager(StdQCDQONNXManager):
+class QCDQExportManager(FrozenProxyLookup, StdQCDQONNXManager):
     handlers = [QCDQGroupwiseWeightHandler, *StdQCDQONNXManager.handlers]
 
 
-class QCDQDynamoExportManager(StdQCDQONNXDynamoManager):
+class QCDQDynamoExportManager(FrozenProxyLookup, StdQCDQONNXDynamoManager):
     handlers = [QCDQGroupwiseWeightHandler, *StdQCDQONNXDynamoManager.handlers]
 
 
