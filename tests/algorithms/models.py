@@ -133,10 +133,10 @@ def image_batches(count: int = 4, batch: int = 8, seed: int = 1) -> list[tuple[t
     ]
 
 
-def gpt2(seed: int = 0) -> nn.Module:
+def gpt2(seed: int = 0, layers: int = 2) -> nn.Module:
     """transformers' GPT-2 (Conv1D layers) with a tiny random config: no download."""
     from transformers import GPT2Config, GPT2Model
 
     torch.manual_seed(seed)
-    config = GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=HIDDEN, n_layer=2, n_head=HEADS)
+    config = GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=HIDDEN, n_layer=layers, n_head=HEADS)
     return GPT2Model(config).eval()

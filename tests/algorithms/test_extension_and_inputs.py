@@ -260,3 +260,14 @@ def test_gpt2_smoothquant_and_gptq():
     gptq = ModelQuantizer(config).quantize_model(model, data, progress=False)
     error = lambda m: float((hidden(m, data) - reference).pow(2).mean())
     assert error(gptq) < error(rtn)
+
+
+def test_one_block_model_returning_a_model_output_is_smoothed_as_one_block():
+    """One decoder layer: the whole model is the block, and its output is a transformers
+    ``ModelOutput`` (a dict), not a tensor: the pairs are checked on its tensors (this crashed with
+    "'BaseModelOutputWithPastAndCrossAttentions' object has no attribute 'device'")."""
+    model, data = models.gpt2(layers=1), gpt2_data()
+    reference = hidden(model, data)
+    smoothed = SmoothQuantConfig(alpha=0.5).apply(copy.deepcopy(model), data)
+    assert torch.allclose(hidden(smoothed, data), reference, rtol=1e-4, atol=1e-4)
+    assert not torch.equal(smoothed.h[0].mlp.c_fc.weight, model.h[0].mlp.c_fc.weight)

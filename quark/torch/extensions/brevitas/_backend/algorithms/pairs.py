@@ -20,7 +20,7 @@ The layers left without a pair are returned, for the algorithms to name in a war
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -268,20 +268,31 @@ def _candidates(block: nn.Module, args: tuple, kwargs: dict, config: Any) -> lis
     return pairs
 
 
+def _output_tensors(out: Any) -> list[torch.Tensor]:
+    """The floating-point tensors of a block's output: a tensor, or tuples, lists and dicts of them
+    (transformers' ``ModelOutput`` is a dict)."""
+    if isinstance(out, torch.Tensor):
+        return [out] if out.is_floating_point() else []
+    values = out.values() if isinstance(out, Mapping) else out if isinstance(out, (tuple, list)) else ()
+    return [t for v in values for t in _output_tensors(v)]
+
+
 @torch.no_grad()
 def _preserves_function(
-    block: nn.Module, pair: Pair, args: tuple, kwargs: dict, reference: torch.Tensor
+    block: nn.Module, pair: Pair, args: tuple, kwargs: dict, reference: list[torch.Tensor]
 ) -> bool:
     trial = copy.deepcopy(block)
     generator = torch.Generator().manual_seed(0)
     scale = 2.0 ** (torch.rand(prev_channels(block, pair), generator=generator) * 2 - 1)  # in [0.5, 2]
-    fold(trial, pair, scale.to(reference.device))
+    fold(trial, pair, scale.to(reference[0].device))
     with quantization_status_manager(
         trial, disable_act_quant=True, disable_weight_quant=True, disable_bias_quant=True
     ):
-        out = call(trial, args, kwargs)
+        out = _output_tensors(call(trial, args, kwargs))
     # correct folds differ by float rounding (1e-8..1e-7 of the output range), wrong ones by 1e-3 or more
-    return bool(torch.allclose(out, reference, rtol=1e-4, atol=1e-4 * float(reference.abs().max())))
+    return len(out) == len(reference) and all(
+        torch.allclose(o, r, rtol=1e-4, atol=1e-4 * float(r.abs().max())) for o, r in zip(out, reference)
+    )
 
 
 def discover(block: Block, inputs: Inputs, config: Any) -> tuple[list[Pair], list[str]]:
@@ -290,7 +301,13 @@ def discover(block: Block, inputs: Inputs, config: Any) -> tuple[list[Pair], lis
     with quantization_status_manager(
         block.module, disable_act_quant=True, disable_weight_quant=True, disable_bias_quant=True
     ):
-        reference = call(block.module, args, kwargs)
+        output = call(block.module, args, kwargs)
+    reference = _output_tensors(output)
+    if not reference:
+        raise TypeError(
+            f"block {block.name or type(block.module).__name__!r} returned {type(output).__name__} without a "
+            "float tensor: pairs are checked on the block's outputs"
+        )
     pairs = [
         p
         for p in _candidates(block.module, args, kwargs, config)
