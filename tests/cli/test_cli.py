@@ -170,3 +170,20 @@ def test_every_subcommand_and_option_is_documented():
         for action in sub._actions:
             long = [o for o in action.option_strings if o.startswith("--") and o != "--help"]
             assert not long or any(o in doc for o in long), (name, long)
+
+
+@pytest.mark.slow
+def test_finn_preset_config_file_to_a_finn_dataflow_directory(files, capsys):
+    """A saved ``presets.finn()`` config (graph mode) from the command line to FINN's dataflow."""
+    pytest.importorskip("finn.transformation.fpgadataflow.create_dataflow_partition", reason="finn-plus is not installed")
+    from quark.torch.extensions.brevitas.presets import finn
+
+    finn(weight_bits=4, act_bits=4).save(files / "finn.yaml")
+    ckpt, out = files / "q.pt", files / "dataflow"
+    assert run("quantize", "--config", files / "finn.yaml", "--model", MODEL, "--data", files / "calib.npz", "-o", ckpt, "-q") == 0
+    capsys.readouterr()
+    args = ("export", "--checkpoint", ckpt, "--format", "finn", "--data", files / "calib.npz", "-o", out, "-q")
+    assert run(*args, "--integer-input", "--target-fps", 10_000) == 0
+    printed = capsys.readouterr().out
+    assert "one partition of" in printed and "-> PASS" in printed
+    assert {"estimate.md", "folding_config.json", "dataflow_partition.onnx"} <= {p.name for p in out.iterdir()}

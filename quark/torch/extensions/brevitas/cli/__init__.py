@@ -70,6 +70,11 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--target-fps", type=float, help="finn: frames per second to fold for")
     e.add_argument("--clock-mhz", type=float, default=100.0, help="finn: clock (default 100 MHz)")
     e.add_argument("--top-k", type=int, help="finn: end the dataflow with a top-k label select")
+    e.add_argument(
+        "--integer-input",
+        action="store_true",
+        help="finn: the accelerator takes the input quantizer's integers (e.g. UINT8 pixels) instead of floats",
+    )
     _common(e)
     e.set_defaults(run=commands.export)
 

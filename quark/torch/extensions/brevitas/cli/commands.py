@@ -108,7 +108,13 @@ def export(args: argparse.Namespace) -> int:
         if not isinstance(example, torch.Tensor):
             raise UsageError("--format finn: FINN's dataflow takes one input tensor; --data holds keyword inputs")
         report = exporter.export_finn_dataflow(
-            qmodel, example, part=args.part, target_fps=args.target_fps, clock_mhz=args.clock_mhz, top_k=args.top_k
+            qmodel,
+            example,
+            part=args.part,
+            target_fps=args.target_fps,
+            clock_mhz=args.clock_mhz,
+            top_k=args.top_k,
+            integer_input=args.integer_input,
         )
     else:
         method = {"qonnx": exporter.export_qonnx_model, "qdq": exporter.export_onnx_model}[args.format]
