@@ -5,7 +5,10 @@ Each count runs in a fresh process: a CNN (4 convolutions, 64 channels, 32x32 in
 16: 4 MiB of activations per layer and batch, 1 GiB over 256 batches if they were kept), quantized W8A8 with static activations, all
 observers at once (MinMax, percentile and MSE histograms, TQT _3SD moments and _LL_J histogram),
 batches made on the fly by a generator (nothing held by the caller). Reported: the process's peak
-resident memory (``ru_maxrss``) after calibration, and its growth over the smallest count.
+resident memory (``VmHWM`` of ``/proc/self/status``: the high-water mark of this process's own
+memory; ``ru_maxrss`` would not do, Linux carries it over from the parent across ``exec``, so a
+child of a large process reports the parent's size) after calibration, and its growth over the
+smallest count.
 
 ``--control`` runs the same with one observer of our own that keeps every tensor it sees (as an
 exact percentile over all data would): the measurement then grows by the 4 MiB per batch kept,
@@ -65,7 +68,16 @@ def child(num_batches: int, threads: int, control: bool) -> dict:
             yield torch.randn(16, 3, 32, 32, generator=g)
 
     ModelQuantizer(config).quantize_model(model, batches(), progress=False)
-    return {"batches": num_batches, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {"batches": num_batches, "peak_rss_mib": _peak_rss_kib() / 1024}
+
+
+def _peak_rss_kib() -> int:
+    """This process's resident-memory high-water mark in KiB (Linux's ``VmHWM``; elsewhere ``ru_maxrss``)."""
+    try:
+        with open("/proc/self/status") as status:
+            return int(next(line for line in status if line.startswith("VmHWM:")).split()[1])
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def measure(counts: list[int], threads: int = 1, control: bool = False) -> list[dict]:
