@@ -134,10 +134,7 @@ def check_preserving(
     """A given pair whose fold would change the float function (a residual or a non-linearity in
     between) is an error naming it."""
     args, kwargs = inputs[0]
-    with quantization_status_manager(
-        block.module, disable_act_quant=True, disable_weight_quant=True, disable_bias_quant=True
-    ):
-        reference = call(block.module, args, kwargs)
+    reference = _float_outputs(block, args, kwargs)
     for pair, entry in zip(found, entries):
         if not _preserves_function(block.module, pair, args, kwargs, reference):
             raise ValueError(
@@ -278,6 +275,22 @@ def _output_tensors(out: Any) -> list[torch.Tensor]:
 
 
 @torch.no_grad()
+def _float_outputs(block: Block, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The block's float output tensors with quantization off: the reference a fold must preserve."""
+    with quantization_status_manager(
+        block.module, disable_act_quant=True, disable_weight_quant=True, disable_bias_quant=True
+    ):
+        output = call(block.module, args, kwargs)
+    reference = _output_tensors(output)
+    if not reference:
+        raise TypeError(
+            f"block {block.name or type(block.module).__name__!r} returned {type(output).__name__} without a "
+            "float tensor: pairs are checked on the block's outputs"
+        )
+    return reference
+
+
+@torch.no_grad()
 def _preserves_function(
     block: nn.Module, pair: Pair, args: tuple, kwargs: dict, reference: list[torch.Tensor]
 ) -> bool:
@@ -298,16 +311,7 @@ def _preserves_function(
 def discover(block: Block, inputs: Inputs, config: Any) -> tuple[list[Pair], list[str]]:
     """The function-preserving pairs of ``block`` and the names of its layers left without one."""
     args, kwargs = inputs[0]
-    with quantization_status_manager(
-        block.module, disable_act_quant=True, disable_weight_quant=True, disable_bias_quant=True
-    ):
-        output = call(block.module, args, kwargs)
-    reference = _output_tensors(output)
-    if not reference:
-        raise TypeError(
-            f"block {block.name or type(block.module).__name__!r} returned {type(output).__name__} without a "
-            "float tensor: pairs are checked on the block's outputs"
-        )
+    reference = _float_outputs(block, args, kwargs)
     pairs = [
         p
         for p in _candidates(block.module, args, kwargs, config)
