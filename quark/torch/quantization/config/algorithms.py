@@ -34,6 +34,7 @@ __all__ = [
     "BiasCorrection",
     "CalibrateBatchNorm",
     "GPTQConfig",
+    "HadamardRotation",
     "Implementation",
     "Phase",
     "PreQuantOptConfig",
@@ -515,6 +516,35 @@ class ActivationEqualization(PreQuantOptConfig):
                 "alpha": (_is((int, float), test=lambda v: 0 <= v <= 1), "a number in [0, 1]"),
             },
         )
+
+
+@register_algo_config
+@dataclass(eq=True)
+class HadamardRotation(PreQuantOptConfig):
+    """Online Hadamard rotation in front of Linear layers (QuaRot-style; Brevitas
+    ``LayerwiseActivationRotation``), beyond AMD Quark.
+
+    Each chosen Linear computes ``(x H)(W H)^T = x W^T`` with H an orthonormal Hadamard matrix: the
+    weight is rotated once (``W H``), the input at every call (``x H``, a float transform that stays
+    in the quantized model, in front of the layer's input quantizer). Rotation spreads outlier
+    channels of weights and activations over all channels, so per-tensor scales fit them better;
+    the float function is unchanged. A rotated layer becomes the child ``layer`` of Brevitas'
+    ``RotatedModule`` (``encoder.0.fc`` is quantized as ``encoder.0.fc.layer``: name patterns in
+    ``layer_quant_config`` must match the new name; ``exclude`` of the old name still applies).
+
+    Args:
+        layers: name patterns (fnmatch) of the Linear layers to rotate; None: every Linear whose
+            input width has a Hadamard matrix (a power of two times 1, 12, 20, 28, 36, 40, 52, 60,
+            108, 140, 152, 156 or 172), the others named in a warning. A pattern matching no Linear,
+            or a matched layer of another width, is an error.
+    """
+
+    name: ClassVar[str] = "Hadamard Rotation"
+    layers: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        patterns = (lambda v: v is None or (_str_list(v) and bool(v)), "None or a non-empty list of name patterns")
+        _check_fields(self, {"layers": patterns})
 
 
 @register_algo_config
