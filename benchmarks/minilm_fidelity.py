@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from quark.torch.examples import minilm
-from quark.torch.extensions.brevitas.algos import ActivationEqualization
+from quark.torch.extensions.brevitas.algos import ActivationEqualization, HadamardRotation
 from quark.torch.extensions.brevitas.api import ModelQuantizer
 from quark.torch.quantization.config.algorithms import AWQConfig, GPTQConfig, SmoothQuantConfig
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
@@ -42,6 +42,7 @@ SMOOTH = SmoothQuantConfig(
     alpha=0.5
 )  # folds only where the function is kept: v -> out in BERT's post-norm blocks
 EQUALIZE = ActivationEqualization(alpha=0.5)  # the extension's: a scale in front of every Linear
+ROTATE = HadamardRotation()  # beyond Quark: an online (float) Hadamard transform in front of every Linear
 
 #: row name -> (configuration, pre_quant_opt_config, algo_config)
 ROWS = {
@@ -54,18 +55,22 @@ ROWS = {
             "GPTQ act-order": ([], [GPTQ_ACT_ORDER]),
             "ActivationEqualization": ([EQUALIZE], None),
             "ActivationEqualization+GPTQ": ([EQUALIZE], [GPTQ]),
+            "HadamardRotation": ([ROTATE], None),
+            "HadamardRotation+GPTQ": ([ROTATE], [GPTQ]),
         },
         "W4 g32 sym": {
             "RTN": ([], None),
             "GPTQ": ([], [GPTQ]),
             "AWQ": ([], [AWQ]),
             "AWQ+GPTQ": ([], [AWQ, GPTQ]),
+            "HadamardRotation+GPTQ act-order": ([ROTATE], [GPTQ_ACT_ORDER]),
         },
         "W4 g32 asym": {
             "RTN": ([], None),
             "GPTQ": ([], [GPTQ]),
             "GPTQ act-order": ([], [GPTQ_ACT_ORDER]),
             "AWQ": ([], [AWQ]),
+            "HadamardRotation+GPTQ act-order": ([ROTATE], [GPTQ_ACT_ORDER]),
         },
     }.items()
     for algo, (pre, post) in algos.items()
@@ -113,7 +118,7 @@ def main(rows: list[str], n_calib: int, n_eval: int, eval_offset: int) -> None:
     reference = embeddings(model, test)
     print(f"all-MiniLM-L6-v2, {n_calib} calibration sentences, {n_eval} other evaluation sentences, 1 thread")
     print(
-        f"{'configuration | algorithm':<44} {'mean cos':>8} {'min cos':>8} {'NN agree':>8} {'PTQ s':>7} {'peak MiB':>8}"
+        f"{'configuration | algorithm':<50} {'mean cos':>8} {'min cos':>8} {'NN agree':>8} {'PTQ s':>7} {'peak MiB':>8}"
     )
     for name in rows:
         spec, pre, post = ROWS[name]
@@ -125,7 +130,7 @@ def main(rows: list[str], n_calib: int, n_eval: int, eval_offset: int) -> None:
         cos = (embeddings(quantized, test) * reference).sum(-1)
         agree = neighbour_agreement(reference, embeddings(quantized, test))
         print(
-            f"{name:<44} {cos.mean():8.4f} {cos.min():8.4f} {agree:8.3f} {seconds:7.1f} {peak:8.0f}",
+            f"{name:<50} {cos.mean():8.4f} {cos.min():8.4f} {agree:8.3f} {seconds:7.1f} {peak:8.0f}",
             flush=True,
         )
 

@@ -39,6 +39,7 @@ __all__ = [
     "Phase",
     "PreQuantOptConfig",
     "Preprocess",
+    "Qronos",
     "SmoothQuantConfig",
     "add_backend",
     "implementation_of",
@@ -609,6 +610,29 @@ class GPFA2Q(AlgoConfig):
                 "percentage_of_processed_inputs": _PERCENTAGE,
                 "accumulator_bit_width": (_is(int, test=lambda v: 2 <= v <= 64), "an int in 2..64"),
             },
+        )
+
+
+@register_algo_config
+@dataclass(eq=True)
+class Qronos(AlgoConfig):
+    """Qronos (Zhang et al. 2025, Brevitas ``Qronos``), beyond AMD Quark: rounds each column to
+    correct both the error of the weights already rounded and the error that quantized inputs
+    (from the layers quantized before) bring, then diffuses the rest GPTQ-style.
+
+    Args:
+        act_order: quantize columns in order of decreasing activation energy.
+        alpha: dampening of the input covariance, relative to its largest eigenvalue.
+    """
+
+    name: ClassVar[str] = "Qronos"
+    act_order: bool = True
+    alpha: float = 1e-6
+
+    def __post_init__(self) -> None:
+        _check_fields(
+            self,
+            {"act_order": _BOOL, "alpha": (_is((int, float), test=lambda v: 0 < v < 1), "a number in (0, 1)")},
         )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from brevitas.graph.gpfq import GPFQ, gpfq_mode
 from brevitas.graph.gptq import GPTQ, gptq_mode
+from brevitas.graph.qronos import Qronos
 from brevitas.graph.utils import remove_weight_orig
 from brevitas_examples.common.axe import A2GPFQ, a2gpfq_mode
 from torch import nn
@@ -145,6 +146,10 @@ class _SubsampledA2GPFQ(_Frozen, _Subsample, A2GPFQ):
     pass
 
 
+class _FrozenQronos(_Frozen, Qronos):
+    pass
+
+
 #: (name, config fields) -> the context manager that runs the algorithm on one block
 ModeFactory = Callable[[nn.Module, list[list[str]] | None], Any]
 
@@ -172,6 +177,13 @@ def gptq(
 
 def gpfq(*, act_order: bool, fraction: float) -> ModeFactory:
     impl = functools.partial(_SubsampledGPFQ, fraction=fraction)
+    return lambda block, parallel: _GPFQMode(
+        block, parallel, use_quant_activations=True, act_order=act_order, algorithm_impl=impl
+    )
+
+
+def qronos(*, act_order: bool, alpha: float) -> ModeFactory:
+    impl = functools.partial(_FrozenQronos, alpha=alpha)
     return lambda block, parallel: _GPFQMode(
         block, parallel, use_quant_activations=True, act_order=act_order, algorithm_impl=impl
     )
