@@ -1,5 +1,5 @@
 """Algorithms beyond AMD Quark, from Brevitas: Hadamard rotation keeps the float function and
-lowers the per-tensor W8A8 error on outlier channels."""
+lowers the per-tensor W8A8 error on outlier channels; Qronos beats round-to-nearest."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import logging
 import pytest
 import torch
 from algorithms import models
-from algorithms.test_algorithms import error, outputs, quantize
+from algorithms.test_algorithms import LAYERS, U4G16, W4C, W4G16, W4T, _layer_data, error, outputs, quantize
 from torch import nn
 
 from quark.torch.extensions.brevitas import algos
@@ -93,3 +93,30 @@ def test_hadamard_rotation_config_checks_and_round_trips():
         algos.HadamardRotation(layers=[])
     config = Config(QuantizationConfig(weight=W8), pre_quant_opt_config=[algos.HadamardRotation(layers=["*.fc"])])
     assert Config.from_dict(config.to_dict()) == config
+
+
+@pytest.mark.parametrize("weight", [W4G16, U4G16, W4C, W4T])
+@pytest.mark.parametrize("act_order", [False, True])
+def test_qronos_beats_round_to_nearest(weight, act_order):
+    torch.manual_seed(0)
+    model, data = LAYERS["linear"]().eval(), _layer_data()
+    reference = torch.cat([model(x) for x in data]).detach()
+    batches = [(x,) for x in data]
+    rtn = error(quantize(model, weight, data), reference, batches)
+    qronos = quantize(model, weight, data, post=[algos.Qronos(act_order=act_order)])
+    assert error(qronos, reference, batches) < 0.8 * rtn
+    assert not hasattr(qronos[0], "weight_orig")  # Brevitas' copy of the float weight is removed
+
+
+def test_qronos_on_transformer_blocks_beats_round_to_nearest():
+    model, data, test = models.bert(), models.token_batches(8), models.token_batches(4, seed=7)
+    reference = outputs(model, test)
+    rtn = error(quantize(model, U4G16, data), reference, test)
+    assert error(quantize(model, U4G16, data, post=[algos.Qronos()]), reference, test) < 0.9 * rtn
+
+
+def test_qronos_config_checks_and_needs_data():
+    with pytest.raises(ValueError, match=r"Qronos\.alpha=0 is not valid; allowed: a number in \(0, 1\)"):
+        algos.Qronos(alpha=0)
+    with pytest.raises(ValueError, match=r"Qronos \(Qronos\) needs calibration data"):
+        algos.Qronos().apply(object())
