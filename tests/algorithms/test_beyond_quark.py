@@ -120,3 +120,17 @@ def test_qronos_config_checks_and_needs_data():
         algos.Qronos(alpha=0)
     with pytest.raises(ValueError, match=r"Qronos \(Qronos\) needs calibration data"):
         algos.Qronos().apply(object())
+
+
+def test_hadamard_rotation_refused_by_the_qonnx_export_before_it_runs(tmp_path):
+    from quark.torch.extensions.brevitas._backend.export.errors import UnsupportedExportError
+    from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
+
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8)).eval()
+    data = [torch.randn(4, 16) for _ in range(2)]
+    config = Config(QuantizationConfig(weight=W8, input_tensors=A8), pre_quant_opt_config=[algos.HadamardRotation()])
+    quantized = ModelQuantizer(config).quantize_model(model, data, progress=False)
+    with pytest.raises(UnsupportedExportError, match=r"module '0' \(RotatedModule\): an online Hadamard rotation"):
+        ModelExporter(str(tmp_path / "m.qonnx")).export_qonnx_model(quantized, data[0])
+    report = ModelExporter(str(tmp_path / "m.onnx")).export_onnx_model(quantized, data[0])
+    assert "PASS" in str(report)
