@@ -63,6 +63,7 @@ ROWS = {
             "GPTQ": ([], [GPTQ]),
             "AWQ": ([], [AWQ]),
             "AWQ+GPTQ": ([], [AWQ, GPTQ]),
+            "HadamardRotation+GPTQ": ([ROTATE], [GPTQ]),
             "HadamardRotation+GPTQ act-order": ([ROTATE], [GPTQ_ACT_ORDER]),
         },
         "W4 g32 asym": {
@@ -70,6 +71,7 @@ ROWS = {
             "GPTQ": ([], [GPTQ]),
             "GPTQ act-order": ([], [GPTQ_ACT_ORDER]),
             "AWQ": ([], [AWQ]),
+            "HadamardRotation+GPTQ": ([ROTATE], [GPTQ]),
             "HadamardRotation+GPTQ act-order": ([ROTATE], [GPTQ_ACT_ORDER]),
         },
     }.items()
