@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from quark.torch.examples import minilm
-from quark.torch.extensions.brevitas.algos import ActivationEqualization
+from quark.torch.extensions.brevitas.algos import ActivationEqualization, HadamardRotation
 from quark.torch.extensions.brevitas.api import ModelQuantizer
 from quark.torch.quantization.config.algorithms import AWQConfig, GPTQConfig, SmoothQuantConfig
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
@@ -42,6 +42,7 @@ SMOOTH = SmoothQuantConfig(
     alpha=0.5
 )  # folds only where the function is kept: v -> out in BERT's post-norm blocks
 EQUALIZE = ActivationEqualization(alpha=0.5)  # the extension's: a scale in front of every Linear
+ROTATE = HadamardRotation()  # beyond Quark: an online (float) Hadamard transform in front of every Linear
 
 #: row name -> (configuration, pre_quant_opt_config, algo_config)
 ROWS = {
@@ -54,18 +55,24 @@ ROWS = {
             "GPTQ act-order": ([], [GPTQ_ACT_ORDER]),
             "ActivationEqualization": ([EQUALIZE], None),
             "ActivationEqualization+GPTQ": ([EQUALIZE], [GPTQ]),
+            "HadamardRotation": ([ROTATE], None),
+            "HadamardRotation+GPTQ": ([ROTATE], [GPTQ]),
         },
         "W4 g32 sym": {
             "RTN": ([], None),
             "GPTQ": ([], [GPTQ]),
             "AWQ": ([], [AWQ]),
             "AWQ+GPTQ": ([], [AWQ, GPTQ]),
+            "HadamardRotation+GPTQ": ([ROTATE], [GPTQ]),
+            "HadamardRotation+GPTQ act-order": ([ROTATE], [GPTQ_ACT_ORDER]),
         },
         "W4 g32 asym": {
             "RTN": ([], None),
             "GPTQ": ([], [GPTQ]),
             "GPTQ act-order": ([], [GPTQ_ACT_ORDER]),
             "AWQ": ([], [AWQ]),
+            "HadamardRotation+GPTQ": ([ROTATE], [GPTQ]),
+            "HadamardRotation+GPTQ act-order": ([ROTATE], [GPTQ_ACT_ORDER]),
         },
     }.items()
     for algo, (pre, post) in algos.items()
@@ -138,12 +145,12 @@ def measure(rows: list[str], n_calib: int, n_eval: int, eval_offset: int, report
 def main(rows: list[str], n_calib: int, n_eval: int, eval_offset: int) -> None:
     print(f"all-MiniLM-L6-v2, {n_calib} calibration sentences, {n_eval} other evaluation sentences, 1 thread")
     print(
-        f"{'configuration | algorithm':<44} {'mean cos':>8} {'min cos':>8} {'NN agree':>8} {'PTQ s':>7} {'peak MiB':>8}"
+        f"{'configuration | algorithm':<50} {'mean cos':>8} {'min cos':>8} {'NN agree':>8} {'PTQ s':>7} {'peak MiB':>8}"
     )
 
     def report(name: str, r: dict) -> None:
         print(
-            f"{name:<44} {r['mean_cosine']:8.4f} {r['min_cosine']:8.4f} {r['nn_agreement']:8.3f} "
+            f"{name:<50} {r['mean_cosine']:8.4f} {r['min_cosine']:8.4f} {r['nn_agreement']:8.3f} "
             f"{r['ptq_s']:7.1f} {r['peak_mib']:8.0f}",
             flush=True,
         )

@@ -70,11 +70,11 @@ def _formats(quick: bool) -> dict:
 #: the round-to-nearest row and the best algorithm of each MiniLM configuration (README figures)
 MINILM_ROWS = [
     "W8A8 per tensor | RTN",
-    "W8A8 per tensor | ActivationEqualization+GPTQ",
+    "W8A8 per tensor | HadamardRotation+GPTQ",
     "W4 g32 sym | RTN",
-    "W4 g32 sym | GPTQ",
+    "W4 g32 sym | HadamardRotation+GPTQ act-order",
     "W4 g32 asym | RTN",
-    "W4 g32 asym | GPTQ act-order",
+    "W4 g32 asym | HadamardRotation+GPTQ",
 ]
 
 

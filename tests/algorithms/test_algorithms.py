@@ -11,11 +11,11 @@ import torch
 from algorithms import models
 from torch import nn
 
-from quark.torch.extensions.brevitas._backend.algorithms import pairs
+from quark.torch.extensions.brevitas._backend.algorithms import frozen, pairs
 from quark.torch.extensions.brevitas._backend.algorithms.blocks import Block, find_blocks
 from quark.torch.extensions.brevitas._backend.algorithms.smoothquant import smoothquant
 from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
-from quark.torch.quantization.config.algorithms import AWQConfig, GPTQConfig, SmoothQuantConfig
+from quark.torch.quantization.config.algorithms import GPFQ, AWQConfig, GPTQConfig, SmoothQuantConfig
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
 from quark.torch.quantization.config.type import Dtype, QSchemeType
 
@@ -260,6 +260,26 @@ def test_gptq_dynamic_groups_track_the_updated_weights():
             model, W4G16, data, post=[GPTQConfig(**FROM_SPEC, desc_act=False, static_groups=static)]
         )
         assert error(gptq, reference, [(x,) for x in data]) < 0.7 * rtn
+
+
+@pytest.mark.parametrize("weight", [W4G16, U4G16, W4C, W4T])
+@pytest.mark.parametrize("algo", ["gptq static", "gptq dynamic", "gptq act-order", "gpfq"])
+def test_column_grid_rounds_as_brevitas_whole_weight_path(monkeypatch, weight, algo):
+    """The per-column grid (the speed-up of GPTQ/GPFQ) gives the same weights as Brevitas'
+    re-quantization of the whole weight for every column."""
+    model, data = LAYERS["linear"]().eval(), _layer_data()
+    post = {
+        "gptq static": GPTQConfig(**FROM_SPEC, desc_act=False, static_groups=True),
+        "gptq dynamic": GPTQConfig(**FROM_SPEC, desc_act=False, static_groups=False),
+        "gptq act-order": GPTQConfig(**FROM_SPEC, desc_act=True, static_groups=True),
+        "gpfq": GPFQ(act_order=True),
+    }[algo]
+    fast = quantize(model, weight, data, post=[post])[0].quant_weight().value
+    monkeypatch.setattr(frozen.Grid, "applies", staticmethod(lambda layer: False))
+    slow = quantize(model, weight, data, post=[post])[0].quant_weight().value
+    rtn = quantize(model, weight, data)[0].quant_weight().value
+    assert not torch.equal(fast, rtn)  # the algorithm moved weights
+    torch.testing.assert_close(fast, slow, rtol=0, atol=1e-6)
 
 
 @pytest.mark.slow

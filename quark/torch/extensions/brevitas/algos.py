@@ -3,6 +3,8 @@
 Each has a ``name`` (Quark's display name) and ``apply(model, calib_loader=None) -> model``; put
 them in a ``Config``'s ``pre_quant_opt_config`` (``Preprocess``, ``ActivationEqualization``) or
 ``algo_config`` (``GPTQ``, ``GPFQ``, ``GPFA2Q``, ``BiasCorrection``, ``CalibrateBatchNorm``).
+Beyond AMD Quark, from Brevitas: ``HadamardRotation`` (``pre_quant_opt_config``) and ``Qronos``
+(``algo_config``).
 Those that need data raise ``ValueError`` without it. The configs are pure data (defined in
 :mod:`quark.torch.quantization.config.algorithms`, so configs serialise without Brevitas); their
 Brevitas implementations live in ``_backend/algorithms`` and load on first use.
@@ -20,8 +22,10 @@ from quark.torch.quantization.config.algorithms import (
     AlgoConfig,
     BiasCorrection,
     CalibrateBatchNorm,
+    HadamardRotation,
     Preprocess,
     PreQuantOptConfig,
+    Qronos,
 )
 
 __all__ = [
@@ -32,6 +36,8 @@ __all__ = [
     "AlgoConfig",
     "BiasCorrection",
     "CalibrateBatchNorm",
+    "HadamardRotation",
     "PreQuantOptConfig",
     "Preprocess",
+    "Qronos",
 ]

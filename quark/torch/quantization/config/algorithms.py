@@ -34,10 +34,12 @@ __all__ = [
     "BiasCorrection",
     "CalibrateBatchNorm",
     "GPTQConfig",
+    "HadamardRotation",
     "Implementation",
     "Phase",
     "PreQuantOptConfig",
     "Preprocess",
+    "Qronos",
     "SmoothQuantConfig",
     "add_backend",
     "implementation_of",
@@ -522,6 +524,35 @@ class ActivationEqualization(PreQuantOptConfig):
 
 @register_algo_config
 @dataclass(eq=True)
+class HadamardRotation(PreQuantOptConfig):
+    """Online Hadamard rotation in front of Linear layers (QuaRot-style; Brevitas
+    ``LayerwiseActivationRotation``), beyond AMD Quark.
+
+    Each chosen Linear computes ``(x H)(W H)^T = x W^T`` with H an orthonormal Hadamard matrix: the
+    weight is rotated once (``W H``), the input at every call (``x H``, a float transform that stays
+    in the quantized model, in front of the layer's input quantizer). Rotation spreads outlier
+    channels of weights and activations over all channels, so per-tensor scales fit them better;
+    the float function is unchanged. A rotated layer becomes the child ``layer`` of Brevitas'
+    ``RotatedModule`` (``encoder.0.fc`` is quantized as ``encoder.0.fc.layer``: name patterns in
+    ``layer_quant_config`` must match the new name; ``exclude`` of the old name still applies).
+
+    Args:
+        layers: name patterns (fnmatch) of the Linear layers to rotate; None: every Linear whose
+            input width has a Hadamard matrix (a power of two times 1, 12, 20, 28, 36, 40, 52, 60,
+            108, 140, 152, 156 or 172), the others named in a warning. A pattern matching no Linear,
+            or a matched layer of another width, is an error.
+    """
+
+    name: ClassVar[str] = "Hadamard Rotation"
+    layers: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        patterns = (lambda v: v is None or (_str_list(v) and bool(v)), "None or a non-empty list of name patterns")
+        _check_fields(self, {"layers": patterns})
+
+
+@register_algo_config
+@dataclass(eq=True)
 class GPTQ(AlgoConfig):
     """GPTQ (Frantar et al.) with Brevitas' ``gptq_mode``, on the calibrated model.
 
@@ -582,6 +613,29 @@ class GPFA2Q(AlgoConfig):
                 "percentage_of_processed_inputs": _PERCENTAGE,
                 "accumulator_bit_width": (_is(int, test=lambda v: 2 <= v <= 64), "an int in 2..64"),
             },
+        )
+
+
+@register_algo_config
+@dataclass(eq=True)
+class Qronos(AlgoConfig):
+    """Qronos (Zhang et al. 2025, Brevitas ``Qronos``), beyond AMD Quark: rounds each column to
+    correct both the error of the weights already rounded and the error that quantized inputs
+    (from the layers quantized before) bring, then diffuses the rest GPTQ-style.
+
+    Args:
+        act_order: quantize columns in order of decreasing activation energy.
+        alpha: dampening of the input covariance, relative to its largest eigenvalue.
+    """
+
+    name: ClassVar[str] = "Qronos"
+    act_order: bool = True
+    alpha: float = 1e-6
+
+    def __post_init__(self) -> None:
+        _check_fields(
+            self,
+            {"act_order": _BOOL, "alpha": (_is((int, float), test=lambda v: 0 < v < 1), "a number in (0, 1)")},
         )
 
 

@@ -12,5 +12,6 @@ from quark.torch.extensions.brevitas._backend.algorithms import (  # noqa: F401
     gpfq,
     gptq,
     preprocess,
+    rotation,
     smoothquant,
 )

@@ -11,11 +11,18 @@ rebuilds it (it does on ``load_state_dict``), so it survives ``state_dict`` roun
 Brevitas ships no way to fix a statistics-based weight scale after construction (its
 ``PARAMETER_FROM_STATS`` scaling has to be chosen when the quantizer is built), hence this small
 wrapper around the quantizer's statistic module.
+
+With the grid fixed, quantizing one column no longer needs the whole weight: :class:`Grid` keeps
+the frozen scale and zero point per element and rounds columns alone with the quantizer's own
+``int_quant``. Brevitas re-quantizes the whole weight for every column of a grouped weight
+(measured: 93% of a GPTQ run on all-MiniLM-L6-v2).
 """
 
 from __future__ import annotations
 
 import torch
+from brevitas.core.quant.int_base import IntQuant
+from brevitas.nn import QuantLinear
 from torch import nn
 
 
@@ -95,3 +102,41 @@ def freeze(layer: nn.Module) -> list[FrozenStats]:
         proxy.__class__ = _frozen_class(type(proxy))
     layer.quant_weight()  # computes and keeps them
     return frozen
+
+
+class Grid:
+    """A Linear layer's frozen weight quantizer as per-element scale and zero point: ``columns(index)``
+    quantizes the current weight's columns ``index`` alone, with the quantizer's own ``int_quant``
+    (rounding and clamping), equal to the same columns of ``layer.quant_weight()``."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        self.layer = layer
+        self.int_quant = layer.weight_quant.tensor_quant.int_quant
+        self.refresh()
+
+    @staticmethod
+    def applies(layer: nn.Module) -> bool:
+        """Integer weight quantizers of Linear layers; other layers keep Brevitas' whole-weight path."""
+        tensor_quant = getattr(layer.weight_quant, "tensor_quant", None)
+        return isinstance(layer, QuantLinear) and isinstance(getattr(tensor_quant, "int_quant", None), IntQuant)
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        """Read the grid from the quantizer (after a frozen statistic changed)."""
+        quant = self.layer.quant_weight()
+        shape = self.layer.weight.shape
+        self.scale = quant.scale.expand(shape)
+        self.zero_point = quant.zero_point.expand(shape)
+        self.bit_width = quant.bit_width
+
+    @torch.no_grad()
+    def columns(self, index: torch.Tensor) -> torch.Tensor:
+        """The quantized (de-quantized) columns ``index`` of the current weight, ``[OC, len(index)]``.
+
+        ``IntQuant.forward`` written out without its ``input_view_impl`` (which reshapes a whole
+        grouped weight into groups): the same rounding and clamping modules, on a slice."""
+        q = self.int_quant
+        scale, zero_point = self.scale[:, index], self.zero_point[:, index]
+        y = q.float_to_int_impl(self.layer.weight[:, index] / scale + zero_point)
+        y = q.tensor_clamp_impl(y, min_val=q.min_int(self.bit_width), max_val=q.max_int(self.bit_width))
+        return (y - zero_point) * scale

@@ -1,4 +1,5 @@
-"""GPFQ and accumulator-aware GPFQ (the Brevitas extension's ``GPFQ`` / ``GPFA2Q``) on Brevitas."""
+"""GPFQ, accumulator-aware GPFQ and Qronos (the Brevitas extension's ``GPFQ`` / ``GPFA2Q``; ``Qronos``
+beyond it) on Brevitas: they share GPFQ's paired quantized / float passes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 from torch import nn
 
 from quark.torch.extensions.brevitas._backend.algorithms import gpxq
-from quark.torch.quantization.config.algorithms import GPFA2Q, GPFQ, Phase, register_implementation
+from quark.torch.quantization.config.algorithms import GPFA2Q, GPFQ, Phase, Qronos, register_implementation
 from quark.torch.quantization.plan import LayerPlan, Site
 
 
@@ -49,3 +50,8 @@ def gpfa2q(config: GPFA2Q, model: nn.Module, data: Any) -> nn.Module:
         accumulator_bit_width=config.accumulator_bit_width,
     )
     return gpxq.run(model, data, mode, desc="GPFA2Q")
+
+
+@register_implementation(Qronos, Phase.after_calibration, needs_data=True)
+def qronos(config: Qronos, model: nn.Module, data: Any) -> nn.Module:
+    return gpxq.run(model, data, gpxq.qronos(act_order=config.act_order, alpha=config.alpha), desc="Qronos")

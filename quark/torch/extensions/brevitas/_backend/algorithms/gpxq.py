@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from brevitas.graph.gpfq import GPFQ, gpfq_mode
 from brevitas.graph.gptq import GPTQ, gptq_mode
+from brevitas.graph.qronos import Qronos
 from brevitas.graph.utils import remove_weight_orig
 from brevitas_examples.common.axe import A2GPFQ, a2gpfq_mode
 from torch import nn
@@ -66,11 +67,21 @@ class _A2GPFQMode(_Restricted, a2gpfq_mode):
 
 class _Frozen:
     """Round onto a fixed grid: the layer's weight statistics frozen at its weights before the
-    algorithm starts (see :mod:`.frozen`)."""
+    algorithm starts (see :mod:`.frozen`); Linear layers round only the columns asked for."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.frozen = frozen.freeze(self.layer)
+        self.grid = frozen.Grid(self.layer) if frozen.Grid.applies(self.layer) else None
+
+    def get_quant_weights(self, i, i1, permutation_list, with_quant_history=False):
+        if self.grid is None:
+            return super().get_quant_weights(i, i1, permutation_list, with_quant_history)
+        column = i1 + i
+        order = permutation_list[0]  # one group for Linear layers
+        if with_quant_history:
+            return self.grid.columns(order[:column]).unsqueeze(0)  # [1, OC, column], as Brevitas returns
+        return self.grid.columns(order[column : column + 1]).T  # [1, OC]
 
 
 class _TunedGPTQ(_Frozen, GPTQ):
@@ -102,6 +113,8 @@ class _TunedGPTQ(_Frozen, GPTQ):
         if self.group_size is not None and column % self.group_size == 0:
             for stats in self.frozen:
                 stats.refresh(column // self.group_size)
+            if self.grid is not None:
+                self.grid.refresh()
         return super().get_quant_weights(i, i1, permutation_list, with_quant_history)
 
     def single_layer_update(self, percdamp: float | None = None, c: float = 1e4) -> None:
@@ -133,6 +146,10 @@ class _SubsampledA2GPFQ(_Frozen, _Subsample, A2GPFQ):
     pass
 
 
+class _FrozenQronos(_Frozen, Qronos):
+    pass
+
+
 #: (name, config fields) -> the context manager that runs the algorithm on one block
 ModeFactory = Callable[[nn.Module, list[list[str]] | None], Any]
 
@@ -160,6 +177,13 @@ def gptq(
 
 def gpfq(*, act_order: bool, fraction: float) -> ModeFactory:
     impl = functools.partial(_SubsampledGPFQ, fraction=fraction)
+    return lambda block, parallel: _GPFQMode(
+        block, parallel, use_quant_activations=True, act_order=act_order, algorithm_impl=impl
+    )
+
+
+def qronos(*, act_order: bool, alpha: float) -> ModeFactory:
+    impl = functools.partial(_FrozenQronos, alpha=alpha)
     return lambda block, parallel: _GPFQMode(
         block, parallel, use_quant_activations=True, act_order=act_order, algorithm_impl=impl
     )

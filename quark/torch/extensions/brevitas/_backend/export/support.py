@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import brevitas.nn as qnn
+from brevitas.nn.equalized_layer import RotatedModule
 from brevitas.nn.mixin.base import QuantLayerMixin
 from brevitas.proxy.parameter_quant import BiasQuantProxyFromInjectorBase, WeightQuantProxyFromInjectorBase
 from brevitas.proxy.runtime_quant import ActQuantProxyFromInjectorBase
@@ -207,6 +208,15 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         lambda layer: True,
         "dynamo=True; allowed: dynamo=False (Brevitas' QuantMultiheadAttention reads its inputs' data pointers, "
         "which torch.export's fake tensors lack: measured failing in the zoo's encoder, QCDQ and QONNX)",
+    ),
+    LayerRule(
+        frozenset({QONNX}),
+        ANY_EXPORTER,
+        (RotatedModule,),
+        lambda layer: True,
+        "an online Hadamard rotation (HadamardRotation), a float transform; allowed: the qcdq export, or no "
+        "HadamardRotation (FINN runs no float transform; measured: the QONNX export of a rotated 2-Linear model "
+        "did not finish in 600 s)",
     ),
 )
 
