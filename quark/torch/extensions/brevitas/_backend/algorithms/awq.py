@@ -24,11 +24,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from brevitas.graph.calibrate import quantization_status_manager
 from torch import nn
 
 from quark.torch.extensions.brevitas._backend.algorithms import pairs
-from quark.torch.extensions.brevitas._backend.algorithms.blocks import Inputs, call, each_block, find_blocks
+from quark.torch.extensions.brevitas._backend.algorithms.blocks import (
+    Inputs,
+    each_block,
+    find_blocks,
+    observe_inputs,
+)
 from quark.torch.extensions.brevitas._backend.algorithms.gptq import check_embedding_layers, scope_problems
 from quark.torch.extensions.brevitas._backend.algorithms.layers import weight_quantized, weight_spec_problems
 from quark.torch.extensions.brevitas._backend.algorithms.smoothquant import block_pairs, warn_unpaired
@@ -48,21 +52,7 @@ CHANNEL_CHUNK = 256  # output channels evaluated at once in the clip search
 def layer_inputs(block: nn.Module, names: set[str], inputs: Inputs) -> dict[str, torch.Tensor]:
     """The float inputs of the named Linear layers, as [rows, in_features], evenly subsampled."""
     found: dict[str, list[torch.Tensor]] = {n: [] for n in names}
-    hooks = [
-        block.get_submodule(n).register_forward_pre_hook(
-            lambda m, a, n=n: found[n].append(a[0].detach().reshape(-1, a[0].shape[-1]))
-        )
-        for n in names
-    ]
-    try:
-        with quantization_status_manager(
-            block, disable_act_quant=True, disable_weight_quant=True, disable_bias_quant=True
-        ):
-            for args, kwargs in inputs:
-                call(block, args, kwargs)
-    finally:
-        for handle in hooks:
-            handle.remove()
+    observe_inputs(block, [(n, lambda _m, x, n=n: found[n].append(x.reshape(-1, x.shape[-1]))) for n in names], inputs)
     out = {}
     for name, rows in found.items():
         x = torch.cat(rows).float()

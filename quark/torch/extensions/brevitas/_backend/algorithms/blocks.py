@@ -14,11 +14,12 @@ and needs accelerate.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from brevitas.graph.calibrate import quantization_status_manager
 from torch import nn
 from tqdm.auto import tqdm
 
@@ -117,6 +118,27 @@ def call(block: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any
     """The block's output for one captured input; a tuple output gives its first element."""
     out = block(*args, **kwargs)
     return out[0] if isinstance(out, (tuple, list)) else out
+
+
+@torch.no_grad()
+def observe_inputs(
+    block: nn.Module, observers: Sequence[tuple[str, Callable[[nn.Module, torch.Tensor], None]]], inputs: Inputs
+) -> None:
+    """Run the float block (quantization off) over ``inputs``, handing each named layer's first
+    input to its observers, ``(layer name, observer(layer, x))``."""
+    hooks = [
+        block.get_submodule(name).register_forward_pre_hook(lambda m, a, f=observer: f(m, a[0].detach()))
+        for name, observer in observers
+    ]
+    try:
+        with quantization_status_manager(
+            block, disable_act_quant=True, disable_weight_quant=True, disable_bias_quant=True
+        ):
+            for args, kwargs in inputs:
+                call(block, args, kwargs)
+    finally:
+        for handle in hooks:
+            handle.remove()
 
 
 @torch.no_grad()

@@ -28,7 +28,7 @@ import torch
 from brevitas.graph.calibrate import quantization_status_manager
 from torch import nn
 
-from quark.torch.extensions.brevitas._backend.algorithms.blocks import Block, Inputs, call
+from quark.torch.extensions.brevitas._backend.algorithms.blocks import Block, Inputs, call, observe_inputs
 
 #: weight axes (output channels, input channels) of the layers a scale can fold into
 _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -177,22 +177,11 @@ def prev_channels(block: nn.Module, pair: Pair) -> int:
 def input_absmax(block: nn.Module, pairs: Sequence[Pair], inputs: Inputs) -> dict[Pair, torch.Tensor]:
     """max |x| per input channel of each pair's ``inp`` layer, over all inputs (float block)."""
     found: dict[Pair, list[torch.Tensor]] = {pair: [] for pair in pairs}
-    hooks = []
-    for pair in pairs:
-
-        def hook(module, args, pair=pair):
-            found[pair].append(_channels(args[0].detach().float().abs(), module).amax(1))
-
-        hooks.append(block.get_submodule(pair.inp).register_forward_pre_hook(hook))
-    try:
-        with quantization_status_manager(
-            block, disable_act_quant=True, disable_weight_quant=True, disable_bias_quant=True
-        ):
-            for args, kwargs in inputs:
-                call(block, args, kwargs)
-    finally:
-        for handle in hooks:
-            handle.remove()
+    observe_inputs(
+        block,
+        [(p.inp, lambda m, x, p=p: found[p].append(_channels(x.float().abs(), m).amax(1))) for p in pairs],
+        inputs,
+    )
     return {pair: torch.stack(v).amax(0) for pair, v in found.items() if v}
 
 
