@@ -271,3 +271,19 @@ def test_one_block_model_returning_a_model_output_is_smoothed_as_one_block():
     smoothed = SmoothQuantConfig(alpha=0.5).apply(copy.deepcopy(model), data)
     assert torch.allclose(hidden(smoothed, data), reference, rtol=1e-4, atol=1e-4)
     assert not torch.equal(smoothed.h[0].mlp.c_fc.weight, model.h[0].mlp.c_fc.weight)
+
+
+def test_a_block_without_float_outputs_is_named():
+    class Labels(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm, self.fc = nn.LayerNorm(8), nn.Linear(8, 4)
+
+        def forward(self, x):
+            return self.fc(self.norm(x)).argmax(-1)
+
+    model = Labels()
+    before = copy.deepcopy(model.state_dict())
+    with pytest.raises(TypeError, match=r"block 'Labels' returned Tensor without a float tensor"):
+        SmoothQuantConfig(alpha=0.5).apply(model, [torch.randn(4, 8)])
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
