@@ -11,7 +11,7 @@ import torch
 #: folders whose tests run on one intra-op thread: tiny tensors, where OpenMP's spinning threads
 #: on the 2 shared cores of the test machines made the digits training 4x slower under load
 #: (5 s vs 22 s) with identical results
-ONE_THREAD = ("formats", "qat", "graph")
+ONE_THREAD = ("formats", "qat", "graph", "algorithms")
 
 
 @pytest.fixture(autouse=True)

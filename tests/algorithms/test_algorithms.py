@@ -28,14 +28,6 @@ U4G16 = QuantizationSpec(
 FROM_SPEC = {"bit": None, "sym": None, "group_size": None}
 
 
-@pytest.fixture(autouse=True)
-def _threads():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def quantize(model, weight, data, pre=None, post=None, inputs=None):
     config = Config(
         QuantizationConfig(weight=weight, input_tensors=inputs), pre_quant_opt_config=pre, algo_config=post

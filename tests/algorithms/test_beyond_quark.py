@@ -20,14 +20,6 @@ W8 = QuantizationSpec(dtype=Dtype.int8)  # per tensor
 A8 = QuantizationSpec(dtype=Dtype.uint8, symmetric=False)  # per tensor
 
 
-@pytest.fixture(autouse=True)
-def _threads():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("build", [models.bert, models.llama])
 def test_hadamard_rotation_keeps_the_float_function(build):
     model, data = build(), models.token_batches(4)

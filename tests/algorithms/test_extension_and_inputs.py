@@ -20,14 +20,6 @@ from quark.torch.quantization.config.config import Config, QuantizationConfig, Q
 from quark.torch.quantization.config.type import Dtype, QSchemeType
 
 
-@pytest.fixture(autouse=True)
-def _threads():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def loader(seed: int = 1) -> DataLoader:
     """A classification DataLoader of (images, targets), as the extension's scripts use."""
     images = torch.cat([x for x, _ in models.image_batches(4, seed=seed)])
