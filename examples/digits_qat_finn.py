@@ -23,7 +23,6 @@ package's warnings and the report.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import time
 import warnings
@@ -38,7 +37,7 @@ from quark.torch.extensions.brevitas import presets
 from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer, UnsupportedExportError
 from quark.torch.extensions.brevitas.qat import freeze
 from quark.torch.quantization.config.config import TQTSpec
-from quark.torch.quantization.config.type import QuantizationMode, TQTThresholdInitMeth
+from quark.torch.quantization.config.type import TQTThresholdInitMeth
 
 PART, CLOCK_MHZ = "xc7z020clg400-1", 100.0
 BITS = 4
@@ -155,7 +154,7 @@ def run(epochs: int, out: Path, seed: int, float_epochs: int, lr: float, target_
         except UnsupportedExportError as error:
             named = str(error).splitlines()[1:]  # one line per quantizer, with the reason
             w4_qdq = f"refused, {len(named)} quantizers named, e.g. {named[0].strip()}"
-        xint8 = dataclasses.replace(presets.xint8(), quant_mode=QuantizationMode.fx_graph_mode)
+        xint8 = presets.xint8(graph=True)
         quantizer = ModelQuantizer(xint8)
         int8_model = quantizer.quantize_model(model, data.loader("train"), progress=False)
         accuracy["XINT8 PTQ (QDQ)"] = digits.accuracy(int8_model, data)

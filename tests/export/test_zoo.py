@@ -11,9 +11,9 @@ from quark.torch.extensions.brevitas._backend.export import UnsupportedExportErr
 from quark.torch.extensions.brevitas.api import ModelExporter
 
 METHODS = {"qcdq": "export_onnx_model", "qonnx": "export_qonnx_model"}
-#: zoo models whose int8-pof2 graph is exact (tfc / cnv / resnet_bn keep float BatchNorm, the encoder LayerNorm
-#: and softmax)
-EXACT_UNDER_POF2 = {"resnet", "mobilenet", "conv1d", "two_inputs", "concat"}
+#: zoo models whose int8-pof2 graph is exact: all but the encoder (LayerNorm and softmax stay float); the batch
+#: norm of tfc / cnv / resnet_bn is folded by the XINT8 preset (MergeBatchNorm)
+EXACT_UNDER_POF2 = {"resnet", "mobilenet", "conv1d", "two_inputs", "concat", "tfc", "cnv", "resnet_bn"}
 
 
 @pytest.fixture(scope="module")

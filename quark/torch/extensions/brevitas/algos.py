@@ -3,7 +3,7 @@
 Each has a ``name`` (Quark's display name) and ``apply(model, calib_loader=None) -> model``; put
 them in a ``Config``'s ``pre_quant_opt_config`` (``Preprocess``, ``ActivationEqualization``) or
 ``algo_config`` (``GPTQ``, ``GPFQ``, ``GPFA2Q``, ``BiasCorrection``, ``CalibrateBatchNorm``).
-Beyond AMD Quark, from Brevitas: ``HadamardRotation`` (``pre_quant_opt_config``) and ``Qronos``
+Beyond AMD Quark, from Brevitas: ``HadamardRotation`` and ``MergeBatchNorm`` (``pre_quant_opt_config``) and ``Qronos``
 (``algo_config``).
 Those that need data raise ``ValueError`` without it. The configs are pure data (defined in
 :mod:`quark.torch.quantization.config.algorithms`, so configs serialise without Brevitas); their
@@ -23,6 +23,7 @@ from quark.torch.quantization.config.algorithms import (
     BiasCorrection,
     CalibrateBatchNorm,
     HadamardRotation,
+    MergeBatchNorm,
     Preprocess,
     PreQuantOptConfig,
     Qronos,
@@ -37,6 +38,7 @@ __all__ = [
     "BiasCorrection",
     "CalibrateBatchNorm",
     "HadamardRotation",
+    "MergeBatchNorm",
     "PreQuantOptConfig",
     "Preprocess",
     "Qronos",

@@ -16,6 +16,7 @@ neither Brevitas nor ONNX.
 
 from __future__ import annotations
 
+from quark.torch.quantization.config.algorithms import MergeBatchNorm
 from quark.torch.quantization.config.config import Config, QATSpec, QuantizationConfig, QuantizationSpec
 from quark.torch.quantization.config.type import (
     DeviceType,
@@ -30,11 +31,16 @@ from quark.torch.quantization.observer import PerChannelMinMaxObserver, PerTenso
 __all__ = ["finn", "xint8"]
 
 
-def xint8(exclude: list[str] | None = None) -> Config:
+def xint8(exclude: list[str] | None = None, *, graph: bool = False, merge_batch_norm: bool = True) -> Config:
     """XINT8 for the AMD IPU: int8 symmetric per-tensor pof2 weights and inputs, int32 bias.
 
     Args:
         exclude: module name patterns left in float (they then run on the CPU).
+        graph: graph mode (every tensor between layers quantized, residual additions and
+            concatenations on one scale); default: layer by layer.
+        merge_batch_norm: fold batch norm into the layer before it first (``MergeBatchNorm``), as
+            the NPU's compiler does: a float batch norm between a convolution and its quantizer is
+            no integer graph.
     """
     int8_pof2 = QuantizationSpec(
         dtype=Dtype.int8,
@@ -49,7 +55,12 @@ def xint8(exclude: list[str] | None = None) -> Config:
     layer = QuantizationConfig(
         input_tensors=int8_pof2, weight=int8_pof2, bias=bias, target_device=DeviceType.IPU
     )
-    return Config(global_quant_config=layer, exclude=list(exclude or []))
+    return Config(
+        global_quant_config=layer,
+        exclude=list(exclude or []),
+        pre_quant_opt_config=[MergeBatchNorm()] if merge_batch_norm else [],
+        quant_mode=QuantizationMode.fx_graph_mode if graph else QuantizationMode.eager_mode,
+    )
 
 
 #: bit width -> (signed, unsigned) integer dtype of the main API

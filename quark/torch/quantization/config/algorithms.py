@@ -36,6 +36,7 @@ __all__ = [
     "GPTQConfig",
     "HadamardRotation",
     "Implementation",
+    "MergeBatchNorm",
     "Phase",
     "PreQuantOptConfig",
     "Preprocess",
@@ -493,6 +494,23 @@ class Preprocess(PreQuantOptConfig):
     merge_batch_norm: bool = True
     channel_splitting_ratio: float = 0.0
     channel_splitting_split_input: bool = False
+
+
+@register_algo_config
+@dataclass(eq=True)
+class MergeBatchNorm(PreQuantOptConfig):
+    """Batch norm folded into the layer before it (Brevitas ``MergeBatchNorm``), beyond AMD Quark.
+
+    What ``Preprocess`` does to batch norm, alone: a model without batch norm is returned as it
+    is (no tracing, so any model passes); otherwise the model is traced with ``torch.fx`` (a model
+    that does not trace whole, part by part: its largest submodules that do) and every
+    ``BatchNorm`` that follows a Linear / Conv / ConvTranspose (whose output feeds nothing else) is
+    folded into its weights and bias; the float function is unchanged. A batch norm that cannot be
+    folded (after an addition, or after a layer whose output forks) stays and is named in a
+    warning. Integer targets need it: the XINT8 preset folds by default, as the NPU's compiler does.
+    """
+
+    name: ClassVar[str] = "Merge Batch Norm"
 
 
 @register_algo_config

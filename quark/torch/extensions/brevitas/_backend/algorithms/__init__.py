@@ -7,6 +7,7 @@ Importing this package registers them all; a new algorithm is a module here with
 
 from quark.torch.extensions.brevitas._backend.algorithms import (  # noqa: F401
     awq,
+    batch_norm,
     corrections,
     equalization,
     gpfq,
