@@ -18,13 +18,13 @@ from quark.torch.extensions.brevitas import algos
 from quark.torch.extensions.brevitas._backend import rules
 from quark.torch.extensions.brevitas._backend.rewrite import REWRITERS
 from quark.torch.extensions.brevitas.api import ModelQuantizer
-from quark.torch.quantization.config import algorithms
 from quark.torch.quantization.config.algorithms import (
     AlgoConfig,
     Phase,
     PreQuantOptConfig,
     register_implementation,
 )
+from quark.torch.quantization.config.algorithms import registry as registry_module
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
 from quark.torch.quantization.config.type import Dtype, QSchemeType, QuantizationMode
 from quark.torch.quantization.plan import module_sites
@@ -44,8 +44,8 @@ def data():
 @pytest.fixture
 def registry(monkeypatch):
     """Registrations made by a test vanish after it."""
-    monkeypatch.setattr(algorithms, "_IMPLEMENTATIONS", dict(algorithms._IMPLEMENTATIONS))
-    return algorithms._IMPLEMENTATIONS
+    monkeypatch.setattr(registry_module, "_REGISTERED", dict(registry_module._REGISTERED))
+    return registry_module._REGISTERED
 
 
 # -- algorithms ---------------------------------------------------------------------------------

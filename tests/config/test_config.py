@@ -181,8 +181,15 @@ def test_saved_files_are_plain_json_and_yaml(tmp_path):
     assert from_json["global_quant_config"]["input_tensors"]["dtype"] == "uint8"
     assert from_json["global_quant_config"]["input_tensors"]["zero_point_type"] == "float32"
     assert from_json["global_quant_config"]["input_tensors"]["observer_cls"] == "PerTensorMinMaxObserver"
-    assert from_json["global_quant_config"]["input_tensors"]["round_method"] == RoundType.floor.value
+    assert from_json["global_quant_config"]["input_tensors"]["round_method"] == "floor"  # enums by name
     assert from_json["quant_mode"] == "eager_mode"
+
+
+def test_files_that_wrote_enum_values_still_load():
+    """Before enums were written by name, files held their values (round_method: 3)."""
+    data = CONFIGS["uint8_asym_float_zp"].to_dict()
+    data["global_quant_config"]["input_tensors"]["round_method"] = RoundType.floor.value
+    assert Config.from_dict(data) == CONFIGS["uint8_asym_float_zp"]
 
 
 def test_to_dict_serialises_algo_names():

@@ -15,10 +15,10 @@ from _reference import tqt as R
 from torch import nn
 
 from quark.torch.extensions.brevitas.api import ModelQuantizer
-from quark.torch.quantization import observer as observer_module
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec, TQTSpec
 from quark.torch.quantization.config.type import Dtype, ScaleType, TQTThresholdInitMeth
 from quark.torch.quantization.observer import PerTensorPercentileObserver, TQT3SDObserver, TQTJeffreysObserver
+from quark.torch.quantization.observer import histogram as observer_module
 from quark.torch.quantization.tqt_init import jeffreys_divergences, jeffreys_threshold, three_sd
 
 

@@ -46,8 +46,8 @@ from quark.torch.quantization.observer import (
     OBSERVERS,
     TQT3SDObserver,
     TQTJeffreysObserver,
-    _SelectorObserver,
 )
+from quark.torch.quantization.observer.selectors import _SelectorObserver
 from robustness.helpers import assert_unchanged, snapshot
 
 _SCALE = 10 if os.environ.get("HYPOTHESIS_PROFILE") == "explore" else 1

@@ -22,8 +22,8 @@ from quark.torch.quantization.observer import (
     OBSERVERS,
     TQT3SDObserver,
     TQTJeffreysObserver,
-    _SelectorObserver,
 )
+from quark.torch.quantization.observer.selectors import _SelectorObserver
 from robustness.helpers import W8A8, batches, mlp, quantize
 
 #: every observer that accumulates statistics (the selectors of Quark's names, e.g. PerBlockMXObserver,

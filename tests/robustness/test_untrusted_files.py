@@ -97,7 +97,7 @@ RESOLVING_CALLS = {"importlib.import_module", "__import__", "import_module", "ev
                    "yaml.load", "yaml.unsafe_load", "yaml.full_load", "pickle.load", "pickle.loads", "getattr(importlib"}  # fmt: skip
 ALLOWED_RESOLVING = {
     # module names that backend packages register in code (add_backend), never read from a file
-    ("quark/torch/quantization/config/algorithms.py", "importlib.import_module"),
+    ("quark/torch/quantization/config/algorithms/registry.py", "importlib.import_module"),
     # the command line's --model / --data-module: code the user names on the command line, never a file's content
     ("quark/torch/extensions/brevitas/cli/inputs.py", "importlib.import_module"),
 }

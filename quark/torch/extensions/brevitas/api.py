@@ -17,8 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-import quark.torch.extensions.brevitas._backend
-import quark.torch.extensions.brevitas._backend.algorithms  # noqa: F401  (registers the implementations)
+import quark.torch.extensions.brevitas._backend  # noqa: F401  (the Brevitas version check, before any Brevitas import)
 from quark.torch.extensions.brevitas import config as ext
 from quark.torch.extensions.brevitas._backend import rules
 from quark.torch.extensions.brevitas._backend.calibrate import add_calibrated_flags, static_act_proxies

@@ -1,8 +1,8 @@
 """How the plan reads the Brevitas extension's config: its ``QuantizationSpec`` normalised into
 ``TensorQuant``, and its ``Config`` viewed as the plan needs it.
 
-Registered with the plan when the extension's config module is imported, so the plan takes both
-flavours while the config layer knows nothing of the extension. No Brevitas import.
+:func:`register` tells the plan (the extension's package does it when it loads), so the plan takes
+both flavours while the config layer knows nothing of the extension. No Brevitas import.
 """
 
 from __future__ import annotations
@@ -122,5 +122,7 @@ def view_ext(config: Config) -> ConfigView:
     return ConfigView(config.global_quant_config, {}, {}, [], config.backend, algorithms)
 
 
-register_normaliser(QuantizationSpec, normalise_ext)
-register_config_view(Config, view_ext)
+def register() -> None:
+    """Let the plan read the extension's ``QuantizationSpec`` and ``Config``."""
+    register_normaliser(QuantizationSpec, normalise_ext)
+    register_config_view(Config, view_ext)

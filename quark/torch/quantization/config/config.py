@@ -19,15 +19,13 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from quark.torch.quantization.config._fields import (
+    CONFIG_VERSION,
     FileConfig,
+    Serialisable,
     check_type,
-    check_unknown_keys,
     coerce_enum,
-    enum_to_json,
-    from_fields,
+    config_to_dict,
     from_registry,
-    named_dict,
-    require_mapping,
 )
 from quark.torch.quantization.config.algorithms import (
     AlgoConfig,
@@ -35,7 +33,6 @@ from quark.torch.quantization.config.algorithms import (
     GPTQConfig,
     PreQuantOptConfig,
     SmoothQuantConfig,
-    algo_from_dict,
     algo_list,
 )
 from quark.torch.quantization.config.type import (
@@ -66,8 +63,6 @@ __all__ = [
     "TQTSpec",
 ]
 
-CONFIG_VERSION = 1
-
 #: the tensor roles of a layer config, in field order; activations are the first two
 ROLES = ("input_tensors", "output_tensors", "weight", "bias")
 ACTIVATION_ROLES = ROLES[:2]
@@ -80,8 +75,8 @@ class QATSpec:
     """Base of quantization-aware-training specs (``QuantizationSpec.qat_spec``)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (enums as their values, classes by name); ``from_dict`` reads it back."""
-        return named_dict(self, type(self).__name__)
+        """JSON / YAML data, its class name first; ``from_dict`` reads it back."""
+        return {"name": type(self).__name__, **config_to_dict(self)}
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> QATSpec:
@@ -128,7 +123,7 @@ def check_tqt(owner: str, qat_spec: Any, *, scale_type: Any, symmetric: bool, qs
 
 
 @dataclass(eq=True)
-class QuantizationSpec:
+class QuantizationSpec(Serialisable):
     """How one tensor is quantized.
 
     Args:
@@ -229,16 +224,6 @@ class QuantizationSpec:
             is_dynamic=bool(self.is_dynamic),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (enums as their values, classes by name); ``from_dict`` reads it back."""
-        d = {f.name: enum_to_json(getattr(self, f.name)) for f in fields(self)}
-        d["observer_cls"] = self.observer_cls.__name__ if self.observer_cls else None
-        d["qat_spec"] = self.qat_spec.to_dict() if self.qat_spec else None
-        return d
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> QuantizationSpec:
-        return from_fields(cls, data)
 
 
 def _observer_from_name(name: str) -> type[ObserverBase]:
@@ -251,7 +236,7 @@ def _observer_from_name(name: str) -> type[ObserverBase]:
         ) from None
 
 
-class LayerConfigBase:
+class LayerConfigBase(Serialisable):
     """Shared behaviour of the layer configs of both flavours (each lists the spec classes it takes,
     its own first)."""
 
@@ -274,15 +259,6 @@ class LayerConfigBase:
         """The spec class whose fields hold every key of ``data`` (else the own one, which names the misfit)."""
         return next((c for c in cls.spec_classes if set(data) <= {f.name for f in fields(c)}), cls.spec_classes[0])
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (enums as their values, classes by name); ``from_dict`` reads it back."""
-        d: dict[str, Any] = {r: (getattr(self, r).to_dict() if getattr(self, r) else None) for r in self.roles}
-        d["target_device"] = enum_to_json(self.target_device)
-        return d
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Any:
-        return from_fields(cls, data)
 
 
 @dataclass(eq=True)
@@ -338,6 +314,10 @@ class Config(FileConfig):
     def __post_init__(self) -> None:
         owner = type(self).__name__
         layer_cls = self.layer_config_class
+        self.global_quant_config = _layer(layer_cls, self.global_quant_config)
+        for fname in ("layer_type_quant_config", "layer_quant_config"):
+            if isinstance(getattr(self, fname), dict):
+                setattr(self, fname, {k: _layer(layer_cls, v) for k, v in getattr(self, fname).items()})
         if type(self.global_quant_config) is not layer_cls:
             raise TypeError(
                 f"{owner}.global_quant_config: expected {layer_cls.__module__}.{layer_cls.__name__}, "
@@ -364,47 +344,18 @@ class Config(FileConfig):
         self.algo_config = algo_list(owner, "algo_config", self.algo_config)
         self.quant_mode = coerce_enum(owner, "quant_mode", self.quant_mode, QuantizationMode, optional=False)
 
-    # -- serialisation -------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (enums as their values, classes by name); ``from_dict`` reads it back."""
-        return {
-            "global_quant_config": self.global_quant_config.to_dict(),
-            "layer_type_quant_config": {
-                (k if isinstance(k, str) else k.__name__): v.to_dict() for k, v in self.layer_type_quant_config.items()
-            },
-            "layer_quant_config": {k: v.to_dict() for k, v in self.layer_quant_config.items()},
-            "exclude": list(self.exclude),
-            "algo_config": [a.to_dict() for a in self.algo_config] if self.algo_config is not None else None,
-            "pre_quant_opt_config": [step.to_dict() for step in self.pre_quant_opt_config],
-            "quant_mode": self.quant_mode.name,
-            "version": self.version,
-        }
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Config:
-        owner = cls.__name__
-        require_mapping(owner, data, required=("global_quant_config",))
-        check_unknown_keys(owner, data, {f.name for f in fields(cls)} | {"quant_method"})
-        layer = cls.layer_config_class
-        algos = data.get("algo_config")
-        if algos is not None and not isinstance(algos, list):
-            raise TypeError(f"{owner}.from_dict: algo_config must be a list of algorithm dicts, got {type(algos).__name__}")
-        version = data.get("version", CONFIG_VERSION)
-        if version != CONFIG_VERSION:
-            raise ValueError(f"{owner}.from_dict: version={version!r} is not supported; this release reads version {CONFIG_VERSION}")
-        pre = data.get("pre_quant_opt_config") or []
-        if not isinstance(pre, list):
-            raise TypeError(f"{owner}.from_dict: pre_quant_opt_config must be a list, got {type(pre).__name__}")
-        return cls(
-            global_quant_config=layer.from_dict(data["global_quant_config"]),
-            pre_quant_opt_config=[algo_from_dict("pre_quant_opt_config", step) for step in pre],
-            layer_type_quant_config={k: layer.from_dict(v) for k, v in (data.get("layer_type_quant_config") or {}).items()},
-            layer_quant_config={k: layer.from_dict(v) for k, v in (data.get("layer_quant_config") or {}).items()},
-            exclude=data.get("exclude") if data.get("exclude") is not None else [],
-            algo_config=[algo_from_dict("algo_config", a) for a in algos] if algos is not None else None,
-            quant_mode=coerce_enum(owner, "quant_mode", data.get("quant_mode", "eager_mode"), QuantizationMode),
-            version=version,
-        )
+        """The config ``data`` describes (``to_dict``'s output, a file's, or Quark's, whose
+        ``quant_method`` key is ignored)."""
+        if isinstance(data, dict):
+            data = {k: v for k, v in data.items() if k != "quant_method"}
+        return super().from_dict(data)
+
+
+def _layer(layer_cls: type, value: Any) -> Any:
+    """A layer config, built from its dict form (``to_dict``'s output) where it is one."""
+    return layer_cls.from_dict(value) if isinstance(value, dict) else value
 
 
 # Quark >= 0.10 names; plain aliases, no deprecation warnings.

@@ -16,7 +16,7 @@ from brevitas.fx import symbolic_trace
 from brevitas.graph.fixed_point import MergeBatchNorm as BrevitasMergeBatchNorm
 from torch import nn
 
-from quark.torch.quantization.config.algorithms import MergeBatchNorm, Phase, register_implementation
+from quark.torch.quantization.config.algorithms import MergeBatchNorm
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,6 @@ def _folded(module: nn.Module) -> nn.Module:
     return BrevitasMergeBatchNorm().apply(traced)
 
 
-@register_implementation(MergeBatchNorm, Phase.before_quantization)
 def merge_batch_norm(config: MergeBatchNorm, model: nn.Module, batches: Any = None) -> nn.Module:
     training = model.training
     merged = _folded(model.eval()).train(training)

@@ -9,17 +9,16 @@ from typing import Any
 from torch import nn
 
 from quark.torch.extensions.brevitas._backend.algorithms import gpxq
-from quark.torch.quantization.config.algorithms import GPFA2Q, GPFQ, Phase, Qronos, register_implementation
+from quark.torch.quantization.config.algorithms import GPFA2Q, GPFQ, Qronos
 from quark.torch.quantization.plan import LayerPlan, Site
 
 
-@register_implementation(GPFQ, Phase.after_calibration, needs_data=True)
 def gpfq(config: GPFQ, model: nn.Module, data: Any) -> nn.Module:
     mode = gpxq.gpfq(act_order=config.act_order, fraction=config.percentage_of_processed_inputs)
     return gpxq.run(model, data, mode, desc="GPFQ")
 
 
-def _check_a2q(config: GPFA2Q, plans: Sequence[LayerPlan], sites: Sequence[Site]) -> list[str]:
+def check_a2q(config: GPFA2Q, plans: Sequence[LayerPlan], sites: Sequence[Site]) -> list[str]:
     """The accumulator bound depends on the input's integer range: every integer-weight layer needs
     an integer input quantizer."""
     bare = [
@@ -42,7 +41,6 @@ def _check_a2q(config: GPFA2Q, plans: Sequence[LayerPlan], sites: Sequence[Site]
     return []
 
 
-@register_implementation(GPFA2Q, Phase.after_calibration, needs_data=True, check=_check_a2q)
 def gpfa2q(config: GPFA2Q, model: nn.Module, data: Any) -> nn.Module:
     mode = gpxq.gpfa2q(
         act_order=config.act_order,
@@ -52,6 +50,5 @@ def gpfa2q(config: GPFA2Q, model: nn.Module, data: Any) -> nn.Module:
     return gpxq.run(model, data, mode, desc="GPFA2Q")
 
 
-@register_implementation(Qronos, Phase.after_calibration, needs_data=True)
 def qronos(config: Qronos, model: nn.Module, data: Any) -> nn.Module:
     return gpxq.run(model, data, gpxq.qronos(act_order=config.act_order, alpha=config.alpha), desc="Qronos")

@@ -8,10 +8,9 @@ from typing import Any
 from brevitas.graph.quantize import preprocess_for_quantize
 from torch import nn
 
-from quark.torch.quantization.config.algorithms import Phase, Preprocess, register_implementation
+from quark.torch.quantization.config.algorithms import Preprocess
 
 
-@register_implementation(Preprocess, Phase.before_quantization)
 def preprocess(config: Preprocess, model: nn.Module, batches: Any = None) -> nn.Module:
     try:
         with warnings.catch_warnings():  # torch.fx internals deprecations, not actionable by users

@@ -13,7 +13,7 @@ from brevitas.graph.equalize import LayerwiseActivationRotation
 from brevitas.graph.hadamard import get_hadK
 from torch import nn
 
-from quark.torch.quantization.config.algorithms import HadamardRotation, Phase, register_implementation
+from quark.torch.quantization.config.algorithms import HadamardRotation
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,6 @@ def chosen_layers(config: HadamardRotation, model: nn.Module) -> list[str]:
     return [n for n in chosen if n not in unsupported]
 
 
-@register_implementation(HadamardRotation, Phase.before_quantization)
 def hadamard_rotation(config: HadamardRotation, model: nn.Module, data: Any = None) -> nn.Module:
     chosen = set(chosen_layers(config, model))
     others = [n for n, m in model.named_modules() if isinstance(m, nn.Linear) and n not in chosen]
