@@ -25,10 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import torch
 from export.finn_zoo import FINN_ZOO, calibrated, digits_batches
 
-from quark.torch.extensions.brevitas._backend.export.finn_dataflow import (
-    FinnDataflowError,
-    export_finn_dataflow_model,
-)
+from quark.torch.extensions.brevitas.api import FinnError, ModelExporter
 
 HEADERS = (
     "network",
@@ -64,10 +61,10 @@ def main() -> None:
         model = calibrated(name, train[:4])
         with tempfile.TemporaryDirectory() as out:
             try:
-                r = export_finn_dataflow_model(
-                    model, test, out, part=args.part, target_fps=args.target_fps, clock_mhz=args.clock_mhz
+                r = ModelExporter(out).export_finn_dataflow(
+                    model, test, part=args.part, target_fps=args.target_fps, clock_mhz=args.clock_mhz
                 )
-            except FinnDataflowError as error:
+            except FinnError as error:
                 rows.append((name, f"refused: {error}".splitlines()[0], "", "", "", "", "", "", "", ""))
                 continue
         e, v = r.estimate, r.verification

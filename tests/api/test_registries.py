@@ -15,8 +15,8 @@ from torch import nn
 
 import quark.torch.extensions.brevitas.config as bcfg
 from quark.torch.extensions.brevitas import algos
-from quark.torch.extensions.brevitas._backend import rules
 from quark.torch.extensions.brevitas._backend.rewrite import REWRITERS
+from quark.torch.extensions.brevitas._backend.rules import layers as rules
 from quark.torch.extensions.brevitas.api import ModelQuantizer
 from quark.torch.quantization.config.algorithms import (
     AlgoConfig,

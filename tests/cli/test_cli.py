@@ -84,7 +84,7 @@ def test_dict_data_feeds_keyword_inputs(files):
 def test_support_prints_the_tables(capsys):
     assert run("support") == 0
     out = capsys.readouterr().out
-    assert "| `int8` |" in out and "| refused | why |" in out and "QuantLinear" in out
+    assert "| `int8` |" in out and "| refused | allowed | why |" in out and "QuantLinear" in out
     assert run("support", "bogus") == 2
     assert "unknown section; sections: formats, rules, export" in capsys.readouterr().err
 

@@ -259,23 +259,26 @@ def test_graph_outputs_that_do_not_match_the_model_are_named(onnx_path, monkeypa
 def test_finn_handoff_without_finn_says_how_to_install(onnx_path, monkeypatch):
     import sys
 
-    from quark.torch.extensions.brevitas._backend.export.finn import finn_handoff
+    from quark.torch.extensions.brevitas.api import finn_handoff
 
     ModelExporter(onnx_path).export_qonnx_model(quantized_mlp(), torch.randn(2, 12))
     monkeypatch.setitem(sys.modules, "finn.transformation.qonnx.convert_qonnx_to_finn", None)
     with pytest.raises(
-        ImportError, match=r"the FINN hand-off needs finn-plus .*pip install --no-deps finn-plus==1.6.1"
+        ImportError, match=r"the FINN target needs finn-plus .*pip install --no-deps finn-plus==1.6.1"
     ):
         finn_handoff(onnx_path, torch.randn(2, 12))
 
 
-def test_ipu_target_needs_quantizers_built_from_quark_specs(onnx_path):
+@pytest.mark.parametrize("target, method", [("IPU", "export_onnx_model"), ("FINN", "export_qonnx_model")])
+def test_targets_need_quantizers_built_from_quark_specs(onnx_path, target, method):
     import brevitas.nn as qnn
 
     from quark.torch.extensions.brevitas._backend.export import TargetCheckError
 
     model = nn.Sequential(qnn.QuantIdentity(return_quant_tensor=False), nn.Linear(4, 2))
     with pytest.raises(
-        TargetCheckError, match=r"quantizer '0.act_quant' \(activation\): not built from a Quark spec"
+        TargetCheckError,
+        match=rf"quantizer '0.act_quant' \(activation\): not built from a Quark spec; {target} allows quantizers built "
+        "by ModelQuantizer",
     ):
-        ModelExporter(onnx_path).export_onnx_model(model, torch.randn(2, 4), target_device="IPU")
+        getattr(ModelExporter(onnx_path), method)(model, torch.randn(2, 4), target_device=target)

@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from export.zoo import ZOO
-from quark.torch.extensions.brevitas._backend.export.finn import FinnHandoffError, finn_handoff
-from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
+from quark.torch.extensions.brevitas.api import FinnError, ModelExporter, ModelQuantizer, finn_handoff
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
 from quark.torch.quantization.config.type import Dtype, QSchemeType, RoundType, ScaleType
 from quark.torch.quantization.observer import PerChannelMinMaxObserver, PerTensorMinMaxObserver
@@ -80,7 +79,7 @@ def test_finn_convert_and_streamline_keep_the_outputs(tmp_path, digits, case):
 
     finn = finn_handoff(path, x)
     assert [s.name for s in finn.steps] == [
-        "qonnx cleanup", "ConvertQONNXtoFINN", "AbsorbClipIntoMultiThreshold", "Streamline"
+        "QONNX (cleaned, batch 1)", "ConvertQONNXtoFINN", "AbsorbClipIntoMultiThreshold", "streamline"
     ]  # fmt: skip
     converted, streamlined = finn.steps[1], finn.steps[3]
     assert "MultiThreshold" in converted.op_types and "Quant" not in converted.op_types
@@ -106,7 +105,7 @@ def test_finn_rounds_activation_ties_up_whatever_the_quant_node_says(tmp_path, d
     path = tmp_path / "half_even.onnx"
     assert ModelExporter(path).export_qonnx_model(qmodel, x).passed
     with pytest.raises(
-        FinnHandoffError, match=r"FINN step ConvertQONNXtoFINN changed the outputs .*max \|diff\|"
+        FinnError, match=r"FINN step 'ConvertQONNXtoFINN' changed the outputs .*max \|diff\|"
     ):
         finn_handoff(path, x)
 
@@ -121,7 +120,7 @@ def test_finn_rejects_signed_relu_activations_and_names_the_step(tmp_path, digit
     path = tmp_path / "signed.onnx"
     assert ModelExporter(path).export_qonnx_model(qmodel, x).passed
     with pytest.raises(
-        FinnHandoffError,
-        match=r"FINN step ConvertQONNXtoFINN failed .*unsigned and non-narrow Quant nodes for Relu",
+        FinnError,
+        match=r"FINN step 'ConvertQONNXtoFINN' failed .*unsigned and non-narrow Quant nodes for Relu",
     ):
         finn_handoff(path, x)

@@ -22,14 +22,10 @@ pytest.importorskip(
 )
 
 import export.finn_zoo as zoo
-from quark.torch.extensions.brevitas._backend.export.finn_dataflow import (
-    FinnDataflowError,
-    export_finn_dataflow,
-    export_finn_dataflow_model,
-    module_of,
-)
-from quark.torch.extensions.brevitas._backend.export.finn_dataflow import parts as fpga_parts
-from quark.torch.extensions.brevitas.api import ModelExporter
+from quark.torch.extensions.brevitas._backend.targets.finn import parts as fpga_parts
+from quark.torch.extensions.brevitas._backend.targets.finn.dataflow import export_finn_dataflow
+from quark.torch.extensions.brevitas._backend.targets.finn.origins import module_of
+from quark.torch.extensions.brevitas.api import FinnError, ModelExporter
 
 HW_DOMAIN = "finn.custom_op.fpgadataflow"
 PART, CLOCK_MHZ, TARGET_FPS = "xc7z020clg400-1", 100.0, 50_000
@@ -105,6 +101,7 @@ def test_network_reaches_one_partition_with_torch_outputs(exports, name):
     # every step kept the outputs
     assert [s.name for s in result.steps][1:] == [
         "ConvertQONNXtoFINN",
+        "AbsorbClipIntoMultiThreshold",
         "streamline",
         "convert to hardware layers",
     ]
@@ -169,7 +166,7 @@ def test_estimates_follow_finns_published_formulas(exports):
 def test_too_large_for_the_part_names_the_layer(digits, tmp_path):
     train, test = digits
     model = zoo.calibrated(partial(zoo.tfc, width=1024), train[:2])
-    result = export_finn_dataflow_model(model, test[:4], tmp_path, part="Pynq-Z1", target_fps=1e6)
+    result = ModelExporter(tmp_path).export_finn_dataflow(model, test[:4], part="Pynq-Z1", target_fps=1e6)
     assert not result.estimate.fits and not result.estimate.meets_target
     fit = next(p for p in result.estimate.problems if p.startswith("fit: "))
     assert "LUT estimated, xc7z020clg400-1 has 53,200" in fit
@@ -195,8 +192,8 @@ def test_node_finn_cannot_map_is_named_with_its_module(digits, tmp_path):
         )
 
     model = zoo.calibrated(float_sigmoid, train[:2])
-    with pytest.raises(FinnDataflowError, match=r"could not map 2 node") as error:
-        export_finn_dataflow_model(model, test[:4], tmp_path)
+    with pytest.raises(FinnError, match=r"could not map 2 node") as error:
+        ModelExporter(tmp_path).export_finn_dataflow(model, test[:4])
     sigmoid, matmul = error.value.problems
     assert sigmoid.startswith(
         "Sigmoid_0 (Sigmoid, module '3'): a float activation: follow it with a quantizer"
@@ -212,9 +209,9 @@ def test_half_even_requantizer_after_a_residual_add_is_caught_at_conversion(digi
     train, test = digits
     model = zoo.calibrated(partial(zoo.ResNetLike, relu_quant=Uint8ActPerTensorFixedPoint), train[:4])
     with pytest.raises(
-        FinnDataflowError, match=r"step 'ConvertQONNXtoFINN' changed the outputs .*round half up"
+        FinnError, match=r"step 'ConvertQONNXtoFINN' changed the outputs .*round half up"
     ):
-        export_finn_dataflow_model(model, test[:8], tmp_path)
+        ModelExporter(tmp_path).export_finn_dataflow(model, test[:8])
 
 
 def test_top_k_becomes_a_label_select_layer(digits, tmp_path):
@@ -222,15 +219,15 @@ def test_top_k_becomes_a_label_select_layer(digits, tmp_path):
     with a float bias the TopK is refused with the change that fixes it."""
     train, test = digits
     model = zoo.calibrated(partial(zoo.tfc, head_bias=False), train[:2])
-    labelled = export_finn_dataflow_model(model, test[:24], tmp_path / "top1", top_k=1, part=PART)
+    labelled = ModelExporter(tmp_path / "top1").export_finn_dataflow(model, test[:24], top_k=1, part=PART)
     partition = onnx.load(labelled.files["partition"])
     assert _op(partition.graph.node[-1]) == "LabelSelect"
     assert labelled.verification.predictions_identical and labelled.verification.max_abs_diff == 0
     biased = zoo.calibrated("tfc", train[:2])
     with pytest.raises(
-        FinnDataflowError, match=r"TopK_0 \(TopK, module '8'\): top-k on a float input .* drop the last"
+        FinnError, match=r"TopK_0 \(TopK, module '8'\): top-k on a float input .* drop the last"
     ):
-        export_finn_dataflow_model(biased, test[:4], tmp_path / "biased", top_k=1)
+        ModelExporter(tmp_path / "biased").export_finn_dataflow(biased, test[:4], top_k=1)
 
 
 def test_parts_come_from_finns_tables_and_match_the_datasheets():

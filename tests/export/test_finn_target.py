@@ -9,11 +9,11 @@ import pytest
 import torch
 from torch import nn
 
-from quark.torch.extensions.brevitas._backend.export import (
-    TargetCheckError,
-    UnsupportedExportError,
-    finn_target,
-)
+from quark.torch.extensions.brevitas._backend.export import TargetCheckError, UnsupportedExportError
+from quark.torch.extensions.brevitas._backend.rules import FROM_A_SPEC
+from quark.torch.extensions.brevitas._backend.targets.finn import TARGET as FINN_TARGET
+from quark.torch.extensions.brevitas._backend.targets.finn import interface as finn_interface
+from quark.torch.extensions.brevitas._backend.targets.finn import rules as finn_rules
 from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
 from quark.torch.extensions.brevitas.presets import finn
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
@@ -57,19 +57,19 @@ def _act(**kw) -> QuantizationSpec:
 
 #: requirement (quantizer field or site rule) -> (config, expected message fragment)
 CASES = {
-    "dtype": (
+    "activation/weight `dtype`": (
         preset_with(dtype=Dtype.int16),
         r"quantizer 'input_quant.act_quant' \(activation\): dtype=int16; FINN allows integers of 2..8 bits",
     ),
-    "symmetric": (
+    "activation/weight `symmetric`": (
         preset_with(symmetric=False),
         r"quantizer '.*' \(activation\): symmetric=False; FINN allows True \(zero point 0\)",
     ),
-    "is_dynamic": (
+    "activation `is_dynamic`": (
         preset_with(observer_cls=None, is_dynamic=True, scale_type=None),
         r"quantizer '.*' \(activation\): is_dynamic=True; FINN allows False",
     ),
-    "round_method": (
+    "activation `round_method`": (
         preset_with(round_method=RoundType.half_even),
         (
             r"quantizer 'input_quant.act_quant' \(activation\): round_method=half_even; FINN allows half_up "
@@ -83,7 +83,7 @@ CASES = {
             )
         ),
         (
-            r"site 'model': quantized layer by layer: the tensors between layers stay float; set "
+            r"site 'model': quantized layer by layer: the tensors between layers stay float; FINN allows "
             r"Config.quant_mode=QuantizationMode.fx_graph_mode"
         ),
     ),
@@ -93,12 +93,12 @@ CASES = {
             layer_type_quant_config={"ReLU": QuantizationConfig(output_tensors=_act(dtype=Dtype.uint4))},
             quant_mode=QuantizationMode.fx_graph_mode,
         ),
-        r"site 'input': network input not quantized; set input_tensors of layer_type_quant_config\['GraphInput'\]",
+        r"site 'input': network input not quantized; FINN allows input_tensors of layer_type_quant_config\['GraphInput'\]",
     ),
     "a signed quantizer after ReLU": (
         preset_with(relu=_act()),
         (
-            r"site '1': ReLU output quantized signed \(int4\); set an unsigned dtype \(uint4\) for "
+            r"site '1': ReLU output quantized signed \(int4\); FINN allows an unsigned dtype \(uint4\) for "
             r"layer_type_quant_config\['ReLU'\].output_tensors \(ConvertQONNXtoFINN: 'FINN only supports unsigned"
         ),
     ),
@@ -106,8 +106,8 @@ CASES = {
 
 
 def test_every_requirement_row_has_a_case():
-    rows = {r.field for r in finn_target.REQUIREMENTS} | {r.refuses for r in finn_target.SITE_REQUIREMENTS}
-    assert rows == set(CASES)
+    rows = {r.refuses for r in (*finn_rules.QUANTIZER_RULES, *finn_rules.SITE_RULES) if r is not FROM_A_SPEC}
+    assert rows == set(CASES)  # FROM_A_SPEC, shared by the targets: test_exporter.py, one case per target
 
 
 @pytest.mark.parametrize("row", CASES)
@@ -139,11 +139,14 @@ def test_shape_computing_nodes_and_dynamic_shapes_are_refused_in_the_written_gra
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
     )
     with pytest.raises(TargetCheckError) as caught:
-        finn_target.check_graph(helper.make_model(graph))
+        FINN_TARGET.check_graph(helper.make_model(graph))
     assert caught.value.problems == [
-        "graph input 'x' has dynamic shape ['batch', 4]",
-        "graph output 'y' has dynamic shape ['batch', 4]",
-        "shape-computing nodes ['shape_of_x'] (e.g. x.view(x.size(0), -1)); FINN needs static shapes: use nn.Flatten",
+        ("graph input 'x' has dynamic shape ['batch', 4]; FINN allows static input/output shapes (FINN's dataflow has "
+        "fixed stream sizes)"),
+        ("graph output 'y' has dynamic shape ['batch', 4]; FINN allows static input/output shapes (FINN's dataflow has "
+        "fixed stream sizes)"),
+        ("shape-computing nodes ['shape_of_x'] (e.g. x.view(x.size(0), -1)); FINN allows no shape-computing subgraph "
+        "(FINN needs static shapes: use nn.Flatten)"),
     ]
 
 
@@ -162,7 +165,7 @@ def test_the_integer_input_is_annotated_and_computes_the_same(tmp_path):
     x = data(1)[0]
     path = tmp_path / "model.onnx"
     ModelExporter(path).export_qonnx_model(model, x)
-    integer = finn_target.integer_input(path, tmp_path / "int.onnx")
+    integer = finn_interface.integer_input(path, tmp_path / "int.onnx")
     assert integer.datatype == "UINT8"
     assert integer.scale == model.input_quant.act_quant.scale().item()
     wrapper = ModelWrapper(str(tmp_path / "int.onnx"))
@@ -186,7 +189,7 @@ def test_an_unquantized_network_input_cannot_become_integer(tmp_path):
     path = tmp_path / "model.onnx"
     ModelExporter(path).export_qonnx_model(model, data(1)[0])
     with pytest.raises(TargetCheckError, match=r"integer_input: the graph input 'global_in' does not feed one Quant node; quantize the network input"):
-        finn_target.integer_input(path)
+        finn_interface.integer_input(path)
 
 
 def test_float_operations_count_the_nodes_that_are_not_integer(tmp_path):
@@ -196,7 +199,7 @@ def test_float_operations_count_the_nodes_that_are_not_integer(tmp_path):
     path = tmp_path / "model.onnx"
     ModelExporter(path).export_qonnx_model(model, data(1)[0])
     # the QONNX graph before FINN: the Gemm of float Quant outputs and the Relu are float
-    floats = finn_target.float_operations(ModelWrapper(str(path)))
+    floats = finn_interface.float_operations(ModelWrapper(str(path)))
     assert floats and all(f.split()[0] in ("Gemm", "Relu", "Quant", "Mul") for f in floats)
 
 
@@ -265,7 +268,7 @@ def test_docs_embed_the_current_finn_requirements():
     from pathlib import Path
 
     docs = (Path(__file__).resolve().parents[2] / "docs" / "export.md").read_text()
-    assert finn_target.markdown() in docs, "docs/export.md: paste the output of finn_target.markdown()"
+    assert finn_rules.markdown() in docs, "docs/export.md: paste the output of finn_rules.markdown()"
 
 
 def test_the_handoff_absorbs_relu6_clips_into_thresholds(tmp_path):
@@ -273,19 +276,19 @@ def test_the_handoff_absorbs_relu6_clips_into_thresholds(tmp_path):
     the thresholds, so streamlining leaves an integer dataflow that computes what torch does."""
     pytest.importorskip("finn.transformation.qonnx.convert_qonnx_to_finn", reason="finn-plus is not installed")
     from qonnx.core.modelwrapper import ModelWrapper
-    from qonnx.core.onnx_exec import execute_onnx
 
-    from quark.torch.extensions.brevitas._backend.export.finn import finn_handoff
+    from quark.torch.extensions.brevitas._backend.export.verify import execute_qonnx
+    from quark.torch.extensions.brevitas.api import finn_handoff
 
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU6(), nn.Linear(8, 8), nn.ReLU6(), nn.Linear(8, 3))
     qmodel = quantized(finn(unsigned=("ReLU6",)), model)
     x = data(1)[0] * 8  # large enough to clip at 6
     ModelExporter(tmp_path / "m.onnx").export_qonnx_model(qmodel, x)
-    integer = finn_target.integer_input(tmp_path / "m.onnx", tmp_path / "int.onnx")
+    integer = finn_interface.integer_input(tmp_path / "m.onnx", tmp_path / "int.onnx")
     x_int = np.clip(np.floor(x.numpy() / integer.scale + 0.5), 0, 255).astype(np.float32)
     report = finn_handoff(tmp_path / "int.onnx", torch.from_numpy(x_int))
     assert "Clip" in report.steps[1].op_types and "Clip" not in report.steps[2].op_types
     streamlined = ModelWrapper(report.path)
-    assert finn_target.float_operations(streamlined) == []
-    out = execute_onnx(streamlined, {streamlined.graph.input[0].name: x_int})[streamlined.graph.output[0].name]
+    assert finn_interface.float_operations(streamlined) == []
+    out = execute_qonnx(streamlined, [x_int])[0]  # the hand-off's graph takes one sample at a time
     np.testing.assert_array_equal(out, qmodel(x).detach().numpy())

@@ -17,6 +17,7 @@ from quark.torch.extensions.brevitas._backend.export import (
     UnsupportedExportError,
     support,
 )
+from quark.torch.extensions.brevitas._backend.inventory import quantizers
 from quark.torch.extensions.brevitas._backend.rewrite.graph import QuantConcat
 from quark.torch.extensions.brevitas.api import ModelExporter
 from quark.torch.quantization.config.config import QuantizationSpec
@@ -161,7 +162,7 @@ def test_a_truncating_average_pool_is_refused_by_qcdq_with_the_fix(onnx_path):
     model, x = _build(qnn.TruncAvgPool2d)
     with pytest.raises(
         UnsupportedExportError,
-        match=r"module '2' \(TruncAvgPool2d\): a truncating average pool; allowed: a requantized average "
+        match=r"module '2' \(TruncAvgPool2d\): a truncating average pool; qcdq allows a requantized average "
         r"\(graph mode: output_tensors of the AvgPool2d / AdaptiveAvgPool2d site\)",
     ):
         ModelExporter(onnx_path).export_onnx_model(model, x)
@@ -171,7 +172,7 @@ def test_a_layer_outside_the_table_is_refused_with_the_exportable_list(onnx_path
     model = nn.Sequential(nn.Linear(8, 4), qnn.QuantSigmoid(return_quant_tensor=False))
     with pytest.raises(
         UnsupportedExportError,
-        match=r"module '1' \(QuantSigmoid\): no qcdq export; exportable layers: \[.*'QuantConv1d'",
+        match=r"module '1' \(QuantSigmoid\): no qcdq export; qcdq allows the exportable layers \[.*'QuantConv1d'",
     ):
         ModelExporter(onnx_path).export_onnx_model(model, torch.randn(2, 8))
 
@@ -199,7 +200,7 @@ def test_dynamo_rows_are_refused_before_export(onnx_path):
     for method in METHODS.values():
         with pytest.raises(
             UnsupportedExportError,
-            match=r"module 'attn' \(QuantMultiheadAttention\): dynamo=True; allowed: dynamo=False",
+            match=r"module 'attn' \(QuantMultiheadAttention\): dynamo=True; (qcdq|qonnx) allows dynamo=False",
         ):
             getattr(ModelExporter(onnx_path, dynamo=True), method)(model, torch.randn(2, 5, 8))
     group = QuantizationSpec(
@@ -221,7 +222,7 @@ def test_problems_of_a_supported_model_are_empty():
     torch.manual_seed(0)
     model = quantize(W8A8, nn.Sequential(nn.Linear(8, 4)), [torch.randn(2, 8)])
     assert all(support.problems(model, fmt, dynamo=False) == [] for fmt in ExportFormat)
-    assert [(n, r) for n, r, _, spec in support.quantizers(model) if spec is not None] == [
+    assert [(q.name, q.role) for q in quantizers(model) if q.spec is not None] == [
         ("0.input_quant", "activation"),
         ("0.weight_quant", "weight"),
     ]

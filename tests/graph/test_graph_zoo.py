@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from export.zoo import ZOO, calibration
 
-from quark.torch.extensions.brevitas._backend.export import finn_target
+from quark.torch.extensions.brevitas._backend.targets.finn import interface as finn_interface
 from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
 from quark.torch.extensions.brevitas.presets import finn, xint8
 from quark.torch.quantization.config.algorithms import Preprocess
@@ -59,7 +59,7 @@ def _qat_steps(model: torch.nn.Module, name: str, steps: int = 3) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NETWORKS)
 def test_finn_streamlines_the_graph_into_an_integer_dataflow_equal_to_torch(tmp_path, name):
-    from quark.torch.extensions.brevitas._backend.export.finn import finn_handoff
+    from quark.torch.extensions.brevitas.api import finn_handoff
 
     pytest.importorskip("finn.transformation.qonnx.convert_qonnx_to_finn", reason="finn-plus is not installed")
     config = finn(unsigned=UNSIGNED.get(name, ("ReLU",)), qat_spec=TQTSpec(TQTThresholdInitMeth._3SD))
@@ -70,20 +70,21 @@ def test_finn_streamlines_the_graph_into_an_integer_dataflow_equal_to_torch(tmp_
     report = ModelExporter(path).export_qonnx_model(qmodel, x)
     assert report.passed and report.target_checks  # the FINN target's graph checks ran
 
-    integer = finn_target.integer_input(path, tmp_path / f"{name}_int.onnx")
+    integer = finn_interface.integer_input(path, tmp_path / f"{name}_int.onnx")
     assert integer.datatype == "UINT8"
     x_int = torch.clamp(torch.floor(x / integer.scale + 0.5), 0, 255)
-    handoff = finn_handoff(tmp_path / f"{name}_int.onnx", x_int, streamline="StreamlinePlus")
+    handoff = finn_handoff(tmp_path / f"{name}_int.onnx", x_int)
     assert handoff.input_datatypes == ("UINT8",)
     from qonnx.core.modelwrapper import ModelWrapper
-    from qonnx.core.onnx_exec import execute_onnx
+
+    from quark.torch.extensions.brevitas._backend.export.verify import execute_qonnx
 
     streamlined = ModelWrapper(handoff.path)
-    produced = execute_onnx(streamlined, {streamlined.graph.input[0].name: x_int.numpy()})
+    produced = execute_qonnx(streamlined, [x_int.numpy()])[0]  # the hand-off's graph takes one sample at a time
     with torch.no_grad():
         expected = qmodel(x).numpy()
-    np.testing.assert_array_equal(produced[streamlined.graph.output[0].name], expected)
-    floats = finn_target.float_operations(streamlined)
+    np.testing.assert_array_equal(produced, expected)
+    floats = finn_interface.float_operations(streamlined)
     assert len(floats) == FLOAT_OPERATIONS[name], floats
     assert "MultiThreshold" in handoff.steps[-1].op_types and "Quant" not in handoff.steps[-1].op_types
 

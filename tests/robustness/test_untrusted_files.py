@@ -184,7 +184,7 @@ def test_qonnx_imports_the_module_a_node_domain_names(tmp_path, canary):
 
 
 def test_finn_handoff_refuses_a_foreign_domain_before_importing_it(tmp_path, canary):
-    from quark.torch.extensions.brevitas._backend.export.finn import finn_handoff
+    from quark.torch.extensions.brevitas.api import finn_handoff
 
     module, imported = canary
     path = tmp_path / "evil.onnx"
@@ -195,7 +195,7 @@ def test_finn_handoff_refuses_a_foreign_domain_before_importing_it(tmp_path, can
 
 
 def test_finn_dataflow_refuses_a_foreign_domain_before_importing_it(tmp_path, canary):
-    from quark.torch.extensions.brevitas._backend.export.finn_dataflow import export_finn_dataflow
+    from quark.torch.extensions.brevitas._backend.targets.finn.dataflow import export_finn_dataflow
 
     module, imported = canary
     path = tmp_path / "evil.onnx"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from quark.torch.quantization.config import config as main
@@ -38,16 +39,16 @@ from quark.torch.quantization.observer import (
 
 #: integer dtypes of the main API: dtype -> (bit width, signed)
 INT_DTYPES: dict[Dtype, tuple[int, bool]] = {d: (d.bit_width, d.signed) for d in Dtype if d.is_integer}
-#: scaled minifloats: dtype -> (exponent bits, mantissa bits, variant). OCP: e4m3 max 448 (NaN only),
+#: scaled minifloats: dtype -> (exponent bits, mantissa bits, FNUZ?). OCP: e4m3 max 448 (NaN only),
 #: e5m2 max 57344 (inf, NaN); fp6/fp4 are OCP MX element formats (no inf/NaN). FNUZ: explicit dtypes.
-FLOAT_DTYPES: dict[Dtype, tuple[int, int, str]] = {
-    Dtype.fp8_e4m3: (4, 3, "ocp"),
-    Dtype.fp8_e5m2: (5, 2, "ocp"),
-    Dtype.fp8_e4m3fnuz: (4, 3, "fnuz"),
-    Dtype.fp8_e5m2fnuz: (5, 2, "fnuz"),
-    Dtype.fp6_e3m2: (3, 2, "ocp"),
-    Dtype.fp6_e2m3: (2, 3, "ocp"),
-    Dtype.fp4: (2, 1, "ocp"),
+FLOAT_DTYPES: dict[Dtype, tuple[int, int, bool]] = {
+    Dtype.fp8_e4m3: (4, 3, False),
+    Dtype.fp8_e5m2: (5, 2, False),
+    Dtype.fp8_e4m3fnuz: (4, 3, True),
+    Dtype.fp8_e5m2fnuz: (5, 2, True),
+    Dtype.fp6_e3m2: (3, 2, False),
+    Dtype.fp6_e2m3: (2, 3, False),
+    Dtype.fp4: (2, 1, False),
 }
 #: round-to-nearest-even casts (no scale): dtype -> (exponent bits, mantissa bits)
 CAST_DTYPES: dict[Dtype, tuple[int, int]] = {Dtype.bfloat16: (8, 7), Dtype.float16: (5, 10)}
@@ -58,6 +59,26 @@ MX_BLOCK = 32
 BDR_DTYPES: tuple[Dtype, ...] = (Dtype.mx6, Dtype.mx9)
 BDR_BLOCK = 16
 BDR_BITS: dict[Dtype, int] = {Dtype.mx6: 6, Dtype.mx9: 9}  # bits per element, shared exponents included
+
+
+class Format(Enum):
+    """The kind of number a quantizer produces."""
+
+    int = "int"  # integers times a scale (and a zero point)
+    float = "float"  # scaled minifloats (OCP or FNUZ)
+    cast = "cast"  # bfloat16 / float16, no scale
+    mx = "mx"  # OCP MX: 32-element blocks sharing an E8M0 scale
+    bdr = "bdr"  # MX6 / MX9: 16-element blocks with shared micro-exponents
+
+    @property
+    def scaled(self) -> bool:
+        """Whether the quantizer has a scale of its own per tensor / channel / group (from calibration)."""
+        return self in (Format.int, Format.float)
+
+    @property
+    def block(self) -> bool:
+        """Whether the scale is shared by fixed blocks of elements, computed at run time."""
+        return self in (Format.mx, Format.bdr)
 
 
 @dataclass(frozen=True)
@@ -84,15 +105,16 @@ class TensorQuant:
     is_dynamic: bool = False
     bias_scale_from_product: bool = False  # bias: scale = input scale x weight scale
     tqt: bool = False  # trained power-of-two threshold (TQT), initialised by ``observer``
-    format: str = "int"  # int | float (scaled minifloat) | cast | mx | bdr
-    exponent_bit_width: int | None = None  # float formats
+    format: Format = Format.int
+    exponent_bit_width: int | None = None  # float, cast and minifloat-element mx formats
     mantissa_bit_width: int | None = None
-    variant: str | None = None  # float: "ocp" | "fnuz"; cast: dtype name; mx: element dtype name; bdr: mx6 | mx9
+    fnuz: bool = False  # float: FNUZ (no negative zero, no inf) instead of OCP
+    element: Dtype | None = None  # cast: the type cast to; mx: the element type; bdr: mx6 or mx9
 
     @property
     def needs_calibration(self) -> bool:
         """Static activations of scaled formats take their range from calibration."""
-        return not self.is_dynamic and self.format in ("int", "float")
+        return not self.is_dynamic and self.format.scaled
     @property
     def statistic(self) -> str:
         return self.observer.statistic
@@ -104,19 +126,20 @@ class TensorQuant:
             return -(2 ** (self.bit_width - 1)), 2 ** (self.bit_width - 1) - 1
         return 0, 2**self.bit_width - 1
 
+    @property
+    def dtype_name(self) -> str:
+        """The element type: int8, uint4, fp8_e4m3, fp8_e4m3_fnuz, bfloat16, mx fp4, mx6, ..."""
+        return DTYPE_NAMES[self.format](self)
+
     def describe(self) -> str:
         """Short human description, used by the summary table."""
-        if self.format in ("cast", "bdr"):
-            return f"{self.variant} {'cast' if self.format == 'cast' else f'block {BDR_BLOCK}'}"
-        if self.format == "mx":
-            return f"mx {self.variant} block {MX_BLOCK} e8m0" + (" dynamic" if self.is_dynamic else "")
-        if self.format == "float":
-            kind = f"fp{self.bit_width}_e{self.exponent_bit_width}m{self.mantissa_bit_width}" + (
-                "_fnuz" if self.variant == "fnuz" else ""
-            )
-        else:
-            kind = f"{'int' if self.signed else 'uint'}{self.bit_width}"
-        parts = [kind, "sym" if self.symmetric else "asym", self.qscheme.name]
+        if self.format is Format.cast:
+            return f"{self.dtype_name} cast"
+        if self.format is Format.bdr:
+            return f"{self.dtype_name} block {BDR_BLOCK}"
+        if self.format is Format.mx:
+            return f"{self.dtype_name} block {MX_BLOCK} e8m0" + (" dynamic" if self.is_dynamic else "")
+        parts = [self.dtype_name, "sym" if self.symmetric else "asym", self.qscheme.name]
         if self.qscheme is not QSchemeType.per_tensor and self.ch_axis is not None:
             parts.append(f"axis={self.ch_axis}")
         if self.group_size:
@@ -134,6 +157,17 @@ class TensorQuant:
         if not self.symmetric and self.zero_point_type is ZeroPointType.float32:
             parts.append("zp=float")
         return " ".join(parts)
+
+
+#: format -> the name of a spec's element type
+DTYPE_NAMES: dict[Format, Callable[[TensorQuant], str]] = {
+    Format.int: lambda tq: f"{'int' if tq.signed else 'uint'}{tq.bit_width}",
+    Format.float: lambda tq: f"fp{tq.bit_width}_e{tq.exponent_bit_width}m{tq.mantissa_bit_width}"
+    + ("_fnuz" if tq.fnuz else ""),
+    Format.cast: lambda tq: tq.element.name,
+    Format.mx: lambda tq: f"mx {tq.element.name}",
+    Format.bdr: lambda tq: tq.element.name,
+}
 
 
 def fail(where: str, message: str) -> ValueError:
@@ -207,7 +241,7 @@ def require(where: str, spec: Any, allowed: dict[str, tuple[Any, ...]], what: st
 
 
 def _float_from_main(spec: main.QuantizationSpec, role: str, where: str) -> TensorQuant:
-    exponent, mantissa, variant = FLOAT_DTYPES[spec.dtype]
+    exponent, mantissa, fnuz = FLOAT_DTYPES[spec.dtype]
     what = f"dtype=Dtype.{spec.dtype.name}"
     require(where, spec, {"symmetric": (None, True), "round_method": (None, RoundType.half_even), "qat_spec": (None,)}, what)
     if spec.observer_cls is not None and issubclass(spec.observer_cls, PerTensorMSEObserver):
@@ -226,10 +260,11 @@ def _float_from_main(spec: main.QuantizationSpec, role: str, where: str) -> Tens
         observer=observer,
         percentile=getattr(observer, "percentile", None),
         is_dynamic=bool(spec.is_dynamic),
-        format="float",
+        format=Format.float,
         exponent_bit_width=exponent,
         mantissa_bit_width=mantissa,
-        variant=variant,
+        fnuz=fnuz,
+        element=spec.dtype,
     )
 
 
@@ -250,10 +285,10 @@ def _cast_from_main(spec: main.QuantizationSpec, role: str, where: str) -> Tenso
     return TensorQuant(
         bit_width=1 + exponent + mantissa,
         signed=True,
-        format="cast",
+        format=Format.cast,
         exponent_bit_width=exponent,
         mantissa_bit_width=mantissa,
-        variant=spec.dtype.name,
+        element=spec.dtype,
     )
 
 
@@ -289,10 +324,10 @@ def _block_from_main(spec: main.QuantizationSpec, role: str, where: str) -> Tens
         group_size=block,
         scale_type=ScaleType.pof2,
         is_dynamic=role in ACTIVATION_ROLES,
-        format="mx" if is_mx else "bdr",
+        format=Format.mx if is_mx else Format.bdr,
         exponent_bit_width=exponent,
         mantissa_bit_width=mantissa,
-        variant=element.name,
+        element=element,
     )
 
 
@@ -333,15 +368,15 @@ def check_role(tq: TensorQuant, role: str, where: str) -> TensorQuant:
         raise fail(where, f"scale_type={tq.scale_type} not supported; allowed {[s.name for s in SUPPORTED_SCALE_TYPES]}")
     if role == "weight" and tq.is_dynamic:
         raise fail(where, "is_dynamic=True applies to activations; weights are always quantized from their own values")
-    if role in ACTIVATION_ROLES and tq.qscheme is not QSchemeType.per_tensor and tq.format not in ("mx", "bdr"):
+    if role in ACTIVATION_ROLES and tq.qscheme is not QSchemeType.per_tensor and not tq.format.block:
         raise fail(
             where,
             f"qscheme={tq.qscheme.name} is not supported for {role} (static or dynamic); "
             "activations are quantized per_tensor",
         )
     if role == "bias":
-        if tq.format != "int":
-            raise fail(where, f"bias quantization must be integer; got a {tq.format} format")
+        if tq.format is not Format.int:
+            raise fail(where, f"bias quantization must be integer; got a {tq.format.value} format")
         if tq.tqt:
             raise fail(where, "qat_spec=TQTSpec does not apply to bias (its scale follows input and weight scales)")
         if not tq.symmetric:

@@ -12,14 +12,13 @@ import logging
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 import quark.torch.extensions.brevitas._backend  # noqa: F401  (the Brevitas version check, before any Brevitas import)
 from quark.torch.extensions.brevitas import config as ext
-from quark.torch.extensions.brevitas._backend import rules
 from quark.torch.extensions.brevitas._backend.calibrate import add_calibrated_flags, static_act_proxies
 from quark.torch.extensions.brevitas._backend.calibrate import calibrate as run_calibration
 from quark.torch.extensions.brevitas._backend.data import BatchError, CalibrationData
@@ -33,6 +32,8 @@ from quark.torch.extensions.brevitas._backend.export import (
 )
 from quark.torch.extensions.brevitas._backend.export.exporter import PLANS_ATTRIBUTE
 from quark.torch.extensions.brevitas._backend.rewrite import rewriter_for
+from quark.torch.extensions.brevitas._backend.rules import layers as rules
+from quark.torch.extensions.brevitas._backend.targets.finn.errors import FinnError
 from quark.torch.quantization import plan as planning
 from quark.torch.quantization.config import config as main
 from quark.torch.quantization.config.algorithms import Phase, implementation_of
@@ -42,14 +43,29 @@ __all__ = [
     "ExportFailedError",
     "ExportFormat",
     "ExportVerificationError",
+    "FinnError",
     "ModelExporter",
     "ModelQuantizer",
     "QuantizationInterrupted",
     "TargetCheckError",
     "UnsupportedExportError",
+    "finn_handoff",
 ]
 
 logger = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from quark.torch.extensions.brevitas._backend.targets.finn.pipeline import finn_handoff
+
+
+
+def __getattr__(name: str) -> Any:
+    """Public names whose modules import ONNX / qonnx, loaded when first used."""
+    if name == "finn_handoff":
+        from quark.torch.extensions.brevitas._backend.targets.finn.pipeline import finn_handoff
+
+        return finn_handoff
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ModelQuantizer:

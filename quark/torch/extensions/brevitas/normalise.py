@@ -19,6 +19,7 @@ from quark.torch.quantization.observer import (
 )
 from quark.torch.quantization.plan import ConfigView, register_config_view
 from quark.torch.quantization.tensor_quant import (
+    Format,
     TensorQuant,
     check_role,
     fail,
@@ -109,10 +110,9 @@ def _ext_float(spec: QuantizationSpec, observer: type[ObserverBase], where: str)
         scale_type=spec.scale_type,
         observer=observer,
         percentile=EXT_ACT_PERCENTILE if observer is PerTensorPercentileObserver else None,
-        format="float",
+        format=Format.float,
         exponent_bit_width=e,
         mantissa_bit_width=m,
-        variant="ocp",
     )
 
 

@@ -28,7 +28,7 @@ from torch import nn
 from quark.torch.extensions.brevitas._backend import data
 from quark.torch.quantization.config.type import Dtype
 from quark.torch.quantization.observer import PerTensorMinMaxObserver
-from quark.torch.quantization.tensor_quant import TensorQuant
+from quark.torch.quantization.tensor_quant import Format, TensorQuant
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ def _calibration_step(model: nn.Module, batch: Any) -> None:
 
 def _signed_zero_centred(spec: TensorQuant) -> bool:
     """An integer grid symmetric about 0 with negative levels: half of it is lost on inputs >= 0."""
-    return spec.format == "int" and spec.signed and spec.symmetric
+    return spec.format is Format.int and spec.signed and spec.symmetric
 
 
 #: below this width an unused sign bit is a warning, from it on an info message: at 8 bits the

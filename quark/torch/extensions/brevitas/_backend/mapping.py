@@ -73,7 +73,7 @@ from quark.torch.extensions.brevitas._backend.quantizers import (
 )
 from quark.torch.quantization.config.type import QSchemeType, RoundType, ScaleType, ZeroPointType
 from quark.torch.quantization.plan import LayerPlan
-from quark.torch.quantization.tensor_quant import TensorQuant
+from quark.torch.quantization.tensor_quant import Format, TensorQuant
 
 ROUND_IMPLS: dict[RoundType, type[nn.Module]] = {
     RoundType.half_even: RoundSte,  # torch.round: ties to even
@@ -131,21 +131,21 @@ TQT_BASES: dict[tuple[bool, bool], Any] = {
     (False, False): Uint8ActPerTensorFixedPoint.let(scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0),
 }
 
-#: scaled minifloats: (weight?, variant) -> stock Brevitas quantizer (OCP: saturating, OCP inf/NaN
+#: scaled minifloats: (weight?, FNUZ?) -> stock Brevitas quantizer (OCP: saturating, OCP inf/NaN
 #: codes for 8 bits, none below; FNUZ: NaN at 0x80, bias 2^(e-1)).
-FLOAT_BASES: dict[tuple[bool, str], Any] = {
-    (True, "ocp"): FpOCPWeightPerTensorFloat.let(tensor_quant=SaturatingFloatQuant),
-    (True, "fnuz"): FpFNUZWeightPerTensorFloat.let(tensor_quant=SaturatingFloatQuant),
-    (False, "ocp"): FpOCPActPerTensorFloat.let(
+FLOAT_BASES: dict[tuple[bool, bool], Any] = {  # key: (weight?, FNUZ?)
+    (True, False): FpOCPWeightPerTensorFloat.let(tensor_quant=SaturatingFloatQuant),
+    (True, True): FpFNUZWeightPerTensorFloat.let(tensor_quant=SaturatingFloatQuant),
+    (False, False): FpOCPActPerTensorFloat.let(
         scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0, tensor_quant=SaturatingFloatQuant
     ),
-    (False, "fnuz"): FpFNUZActPerTensorFloat.let(
+    (False, True): FpFNUZActPerTensorFloat.let(
         scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0, tensor_quant=SaturatingFloatQuant
     ),
 }
-DYNAMIC_FLOAT_BASES: dict[str, Any] = {
-    variant: FLOAT_BASES[(False, variant)].let(proxy_class=DynamicActFloatQuantProxyFromInjector, scaling_impl=DynamicScaling)
-    for variant in ("ocp", "fnuz")
+DYNAMIC_FLOAT_BASES: dict[bool, Any] = {  # key: FNUZ?
+    fnuz: FLOAT_BASES[(False, fnuz)].let(proxy_class=DynamicActFloatQuantProxyFromInjector, scaling_impl=DynamicScaling)
+    for fnuz in (False, True)
 }
 
 #: OCP MX: element family -> (weight, activation) quantizers; 32-element blocks, E8M0 scales,
@@ -164,9 +164,9 @@ MX_EXACT = {
 }
 
 #: weight group proxies per element family
-GROUP_PROXIES: dict[str, Any] = {
-    "int": GroupwiseWeightQuantProxyFromInjector,
-    "float": GroupwiseWeightFloatQuantProxyFromInjector,
+GROUP_PROXIES: dict[Format, Any] = {
+    Format.int: GroupwiseWeightQuantProxyFromInjector,
+    Format.float: GroupwiseWeightFloatQuantProxyFromInjector,
 }
 
 #: layer type -> axis of its weight holding output channels.
@@ -301,7 +301,7 @@ def _int_weight(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any
 
 
 def _float_weight(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
-    inj = FLOAT_BASES[(True, tq.variant)].let(**_float(tq))
+    inj = FLOAT_BASES[(True, tq.fnuz)].let(**_float(tq))
     if tq.statistic == "percentile":
         inj = inj.let(scaling_stats_op=StatsOp.PERCENTILE, **_percentile_kwargs(tq))
     return GRANULARITY[tq.qscheme](inj, tq, module, weight)
@@ -312,7 +312,7 @@ def _cast(tq: TensorQuant, weight: bool) -> Any:
     return base.let(
         quark_spec=tq,
         tensor_quant=CastQuant,
-        cast_dtype=getattr(torch, tq.variant),
+        cast_dtype=getattr(torch, tq.element.name),
         bit_width=tq.bit_width,
         exponent_bit_width=tq.exponent_bit_width,
         mantissa_bit_width=tq.mantissa_bit_width,
@@ -330,15 +330,15 @@ def _mx(tq: TensorQuant, weight: bool) -> Any:
 def _bdr(tq: TensorQuant, weight: bool, axis: int | None) -> Any:
     from quark.torch.extensions.brevitas._backend.shared_microexponents import shared_microexponent_quant
 
-    return shared_microexponent_quant(tq.variant, "weight" if weight else "act", axis).let(quark_spec=tq)
+    return shared_microexponent_quant(tq.element.name, "weight" if weight else "act", axis).let(quark_spec=tq)
 
 
-WEIGHT_FORMATS: dict[str, Callable[..., Any]] = {
-    "int": _int_weight,
-    "float": _float_weight,
-    "cast": lambda tq, module, weight: _cast(tq, weight=True),
-    "mx": lambda tq, module, weight: _mx(tq, weight=True).let(group_dim=weight_axis(tq, module, weight)),
-    "bdr": lambda tq, module, weight: _bdr(tq, True, weight_axis(tq, module, weight)),
+WEIGHT_FORMATS: dict[Format, Callable[..., Any]] = {
+    Format.int: _int_weight,
+    Format.float: _float_weight,
+    Format.cast: lambda tq, module, weight: _cast(tq, weight=True),
+    Format.mx: lambda tq, module, weight: _mx(tq, weight=True).let(group_dim=weight_axis(tq, module, weight)),
+    Format.bdr: lambda tq, module, weight: _bdr(tq, True, weight_axis(tq, module, weight)),
 }
 
 
@@ -396,16 +396,16 @@ def _int_act(tq: TensorQuant) -> Any:
 
 def _float_act(tq: TensorQuant) -> Any:
     if tq.is_dynamic:
-        return DYNAMIC_FLOAT_BASES[tq.variant].let(**_float(tq), symmetric=True, signed=True)
-    return FLOAT_BASES[(False, tq.variant)].let(**_float(tq))
+        return DYNAMIC_FLOAT_BASES[tq.fnuz].let(**_float(tq), symmetric=True, signed=True)
+    return FLOAT_BASES[(False, tq.fnuz)].let(**_float(tq))
 
 
-ACT_FORMATS: dict[str, Callable[[TensorQuant], Any]] = {
-    "int": _int_act,
-    "float": _float_act,
-    "cast": lambda tq: _cast(tq, weight=False),
-    "mx": lambda tq: _mx(tq, weight=False),
-    "bdr": lambda tq: _bdr(tq, False, None),  # axis None: the layer's channel axis
+ACT_FORMATS: dict[Format, Callable[[TensorQuant], Any]] = {
+    Format.int: _int_act,
+    Format.float: _float_act,
+    Format.cast: lambda tq: _cast(tq, weight=False),
+    Format.mx: lambda tq: _mx(tq, weight=False),
+    Format.bdr: lambda tq: _bdr(tq, False, None),  # axis None: the layer's channel axis
 }
 
 

@@ -134,8 +134,8 @@ def verify(args: argparse.Namespace) -> int:
 
 
 def support(args: argparse.Namespace) -> int:
-    from quark.torch.extensions.brevitas._backend import rules
     from quark.torch.extensions.brevitas._backend.export import support as export_support
+    from quark.torch.extensions.brevitas._backend.rules import layers as rules
     from quark.torch.quantization.support import support_table
 
     sections = {

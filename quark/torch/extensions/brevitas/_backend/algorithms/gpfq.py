@@ -11,6 +11,7 @@ from torch import nn
 from quark.torch.extensions.brevitas._backend.algorithms import gpxq
 from quark.torch.quantization.config.algorithms import GPFA2Q, GPFQ, Qronos
 from quark.torch.quantization.plan import LayerPlan, Site
+from quark.torch.quantization.tensor_quant import Format
 
 
 def gpfq(config: GPFQ, model: nn.Module, data: Any) -> nn.Module:
@@ -27,7 +28,7 @@ def check_a2q(config: GPFA2Q, plans: Sequence[LayerPlan], sites: Sequence[Site])
         if p.specs["weight"] is not None
         and (
             p.specs["input_tensors"] is None
-            or p.specs["input_tensors"].format != "int"
+            or p.specs["input_tensors"].format is not Format.int
             or p.specs["input_tensors"].is_dynamic
         )
     ]

@@ -11,14 +11,12 @@ from quark.torch.extensions.brevitas._backend.export.errors import (
     UnsupportedExportError,
 )
 from quark.torch.extensions.brevitas._backend.export.exporter import ModelExporter
-from quark.torch.extensions.brevitas._backend.export.finn_dataflow.errors import FinnDataflowError
 from quark.torch.extensions.brevitas._backend.export.formats import ExportFormat
 
 __all__ = [
     "ExportFailedError",
     "ExportFormat",
     "ExportVerificationError",
-    "FinnDataflowError",
     "ModelExporter",
     "TargetCheckError",
     "UnsupportedExportError",

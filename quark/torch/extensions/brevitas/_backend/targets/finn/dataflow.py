@@ -14,8 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from quark.torch.extensions.brevitas._backend.export.finn_dataflow.errors import FinnDataflowError
-from quark.torch.extensions.brevitas._backend.export.finn_dataflow.estimate import (
+from quark.torch.extensions.brevitas._backend.export.verify import (
+    FLOAT_RTOL,
+    execute_qonnx,
+    float_tolerance,
+    max_diff,
+)
+from quark.torch.extensions.brevitas._backend.targets.finn.errors import FinnError
+from quark.torch.extensions.brevitas._backend.targets.finn.estimate import (
     ESTIMATED,
     FOLDING_ATTRIBUTES,
     MVAU_WWIDTH_MAX,
@@ -23,15 +29,14 @@ from quark.torch.extensions.brevitas._backend.export.finn_dataflow.estimate impo
     fold_and_estimate,
     plain,
 )
-from quark.torch.extensions.brevitas._backend.export.finn_dataflow.front_end import (
-    STEP_RTOL,
-    StepCheck,
+from quark.torch.extensions.brevitas._backend.targets.finn.parts import FpgaPart, resolve
+from quark.torch.extensions.brevitas._backend.targets.finn.pipeline import (
+    as_array,
     dataflow_from_qonnx,
-    execute,
-    max_diff,
+    require_finn,
     top_indices,
 )
-from quark.torch.extensions.brevitas._backend.export.finn_dataflow.parts import FpgaPart, resolve
+from quark.torch.extensions.brevitas._backend.targets.pipeline import StepCheck
 from quark.torch.quantization.files import atomic_path, write_text
 
 logger = logging.getLogger(__name__)
@@ -97,7 +102,7 @@ def export_finn_dataflow(
     clock_mhz: float = 100.0,
     top_k: int | None = None,
     check_samples: int = 4,
-    rtol: float = STEP_RTOL,
+    rtol: float = FLOAT_RTOL,
     mvau_wwidth_max: int = MVAU_WWIDTH_MAX,
 ) -> DataflowExport:
     """From a QONNX file to a directory ready for FINN's ``build_dataflow`` (with Vivado).
@@ -121,15 +126,16 @@ def export_finn_dataflow(
     layer computes.
 
     Raises:
-        FinnDataflowError: a step failed or changed the outputs, nodes stayed outside the hardware, or
+        FinnError: a step failed or changed the outputs, nodes stayed outside the hardware, or
             the hardware graph differs from ``expected``; names the step, node (and torch module) or
             sample count.
         ValueError: unknown part, bad clock or target.
     """
+    require_finn()
     from finn.util.config import extract_model_config_to_json
     from qonnx.custom_op.registry import getCustomOp
 
-    samples = _as_array(inputs, "inputs")
+    samples = as_array(inputs, "inputs")
     if samples.ndim < 2:
         raise ValueError(f"inputs: expected a batch of samples (batch first), got shape {samples.shape}")
     fpga = resolve(part) if not isinstance(part, FpgaPart) else part  # fail before the long steps
@@ -191,7 +197,7 @@ def export_finn_dataflow(
         },
     )
     if not verification.passed:
-        raise FinnDataflowError(
+        raise FinnError(
             f"the hardware-layer graph differs from {verification.reference} on {verification.samples} samples: max "
             f"|diff| {verification.max_abs_diff:.6g} (allowed {verification.allowed:.6g}), predictions "
             f"identical on {verification.identical_predictions} of {verification.samples}; files are in {out}"
@@ -200,31 +206,15 @@ def export_finn_dataflow(
     return result
 
 
-def _as_array(value: Any, name: str) -> np.ndarray:
-    if hasattr(value, "detach"):
-        value = value.detach().cpu().float().numpy()
-    try:
-        return np.asarray(value, dtype=np.float32)
-    except (TypeError, ValueError) as error:
-        raise TypeError(f"{name}: expected one tensor or array, got {type(value).__name__}") from error
-
-
 def _verify(parent, samples, expected, top_k, rtol, qonnx_path) -> Verification:
     """The hardware-layer graph on every sample against torch's outputs (or the QONNX graph's)."""
-    produced = execute(parent, samples)
+    produced = execute_qonnx(parent, [samples])[0]
     if expected is None:
-        from qonnx.core.modelwrapper import ModelWrapper
-        from qonnx.transformation.change_batchsize import ChangeBatchSize
-        from qonnx.transformation.infer_shapes import InferShapes
-        from qonnx.util.cleanup import cleanup_model
+        from quark.torch.extensions.brevitas._backend.targets.finn.pipeline import prepare
 
-        reference = execute(
-            cleanup_model(ModelWrapper(qonnx_path)).transform(ChangeBatchSize(1)).transform(InferShapes()),
-            samples,
-        )
-        name = "QONNX"
+        reference, name = prepare(qonnx_path, samples)[2][0], "QONNX"
     else:
-        reference, name = _as_array(expected, "expected"), "torch"
+        reference, name = as_array(expected, "expected"), "torch"
     if top_k is not None:
         labels = top_indices(reference, top_k)
         indices = produced.reshape(labels.shape)
@@ -237,7 +227,7 @@ def _verify(parent, samples, expected, top_k, rtol, qonnx_path) -> Verification:
         len(samples),
         max_diff(produced, reference),
         identical,
-        rtol * max(1.0, float(np.max(np.abs(reference)))),
+        float_tolerance([reference], rtol),
     )
 
 
@@ -275,43 +265,3 @@ def _build_config(fpga: FpgaPart, clock_mhz: float, folding_config: str) -> dict
 
 def _write_json(path: str, data: Any) -> None:
     write_text(path, json.dumps(data, indent=2, default=plain))
-
-
-def export_finn_dataflow_model(
-    model: Any, example: Any, output_dir: str | os.PathLike, *, integer_input: bool = False, **options: Any
-) -> DataflowExport:
-    """A quantized torch model to a FINN dataflow directory: QONNX export (verified against torch by
-    ``ModelExporter.export_qonnx_model``), then :func:`export_finn_dataflow` with the torch model's
-    outputs on ``example`` (one tensor, batch first) as the expected outputs.
-
-    ``options`` are those of :func:`export_finn_dataflow` (``part``, ``target_fps``, ``clock_mhz``,
-    ``top_k``, ...). With ``integer_input`` the network input's quantizer leaves the graph (FINN's
-    usual interface: the accelerator takes integers, e.g. ``UINT8`` pixels, and its scale folds into
-    the first layer): the QONNX file takes integers and the hardware graph is executed on the
-    integers that quantizer makes of ``example``. The model is unchanged.
-    """
-    import torch
-
-    from quark.torch.extensions.brevitas._backend.export.exporter import ModelExporter
-
-    if not isinstance(example, torch.Tensor):
-        raise TypeError(
-            f"example: FINN's dataflow takes one input tensor (batch first), got {type(example).__name__}"
-        )
-    path = os.path.join(os.fspath(output_dir), "model.qonnx.onnx")
-    ModelExporter(path).export_qonnx_model(model, example)
-    training = model.training
-    try:
-        with torch.no_grad():
-            expected = model.eval()(example.to(next(model.parameters()).device))
-    finally:
-        model.train(training)
-    expected = getattr(expected, "value", expected)  # a QuantTensor's float value
-    inputs = _as_array(example, "example")
-    if integer_input:
-        from quark.torch.extensions.brevitas._backend.export.finn_target import integer_input as make_integer
-
-        interface = make_integer(path)
-        inputs = interface.integers(inputs)
-        logger.info("FINN dataflow input: %s integers, scale %g", interface.datatype, interface.scale)
-    return export_finn_dataflow(path, inputs, output_dir, expected=expected, **options)

@@ -1,12 +1,13 @@
-"""The error of the FINN dataflow flow."""
+"""The one error of the FINN target's pipeline (hand-off and dataflow alike)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 
-class FinnDataflowError(RuntimeError):
-    """A FINN step failed, changed the outputs, or left compute outside the dataflow partition.
+class FinnError(RuntimeError):
+    """A FINN step failed or changed the outputs, a node stayed outside the hardware, or the
+    hardware graph differs from the model.
 
     ``problems`` has one line per offending node or layer (its torch module where known).
     """

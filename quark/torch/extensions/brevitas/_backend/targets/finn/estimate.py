@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
 
-from quark.torch.extensions.brevitas._backend.export.finn_dataflow.origins import origin, run_transform
-from quark.torch.extensions.brevitas._backend.export.finn_dataflow.parts import FpgaPart, resolve
+from quark.torch.extensions.brevitas._backend.targets.finn.origins import origin, run_transform
+from quark.torch.extensions.brevitas._backend.targets.finn.parts import FpgaPart, resolve
 
 logger = logging.getLogger(__name__)
 
