@@ -64,8 +64,8 @@ BDR_BITS: dict[Dtype, int] = {Dtype.mx6: 6, Dtype.mx9: 9}  # bits per element, s
 class Format(Enum):
     """The kind of number a quantizer produces."""
 
-    int = "int"  # integers times a scale (and a zero point)
-    float = "float"  # scaled minifloats (OCP or FNUZ)
+    integer = "int"  # integers times a scale (and a zero point)
+    minifloat = "float"  # scaled minifloats (OCP or FNUZ)
     cast = "cast"  # bfloat16 / float16, no scale
     mx = "mx"  # OCP MX: 32-element blocks sharing an E8M0 scale
     bdr = "bdr"  # MX6 / MX9: 16-element blocks with shared micro-exponents
@@ -73,7 +73,7 @@ class Format(Enum):
     @property
     def scaled(self) -> bool:
         """Whether the quantizer has a scale of its own per tensor / channel / group (from calibration)."""
-        return self in (Format.int, Format.float)
+        return self in (Format.integer, Format.minifloat)
 
     @property
     def block(self) -> bool:
@@ -105,7 +105,7 @@ class TensorQuant:
     is_dynamic: bool = False
     bias_scale_from_product: bool = False  # bias: scale = input scale x weight scale
     tqt: bool = False  # trained power-of-two threshold (TQT), initialised by ``observer``
-    format: Format = Format.int
+    format: Format = Format.integer
     exponent_bit_width: int | None = None  # float, cast and minifloat-element mx formats
     mantissa_bit_width: int | None = None
     fnuz: bool = False  # float: FNUZ (no negative zero, no inf) instead of OCP
@@ -161,8 +161,8 @@ class TensorQuant:
 
 #: format -> the name of a spec's element type
 DTYPE_NAMES: dict[Format, Callable[[TensorQuant], str]] = {
-    Format.int: lambda tq: f"{'int' if tq.signed else 'uint'}{tq.bit_width}",
-    Format.float: lambda tq: f"fp{tq.bit_width}_e{tq.exponent_bit_width}m{tq.mantissa_bit_width}"
+    Format.integer: lambda tq: f"{'int' if tq.signed else 'uint'}{tq.bit_width}",
+    Format.minifloat: lambda tq: f"fp{tq.bit_width}_e{tq.exponent_bit_width}m{tq.mantissa_bit_width}"
     + ("_fnuz" if tq.fnuz else ""),
     Format.cast: lambda tq: tq.element.name,
     Format.mx: lambda tq: f"mx {tq.element.name}",
@@ -260,7 +260,7 @@ def _float_from_main(spec: main.QuantizationSpec, role: str, where: str) -> Tens
         observer=observer,
         percentile=getattr(observer, "percentile", None),
         is_dynamic=bool(spec.is_dynamic),
-        format=Format.float,
+        format=Format.minifloat,
         exponent_bit_width=exponent,
         mantissa_bit_width=mantissa,
         fnuz=fnuz,
@@ -375,7 +375,7 @@ def check_role(tq: TensorQuant, role: str, where: str) -> TensorQuant:
             "activations are quantized per_tensor",
         )
     if role == "bias":
-        if tq.format is not Format.int:
+        if tq.format is not Format.integer:
             raise fail(where, f"bias quantization must be integer; got a {tq.format.value} format")
         if tq.tqt:
             raise fail(where, "qat_spec=TQTSpec does not apply to bias (its scale follows input and weight scales)")

@@ -110,7 +110,7 @@ def _ext_float(spec: QuantizationSpec, observer: type[ObserverBase], where: str)
         scale_type=spec.scale_type,
         observer=observer,
         percentile=EXT_ACT_PERCENTILE if observer is PerTensorPercentileObserver else None,
-        format=Format.float,
+        format=Format.minifloat,
         exponent_bit_width=e,
         mantissa_bit_width=m,
     )

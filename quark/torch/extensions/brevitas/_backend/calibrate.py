@@ -143,7 +143,7 @@ def _calibration_step(model: nn.Module, batch: Any) -> None:
 
 def _signed_zero_centred(spec: TensorQuant) -> bool:
     """An integer grid symmetric about 0 with negative levels: half of it is lost on inputs >= 0."""
-    return spec.format is Format.int and spec.signed and spec.symmetric
+    return spec.format is Format.integer and spec.signed and spec.symmetric
 
 
 #: below this width an unused sign bit is a warning, from it on an info message: at 8 bits the

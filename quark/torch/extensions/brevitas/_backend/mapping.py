@@ -165,8 +165,8 @@ MX_EXACT = {
 
 #: weight group proxies per element family
 GROUP_PROXIES: dict[Format, Any] = {
-    Format.int: GroupwiseWeightQuantProxyFromInjector,
-    Format.float: GroupwiseWeightFloatQuantProxyFromInjector,
+    Format.integer: GroupwiseWeightQuantProxyFromInjector,
+    Format.minifloat: GroupwiseWeightFloatQuantProxyFromInjector,
 }
 
 #: layer type -> axis of its weight holding output channels.
@@ -334,8 +334,8 @@ def _bdr(tq: TensorQuant, weight: bool, axis: int | None) -> Any:
 
 
 WEIGHT_FORMATS: dict[Format, Callable[..., Any]] = {
-    Format.int: _int_weight,
-    Format.float: _float_weight,
+    Format.integer: _int_weight,
+    Format.minifloat: _float_weight,
     Format.cast: lambda tq, module, weight: _cast(tq, weight=True),
     Format.mx: lambda tq, module, weight: _mx(tq, weight=True).let(group_dim=weight_axis(tq, module, weight)),
     Format.bdr: lambda tq, module, weight: _bdr(tq, True, weight_axis(tq, module, weight)),
@@ -401,8 +401,8 @@ def _float_act(tq: TensorQuant) -> Any:
 
 
 ACT_FORMATS: dict[Format, Callable[[TensorQuant], Any]] = {
-    Format.int: _int_act,
-    Format.float: _float_act,
+    Format.integer: _int_act,
+    Format.minifloat: _float_act,
     Format.cast: lambda tq: _cast(tq, weight=False),
     Format.mx: lambda tq: _mx(tq, weight=False),
     Format.bdr: lambda tq: _bdr(tq, False, None),  # axis None: the layer's channel axis

@@ -28,7 +28,7 @@ def check_a2q(config: GPFA2Q, plans: Sequence[LayerPlan], sites: Sequence[Site])
         if p.specs["weight"] is not None
         and (
             p.specs["input_tensors"] is None
-            or p.specs["input_tensors"].format is not Format.int
+            or p.specs["input_tensors"].format is not Format.integer
             or p.specs["input_tensors"].is_dynamic
         )
     ]

@@ -66,7 +66,7 @@ SPEC_RULES: tuple[Rule, ...] = (
     spec_rule(
         ACT | WEIGHT,
         "format",
-        lambda s: s.format is Format.int,
+        lambda s: s.format is Format.integer,
         "integer formats",
         "Brevitas 0.13.4's QCDQ minifloat export fails (FP8: NotImplementedError at opsets 17, 19 and 21; other "
         "minifloats and casts: 'Only OCP/FNUZ Standard'); export QONNX (FloatQuant)",
@@ -93,7 +93,7 @@ SPEC_RULES: tuple[Rule, ...] = (
     spec_rule(
         ACT | WEIGHT,
         "bit_width",
-        lambda s: s.format is not Format.int or s.bit_width <= 8,
+        lambda s: s.format is not Format.integer or s.bit_width <= 8,
         "2..8",
         "QuantizeLinear / DequantizeLinear hold int8 / uint8 at the opsets written here; export QONNX for wider",
         shown=lambda s: str(s.bit_width),

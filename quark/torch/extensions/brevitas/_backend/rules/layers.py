@@ -40,7 +40,7 @@ def _bias_operands_integer(plan: LayerPlan, module: nn.Module) -> Iterable[Found
     if _product_bias(plan):
         for role in ("input_tensors", "weight"):
             spec = plan.specs[role]
-            if spec is not None and spec.format is not Format.int:
+            if spec is not None and spec.format is not Format.integer:
                 yield (
                     f"a bias scaled by input scale x weight scale needs integer {role}, got a {spec.format.value} format",
                     "give the bias spec its own observer_cls or leave bias float",

@@ -32,7 +32,7 @@ QUANTIZER_RULES: tuple[Rule, ...] = (
     spec_rule(
         DATA,
         "dtype",
-        lambda s: s.format is Format.int and s.bit_width <= MAX_BITS,
+        lambda s: s.format is Format.integer and s.bit_width <= MAX_BITS,
         f"integers of 2..{MAX_BITS} bits",
         f"FINN turns integer quantizers of at most {MAX_BITS} bits into thresholds and integer weights",
         shown=lambda s: s.dtype_name,

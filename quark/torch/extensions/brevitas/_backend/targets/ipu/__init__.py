@@ -38,7 +38,7 @@ QUANTIZER_RULES: tuple[Rule, ...] = (
     spec_rule(
         DATA,
         "dtype",
-        lambda s: s.format is Format.int and s.bit_width == 8 and s.signed,
+        lambda s: s.format is Format.integer and s.bit_width == 8 and s.signed,
         "int8",
         "XINT8 runs signed 8-bit integers",
         shown=lambda s: s.dtype_name,
