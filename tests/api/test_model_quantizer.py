@@ -362,7 +362,8 @@ def test_every_layer_row_has_a_case():
 def test_every_layer_row_becomes_its_brevitas_layer_with_every_role(float_type):
     from quark.torch.extensions.brevitas._backend.mapping import LAYERS
 
-    quant_type, role_keywords = LAYERS[float_type]
+    row = LAYERS[float_type]
+    quant_type, role_keywords = row.quant_cls, row.roles
     make, shape = LAYER_CASES[float_type]
     torch.manual_seed(0)
     layer = make()

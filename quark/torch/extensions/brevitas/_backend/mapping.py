@@ -16,6 +16,7 @@ so that calibration and the summary can read it back from the built proxies.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import brevitas.nn as qnn
@@ -116,9 +117,13 @@ STATIC_ACT_BASES: dict[bool, Any] = {
 
 #: dynamic activations: scale (and zero point) from each tensor at run time.
 DYNAMIC_ACT_BASES: dict[bool, Any] = {
-    True: Int8ActPerTensorFloat.let(proxy_class=DynamicActQuantProxyFromInjector, scaling_impl=DynamicScaling),
+    True: Int8ActPerTensorFloat.let(
+        proxy_class=DynamicActQuantProxyFromInjector, scaling_impl=DynamicScaling
+    ),
     False: ShiftedUint8ActPerTensorFloat.let(
-        proxy_class=DynamicActQuantProxyFromInjector, scaling_impl=DynamicScaling, zero_point_impl=DynamicZeroPoint
+        proxy_class=DynamicActQuantProxyFromInjector,
+        scaling_impl=DynamicScaling,
+        zero_point_impl=DynamicZeroPoint,
     ),
 }
 
@@ -126,9 +131,15 @@ DYNAMIC_ACT_BASES: dict[bool, Any] = {
 #: gives 2^ceil(log2 t), divided by TQTIntScaling. (weight?, signed) -> stock fixed-point quantizer.
 TQT_BASES: dict[tuple[bool, bool], Any] = {
     (True, True): Int8WeightPerTensorFixedPoint.let(scaling_impl_type=ScalingImplType.PARAMETER),
-    (True, False): Int8WeightPerTensorFixedPoint.let(scaling_impl_type=ScalingImplType.PARAMETER, signed=False),
-    (False, True): Int8ActPerTensorFixedPoint.let(scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0),
-    (False, False): Uint8ActPerTensorFixedPoint.let(scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0),
+    (True, False): Int8WeightPerTensorFixedPoint.let(
+        scaling_impl_type=ScalingImplType.PARAMETER, signed=False
+    ),
+    (False, True): Int8ActPerTensorFixedPoint.let(
+        scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0
+    ),
+    (False, False): Uint8ActPerTensorFixedPoint.let(
+        scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0
+    ),
 }
 
 #: scaled minifloats: (weight?, FNUZ?) -> stock Brevitas quantizer (OCP: saturating, OCP inf/NaN
@@ -144,7 +155,9 @@ FLOAT_BASES: dict[tuple[bool, bool], Any] = {  # key: (weight?, FNUZ?)
     ),
 }
 DYNAMIC_FLOAT_BASES: dict[bool, Any] = {  # key: FNUZ?
-    fnuz: FLOAT_BASES[(False, fnuz)].let(proxy_class=DynamicActFloatQuantProxyFromInjector, scaling_impl=DynamicScaling)
+    fnuz: FLOAT_BASES[(False, fnuz)].let(
+        proxy_class=DynamicActFloatQuantProxyFromInjector, scaling_impl=DynamicScaling
+    )
     for fnuz in (False, True)
 }
 
@@ -188,32 +201,78 @@ _WBIOL_ROLES = {
     "weight": ("weight_quant",),
     "bias": ("bias_quant",),
 }
-_MHA_ROLES = {
-    "input_tensors": ("in_proj_input_quant", "out_proj_input_quant"),
-    "output_tensors": ("out_proj_output_quant",),
-    "weight": ("in_proj_weight_quant", "out_proj_weight_quant"),
-    "bias": ("in_proj_bias_quant", "out_proj_bias_quant"),
-}
-#: quantizers of Brevitas' MultiheadAttention that no Quark role covers: kept float.
-_MHA_FLOAT = ("softmax_input_quant", "attn_output_weights_quant", "q_scaled_quant", "k_transposed_quant", "v_quant")
 
-#: float layer -> (Brevitas layer, role -> keyword arguments that receive the role's quantizer)
-LAYERS: dict[type[nn.Module], tuple[type[nn.Module], dict[str, tuple[str, ...]]]] = {
-    nn.Linear: (qnn.QuantLinear, _WBIOL_ROLES),
-    nn.Conv1d: (qnn.QuantConv1d, _WBIOL_ROLES),
-    nn.Conv2d: (qnn.QuantConv2d, _WBIOL_ROLES),
-    nn.Conv3d: (qnn.QuantConv3d, _WBIOL_ROLES),
-    nn.ConvTranspose1d: (qnn.QuantConvTranspose1d, _WBIOL_ROLES),
-    nn.ConvTranspose2d: (qnn.QuantConvTranspose2d, _WBIOL_ROLES),
-    nn.ConvTranspose3d: (qnn.QuantConvTranspose3d, _WBIOL_ROLES),
-    nn.MultiheadAttention: (qnn.QuantMultiheadAttention, _MHA_ROLES),
+
+def _weight(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    return [("weight", module.weight)]
+
+
+def _attention_weights(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    first = (
+        ("q_proj_weight", module.q_proj_weight)
+        if module.in_proj_weight is None
+        else ("in_proj_weight", module.in_proj_weight)
+    )
+    return [first, ("out_proj.weight", module.out_proj.weight)]
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    """How a float layer becomes a Brevitas layer.
+
+    ``roles``: role -> the keyword arguments that receive the role's quantizer; ``weights``: (name,
+    tensor) of each weight its weight quantizers see, in the order of ``roles["weight"]``;
+    ``unmapped``: Brevitas quantizers no Quark role covers, kept float; ``upstream_input``: whether
+    graph mode may hand it an input quantized upstream (else it quantizes its own inputs).
+    """
+
+    quant_cls: type[nn.Module]
+    roles: dict[str, tuple[str, ...]] = field(default_factory=lambda: _WBIOL_ROLES)
+    weights: Callable[[nn.Module], list[tuple[str, torch.Tensor]]] = _weight
+    unmapped: tuple[str, ...] = ()
+    upstream_input: bool = True
+
+
+#: float layer -> how it becomes a Brevitas layer
+LAYERS: dict[type[nn.Module], LayerRow] = {
+    nn.Linear: LayerRow(qnn.QuantLinear),
+    nn.Conv1d: LayerRow(qnn.QuantConv1d),
+    nn.Conv2d: LayerRow(qnn.QuantConv2d),
+    nn.Conv3d: LayerRow(qnn.QuantConv3d),
+    nn.ConvTranspose1d: LayerRow(qnn.QuantConvTranspose1d),
+    nn.ConvTranspose2d: LayerRow(qnn.QuantConvTranspose2d),
+    nn.ConvTranspose3d: LayerRow(qnn.QuantConvTranspose3d),
+    # its three inputs go through one input quantizer per projection
+    nn.MultiheadAttention: LayerRow(
+        qnn.QuantMultiheadAttention,
+        roles={
+            "input_tensors": ("in_proj_input_quant", "out_proj_input_quant"),
+            "output_tensors": ("out_proj_output_quant",),
+            "weight": ("in_proj_weight_quant", "out_proj_weight_quant"),
+            "bias": ("in_proj_bias_quant", "out_proj_bias_quant"),
+        },
+        weights=_attention_weights,
+        unmapped=(
+            "softmax_input_quant",
+            "attn_output_weights_quant",
+            "q_scaled_quant",
+            "k_transposed_quant",
+            "v_quant",
+        ),
+        upstream_input=False,
+    ),
 }
 
 
 def _fused(tq: TensorQuant) -> dict[str, Any]:
     """The fused kernel where it is bit-identical: per tensor, symmetric, pof2, half-even."""
     pof2 = tq.tqt or tq.scale_type is ScaleType.pof2
-    if pof2 and tq.symmetric and tq.qscheme is QSchemeType.per_tensor and tq.round_method is RoundType.half_even:
+    if (
+        pof2
+        and tq.symmetric
+        and tq.qscheme is QSchemeType.per_tensor
+        and tq.round_method is RoundType.half_even
+    ):
         return {"int_quant": FusedPof2IntQuant}
     return {}
 
@@ -349,7 +408,9 @@ def _per_tensor(inj: Any, tq: TensorQuant, module: nn.Module, weight: torch.Tens
 def _per_channel(inj: Any, tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
     axis = weight_axis(tq, module, weight)
     return inj.let(
-        scaling_per_output_type=ScalingPerOutputType.CHANNEL, output_channel_dim=axis, out_channels=weight.shape[axis]
+        scaling_per_output_type=ScalingPerOutputType.CHANNEL,
+        output_channel_dim=axis,
+        out_channels=weight.shape[axis],
     )
 
 
@@ -413,18 +474,17 @@ def bias_quant(tq: TensorQuant) -> Any:
     """Injector of a bias quantizer: scale = input scale x weight scale, or its own abs-max scale."""
     if tq.bias_scale_from_product:
         return IntBias.let(
-            quark_spec=tq, bit_width=tq.bit_width, narrow_range=False, float_to_int_impl=ROUND_IMPLS[tq.round_method]
+            quark_spec=tq,
+            bit_width=tq.bit_width,
+            narrow_range=False,
+            float_to_int_impl=ROUND_IMPLS[tq.round_method],
         )
     return Int8BiasPerTensorFloatInternalScaling.let(**_common(tq))
 
 
 def weights(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
     """(name, tensor) of each weight the layer's weight quantizers see."""
-    if isinstance(module, nn.MultiheadAttention):
-        if module.in_proj_weight is None:
-            return [("q_proj_weight", module.q_proj_weight), ("out_proj.weight", module.out_proj.weight)]
-        return [("in_proj_weight", module.in_proj_weight), ("out_proj.weight", module.out_proj.weight)]
-    return [("weight", module.weight)]
+    return LAYERS[type(module)].weights(module)
 
 
 ROLE_BUILDERS: dict[str, Callable[..., Any]] = {
@@ -438,17 +498,20 @@ ROLE_BUILDERS: dict[str, Callable[..., Any]] = {
 def build_layer(plan: LayerPlan, module: nn.Module, return_quant_tensor: bool = False) -> nn.Module:
     """The Brevitas layer that replaces ``module`` according to ``plan`` (``module`` is not modified);
     ``return_quant_tensor`` hands its quantized output on as a QuantTensor (graph mode)."""
-    quant_cls, roles = LAYERS[type(module)]
-    kwargs: dict[str, Any] = {"return_quant_tensor": return_quant_tensor}
-    if isinstance(module, nn.MultiheadAttention):
-        kwargs.update(dict.fromkeys(_MHA_FLOAT))
+    row = LAYERS[type(module)]
+    quant_cls, roles = row.quant_cls, row.roles
+    kwargs: dict[str, Any] = {"return_quant_tensor": return_quant_tensor, **dict.fromkeys(row.unmapped)}
     # each weight quantizer keyword, with the tensor it quantizes (MultiheadAttention has two)
-    by_keyword = dict(zip(roles["weight"], (tensor for _, tensor in weights(module))))
+    by_keyword = dict(zip(roles["weight"], (tensor for _, tensor in row.weights(module))))
     first_weight = next(iter(by_keyword.values()))
     for role, names in roles.items():
         tq = plan.specs[role]
         for name in names:
-            kwargs[name] = ROLE_BUILDERS[role](tq, module, by_keyword.get(name, first_weight)) if tq is not None else None
+            kwargs[name] = (
+                ROLE_BUILDERS[role](tq, module, by_keyword.get(name, first_weight))
+                if tq is not None
+                else None
+            )
     param = next(module.parameters())
     kwargs.update(device=param.device, dtype=param.dtype)
     # Built on the real device (Brevitas would build on 'meta', where quantizers with an initial
@@ -456,7 +519,9 @@ def build_layer(plan: LayerPlan, module: nn.Module, return_quant_tensor: bool = 
     # quantizer state: its state_dict lacks those keys by construction.
     previous, brevitas_config.IGNORE_MISSING_KEYS = brevitas_config.IGNORE_MISSING_KEYS, True
     try:
-        new = ModuleToModuleByInstance(module, quant_cls, **kwargs).init_new_module(module, load_state_dict=False)
+        new = ModuleToModuleByInstance(module, quant_cls, **kwargs).init_new_module(
+            module, load_state_dict=False
+        )
         load_old_module_state_dict(module, new, False)
     finally:
         brevitas_config.IGNORE_MISSING_KEYS = previous

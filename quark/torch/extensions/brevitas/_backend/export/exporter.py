@@ -23,6 +23,7 @@ from quark.torch.extensions.brevitas._backend.export.errors import (
     TargetCheckError,
     UnsupportedExportError,
 )
+from quark.torch.extensions.brevitas._backend.export.extras import require_export_stack
 from quark.torch.extensions.brevitas._backend.export.formats import EXPORTERS, FORMATS, ExportFormat
 from quark.torch.extensions.brevitas._backend.export.inputs import (
     ExampleInputs,
@@ -219,6 +220,7 @@ class ModelExporter:
             raise TypeError(f"export: model must be an nn.Module, got {type(model).__name__}")
         from quark.torch.extensions.brevitas._backend.targets import TARGETS
 
+        require_export_stack(fmt)
         plans = plans if plans is not None else getattr(model, PLANS_ATTRIBUTE, None)
         device = _target(target_device, plans)
         target = TARGETS.get(device)

@@ -66,9 +66,8 @@ TRUNC_POOLS: dict[type[nn.Module], type[nn.Module]] = {
     nn.AvgPool2d: qnn.TruncAvgPool2d,
     nn.AdaptiveAvgPool2d: qnn.TruncAdaptiveAvgPool2d,
 }
-#: layers whose input may arrive quantized from upstream (MultiheadAttention always quantizes its
-#: own inputs: its three inputs go through one input quantizer per projection)
-WEIGHTED: tuple[type[nn.Module], ...] = (*(t for t in LAYERS if t is not nn.MultiheadAttention), *AVG_POOLS)
+#: layers whose input may arrive quantized from upstream
+WEIGHTED: tuple[type[nn.Module], ...] = (*(t for t, row in LAYERS.items() if row.upstream_input), *AVG_POOLS)
 
 #: operations that hand a quantized tensor on, on the same grid (Brevitas' QuantTensor keeps it)
 PASS_THROUGH_MODULES = (
