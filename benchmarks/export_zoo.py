@@ -25,12 +25,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from export.zoo import CONFIGS, ZOO, quantized
 
-from quark.torch.extensions.brevitas._backend.export import (
+from quark.torch.extensions.brevitas.api import (
     ExportFailedError,
     ExportVerificationError,
+    ModelExporter,
     UnsupportedExportError,
 )
-from quark.torch.extensions.brevitas.api import ModelExporter
 
 METHODS = {"qcdq": "export_onnx_model", "qonnx": "export_qonnx_model"}
 HEADERS = (

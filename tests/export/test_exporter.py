@@ -17,12 +17,12 @@ from export.helpers import (
     snapshot,
 )
 from export.zoo import TwoInputs
-from quark.torch.extensions.brevitas._backend.export import (
+from quark.torch.extensions.brevitas.api import (
     ExportFailedError,
     ExportFormat,
+    ModelExporter,
     UnsupportedExportError,
 )
-from quark.torch.extensions.brevitas.api import ModelExporter
 
 QDQ_OPS = {"QuantizeLinear", "DequantizeLinear"}
 
@@ -273,7 +273,7 @@ def test_finn_handoff_without_finn_says_how_to_install(onnx_path, monkeypatch):
 def test_targets_need_quantizers_built_from_quark_specs(onnx_path, target, method):
     import brevitas.nn as qnn
 
-    from quark.torch.extensions.brevitas._backend.export import TargetCheckError
+    from quark.torch.extensions.brevitas.api import TargetCheckError
 
     model = nn.Sequential(qnn.QuantIdentity(return_quant_tensor=False), nn.Linear(4, 2))
     with pytest.raises(

@@ -9,12 +9,16 @@ import pytest
 import torch
 from torch import nn
 
-from quark.torch.extensions.brevitas._backend.export import TargetCheckError, UnsupportedExportError
 from quark.torch.extensions.brevitas._backend.rules import FROM_A_SPEC
 from quark.torch.extensions.brevitas._backend.targets.finn import TARGET as FINN_TARGET
 from quark.torch.extensions.brevitas._backend.targets.finn import interface as finn_interface
 from quark.torch.extensions.brevitas._backend.targets.finn import rules as finn_rules
-from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
+from quark.torch.extensions.brevitas.api import (
+    ModelExporter,
+    ModelQuantizer,
+    TargetCheckError,
+    UnsupportedExportError,
+)
 from quark.torch.extensions.brevitas.presets import finn
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
 from quark.torch.quantization.config.type import DeviceType, Dtype, QuantizationMode, RoundType, ScaleType

@@ -15,9 +15,13 @@ from onnx import numpy_helper
 
 from export.helpers import W8A8, quantize
 from export.zoo import ZOO, calibration
-from quark.torch.extensions.brevitas._backend.export import TargetCheckError, UnsupportedExportError
 from quark.torch.extensions.brevitas._backend.targets import ipu
-from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
+from quark.torch.extensions.brevitas.api import (
+    ModelExporter,
+    ModelQuantizer,
+    TargetCheckError,
+    UnsupportedExportError,
+)
 from quark.torch.extensions.brevitas.presets import xint8
 from quark.torch.quantization.config.config import QuantizationConfig, QuantizationSpec
 from quark.torch.quantization.config.type import DeviceType, Dtype, QSchemeType, RoundType, ScaleType

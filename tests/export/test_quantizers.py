@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 from export.helpers import A8, A8_POF2, W8, W8_POF2, config, initializers, op_types, quantize
-from quark.torch.extensions.brevitas._backend.export import UnsupportedExportError, verify
+from quark.torch.extensions.brevitas._backend.export import verify
 from quark.torch.extensions.brevitas._backend.export.handlers import QONNX_ROUNDING
 from quark.torch.extensions.brevitas._backend.mapping import ROUND_IMPLS
-from quark.torch.extensions.brevitas.api import ModelExporter
+from quark.torch.extensions.brevitas.api import ModelExporter, UnsupportedExportError
 from quark.torch.quantization.config.config import QuantizationSpec
 from quark.torch.quantization.config.type import Dtype, QSchemeType, RoundType, ScaleType, ZeroPointType
 from quark.torch.quantization.observer import PerChannelMinMaxObserver, PerTensorMinMaxObserver
@@ -361,7 +361,8 @@ def test_minifloats_export_to_qonnx_floatquant_and_are_refused_by_qcdq(onnx_path
 )
 @pytest.mark.parametrize("method", BOTH)
 def test_block_formats_are_refused_and_would_fail(onnx_path, monkeypatch, spec, method):
-    from quark.torch.extensions.brevitas._backend.export import ExportFailedError, support
+    from quark.torch.extensions.brevitas._backend.export import support
+    from quark.torch.extensions.brevitas.api import ExportFailedError
 
     model = quantize(config(weight=spec), nn.Sequential(nn.Linear(32, 8)), None)
     with pytest.raises(

@@ -10,16 +10,16 @@ import torch
 from torch import nn
 
 from export.helpers import A8, W8, W8A8, config, quantize
-from quark.torch.extensions.brevitas._backend.export import (
+from quark.torch.extensions.brevitas._backend.export import support
+from quark.torch.extensions.brevitas._backend.inventory import quantizers
+from quark.torch.extensions.brevitas._backend.rewrite.graph import QuantConcat
+from quark.torch.extensions.brevitas.api import (
     ExportFailedError,
     ExportFormat,
     ExportVerificationError,
+    ModelExporter,
     UnsupportedExportError,
-    support,
 )
-from quark.torch.extensions.brevitas._backend.inventory import quantizers
-from quark.torch.extensions.brevitas._backend.rewrite.graph import QuantConcat
-from quark.torch.extensions.brevitas.api import ModelExporter
 from quark.torch.quantization.config.config import QuantizationSpec
 from quark.torch.quantization.config.type import (
     Dtype,

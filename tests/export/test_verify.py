@@ -10,13 +10,8 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 from export.helpers import A8_POF2, W8A8, W8A8_POF2, config, quantized_mlp
-from quark.torch.extensions.brevitas._backend.export import (
-    ExportFormat,
-    ExportVerificationError,
-    handlers,
-    verify,
-)
-from quark.torch.extensions.brevitas.api import ModelExporter
+from quark.torch.extensions.brevitas._backend.export import handlers, verify
+from quark.torch.extensions.brevitas.api import ExportFormat, ExportVerificationError, ModelExporter
 from quark.torch.quantization.config.config import QuantizationConfig, QuantizationSpec
 from quark.torch.quantization.config.type import Dtype, RoundType, ScaleType
 from quark.torch.quantization.observer import PerTensorMinMaxObserver

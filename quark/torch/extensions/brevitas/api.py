@@ -22,15 +22,14 @@ from quark.torch.extensions.brevitas import config as ext
 from quark.torch.extensions.brevitas._backend.calibrate import add_calibrated_flags, static_act_proxies
 from quark.torch.extensions.brevitas._backend.calibrate import calibrate as run_calibration
 from quark.torch.extensions.brevitas._backend.data import BatchError, CalibrationData
-from quark.torch.extensions.brevitas._backend.export import (
+from quark.torch.extensions.brevitas._backend.export.errors import (
     ExportFailedError,
-    ExportFormat,
     ExportVerificationError,
-    ModelExporter,
     TargetCheckError,
     UnsupportedExportError,
 )
-from quark.torch.extensions.brevitas._backend.export.exporter import PLANS_ATTRIBUTE
+from quark.torch.extensions.brevitas._backend.export.exporter import PLANS_ATTRIBUTE, ModelExporter
+from quark.torch.extensions.brevitas._backend.export.formats import ExportFormat
 from quark.torch.extensions.brevitas._backend.rewrite import rewriter_for
 from quark.torch.extensions.brevitas._backend.rules import layers as rules
 from quark.torch.extensions.brevitas._backend.targets.finn.errors import FinnError

@@ -6,14 +6,13 @@ by its names, and those this package adds from Brevitas (``MergeBatchNorm``, ``H
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from quark.torch.quantization.config.algorithms.fields import (
     BOOL,
     FRACTION,
     NAME_PATTERNS,
     UNIT_INTERVAL,
-    Check,
+    checked,
     is_a,
 )
 from quark.torch.quantization.config.algorithms.registry import AlgoConfig, PreQuantOptConfig
@@ -70,10 +69,8 @@ class ActivationEqualization(PreQuantOptConfig):
     """
 
     name: str = field(default="Activation Equalization", kw_only=True)
-    field_checks: ClassVar[dict[str, Check]] = {"is_layerwise": BOOL, "alpha": UNIT_INTERVAL}
-    is_layerwise: bool = True
-    alpha: float = 0.5
-
+    is_layerwise: bool = checked(True, BOOL)
+    alpha: float = checked(0.5, UNIT_INTERVAL)
 
 
 @dataclass(eq=True)
@@ -97,9 +94,7 @@ class HadamardRotation(PreQuantOptConfig):
     """
 
     name: str = field(default="Hadamard Rotation", kw_only=True)
-    field_checks: ClassVar[dict[str, Check]] = {"layers": NAME_PATTERNS}
-    layers: list[str] | None = None
-
+    layers: list[str] | None = checked(None, NAME_PATTERNS)
 
 
 @dataclass(eq=True)
@@ -111,9 +106,7 @@ class GPTQ(AlgoConfig):
     """
 
     name: str = field(default="GPTQ", kw_only=True)
-    field_checks: ClassVar[dict[str, Check]] = {"act_order": BOOL}
-    act_order: bool = False
-
+    act_order: bool = checked(False, BOOL)
 
 
 @dataclass(eq=True)
@@ -127,14 +120,12 @@ class GPFQ(AlgoConfig):
     """
 
     name: str = field(default="GPFQ", kw_only=True)
-    field_checks: ClassVar[dict[str, Check]] = {"act_order": BOOL, "percentage_of_processed_inputs": FRACTION}
-    act_order: bool = False
-    percentage_of_processed_inputs: float = 1.0
-
+    act_order: bool = checked(False, BOOL)
+    percentage_of_processed_inputs: float = checked(1.0, FRACTION)
 
 
 @dataclass(eq=True)
-class GPFA2Q(AlgoConfig):
+class GPFA2Q(GPFQ):
     """GPFQ constrained so that no integer accumulator of ``accumulator_bit_width`` bits can overflow
     (A2Q, Colbert et al.), with Brevitas' accumulator-aware GPFQ.
 
@@ -144,15 +135,7 @@ class GPFA2Q(AlgoConfig):
     """
 
     name: str = field(default="GPFA2Q", kw_only=True)
-    field_checks: ClassVar[dict[str, Check]] = {
-        "act_order": BOOL,
-        "percentage_of_processed_inputs": FRACTION,
-        "accumulator_bit_width": (is_a(int, test=lambda v: 2 <= v <= 64), "an int in 2..64"),
-    }
-    act_order: bool = False
-    percentage_of_processed_inputs: float = 1.0
-    accumulator_bit_width: int = 16
-
+    accumulator_bit_width: int = checked(16, (is_a(int, test=lambda v: 2 <= v <= 64), "an int in 2..64"))
 
 
 @dataclass(eq=True)
@@ -167,10 +150,8 @@ class Qronos(AlgoConfig):
     """
 
     name: str = field(default="Qronos", kw_only=True)
-    field_checks: ClassVar[dict[str, Check]] = {"act_order": BOOL, "alpha": (is_a((int, float), test=lambda v: 0 < v < 1), "a number in (0, 1)")}
-    act_order: bool = True
-    alpha: float = 1e-6
-
+    act_order: bool = checked(True, BOOL)
+    alpha: float = checked(1e-6, (is_a((int, float), test=lambda v: 0 < v < 1), "a number in (0, 1)"))
 
 
 @dataclass(eq=True)

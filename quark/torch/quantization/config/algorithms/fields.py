@@ -4,10 +4,16 @@ shared by the configs that take the field."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import field
 from typing import Any
 
 #: a field check: (test of the value, what is allowed, for the message)
 Check = tuple[Callable[[Any], bool], str]
+
+
+def checked(default: Any, check: Check) -> Any:
+    """A dataclass field whose value must pass ``check`` on construction (see ``AlgoConfig``)."""
+    return field(default=default, metadata={"check": check})
 
 
 def check_fields(config: Any, checks: dict[str, Check]) -> None:
@@ -31,7 +37,9 @@ def is_a(
     def ok(value: Any) -> bool:
         if value is None:
             return optional
-        return isinstance(value, named) and not (isinstance(value, bool) and bool not in named) and test(value)
+        return (
+            isinstance(value, named) and not (isinstance(value, bool) and bool not in named) and test(value)
+        )
 
     return ok
 
@@ -75,8 +83,14 @@ SCALING_LAYERS: Check = (
 )
 MODULE_PATH: Check = (is_a(str, optional=True), "None or a module path (str)")
 MODULE_NAMES: Check = (lambda v: v is None or str_list(v), "None or a list of module names (str)")
-NAME_PATTERNS: Check = (lambda v: v is None or (str_list(v) and bool(v)), "None or a non-empty list of name patterns")
-BIT: Check = (is_a(int, optional=True, test=lambda v: 2 <= v <= 16), "None (the weight spec's) or an int in 2..16")
+NAME_PATTERNS: Check = (
+    lambda v: v is None or (str_list(v) and bool(v)),
+    "None or a non-empty list of name patterns",
+)
+BIT: Check = (
+    is_a(int, optional=True, test=lambda v: 2 <= v <= 16),
+    "None (the weight spec's) or an int in 2..16",
+)
 SYM: Check = (is_a(bool, optional=True), "None (the weight spec's) or a bool")
 GROUP: Check = (
     is_a(int, optional=True, test=lambda v: v > 0 or v == -1),

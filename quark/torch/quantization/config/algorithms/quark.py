@@ -20,7 +20,7 @@ from quark.torch.quantization.config.algorithms.fields import (
     SCALING_LAYERS,
     SYM,
     UNIT_INTERVAL,
-    Check,
+    checked,
     is_a,
 )
 from quark.torch.quantization.config.algorithms.registry import AlgoConfig, PreQuantOptConfig
@@ -51,28 +51,15 @@ class SmoothQuantConfig(PreQuantOptConfig):
     """
 
     name: str = "smoothquant"
-    alpha: float = 1.0
-    scale_clamp_min: float = 1e-3
-    scaling_layers: list[dict[str, Any]] | None = None
-    embedding_layers: list[str] | None = None
-    model_decoder_layers: str | None = None
-    num_attention_heads: int = -1
-    num_key_value_heads: int = -1
+    alpha: float = checked(1.0, UNIT_INTERVAL)
+    scale_clamp_min: float = checked(1e-3, POSITIVE)
+    scaling_layers: list[dict[str, Any]] | None = checked(None, SCALING_LAYERS)
+    embedding_layers: list[str] | None = checked(None, MODULE_NAMES)
+    model_decoder_layers: str | None = checked(None, MODULE_PATH)
+    num_attention_heads: int = checked(-1, HEADS)
+    num_key_value_heads: int = checked(-1, HEADS)
 
-    field_checks: ClassVar[dict[str, Check]] = {
-        "alpha": UNIT_INTERVAL,
-        "scale_clamp_min": POSITIVE,
-        "scaling_layers": SCALING_LAYERS,
-        "embedding_layers": MODULE_NAMES,
-        "model_decoder_layers": MODULE_PATH,
-        "num_attention_heads": HEADS,
-        "num_key_value_heads": HEADS,
-    }
-
-    def __post_init__(self) -> None:
-        self.model_decoder_layers = self.model_decoder_layers or None  # newer Quark writes ""
-        self.scaling_layers = self.scaling_layers or None
-        super().__post_init__()
+    empty_as_none: ClassVar[tuple[str, ...]] = ("model_decoder_layers", "scaling_layers")
 
 
 @dataclass(eq=True)
@@ -96,30 +83,19 @@ class AWQConfig(AlgoConfig):
     """
 
     name: str = "awq"
-    bit: int | None = 4
-    sym: bool | None = False
-    group_size: int | None = 128
+    bit: int | None = checked(4, BIT)
+    sym: bool | None = checked(False, SYM)
+    group_size: int | None = checked(128, GROUP)
     algo_processor: Any = None
-    scaling_layers: list[dict[str, Any]] | None = None
-    model_decoder_layers: str | None = None
-    embedding_layers: list[str] | None = None
-    num_attention_heads: int = -1
-    num_key_value_heads: int = -1
+    scaling_layers: list[dict[str, Any]] | None = checked(None, SCALING_LAYERS)
+    model_decoder_layers: str | None = checked(None, MODULE_PATH)
+    embedding_layers: list[str] | None = checked(None, MODULE_NAMES)
+    num_attention_heads: int = checked(-1, HEADS)
+    num_key_value_heads: int = checked(-1, HEADS)
 
-    field_checks: ClassVar[dict[str, Check]] = {
-        "bit": BIT,
-        "sym": SYM,
-        "group_size": GROUP,
-        "scaling_layers": SCALING_LAYERS,
-        "model_decoder_layers": MODULE_PATH,
-        "embedding_layers": MODULE_NAMES,
-        "num_attention_heads": HEADS,
-        "num_key_value_heads": HEADS,
-    }
+    empty_as_none: ClassVar[tuple[str, ...]] = ("model_decoder_layers", "scaling_layers")
 
     def __post_init__(self) -> None:
-        self.model_decoder_layers = self.model_decoder_layers or None
-        self.scaling_layers = self.scaling_layers or None
         super().__post_init__()
         if self.algo_processor is not None:
             warnings.warn(
@@ -163,35 +139,16 @@ class GPTQConfig(AlgoConfig):
     """
 
     name: str = "gptq"
-    bit: int | None = 4
-    sym: bool | None = False
-    group_size: int | None = 128
-    damp_percent: float = 0.01
-    desc_act: bool = True
-    static_groups: bool = False
-    true_sequential: bool = True
-    inside_layer_modules: list[str] | None = None
-    model_decoder_layers: str | None = None
-    embedding_layers: list[str] | None = None
-    block_size: int = 128
+    bit: int | None = checked(4, BIT)
+    sym: bool | None = checked(False, SYM)
+    group_size: int | None = checked(128, GROUP)
+    damp_percent: float = checked(0.01, (is_a((int, float), test=lambda v: 0 <= v < 1), "a number in [0, 1)"))
+    desc_act: bool = checked(True, BOOL)
+    static_groups: bool = checked(False, BOOL)
+    true_sequential: bool = checked(True, BOOL)
+    inside_layer_modules: list[str] | None = checked(None, MODULE_NAMES)
+    model_decoder_layers: str | None = checked(None, MODULE_PATH)
+    embedding_layers: list[str] | None = checked(None, MODULE_NAMES)
+    block_size: int = checked(128, POSITIVE_INT)
 
-    field_checks: ClassVar[dict[str, Check]] = {
-        "bit": BIT,
-        "sym": SYM,
-        "group_size": GROUP,
-        "damp_percent": (is_a((int, float), test=lambda v: 0 <= v < 1), "a number in [0, 1)"),
-        "desc_act": BOOL,
-        "static_groups": BOOL,
-        "true_sequential": BOOL,
-        "inside_layer_modules": MODULE_NAMES,
-        "model_decoder_layers": MODULE_PATH,
-        "embedding_layers": MODULE_NAMES,
-        "block_size": POSITIVE_INT,
-    }
-
-    def __post_init__(self) -> None:
-        self.model_decoder_layers = self.model_decoder_layers or None
-        self.inside_layer_modules = self.inside_layer_modules or None
-        super().__post_init__()
-
-
+    empty_as_none: ClassVar[tuple[str, ...]] = ("model_decoder_layers", "inside_layer_modules")

@@ -18,7 +18,7 @@ from enum import Enum
 from typing import Any, ClassVar
 
 from quark.torch.quantization.config._fields import config_to_dict, from_registry
-from quark.torch.quantization.config.algorithms.fields import Check, check_fields
+from quark.torch.quantization.config.algorithms.fields import check_fields
 
 
 class Phase(Enum):
@@ -39,18 +39,22 @@ class AlgoConfig:
 
     Every algorithm of this package has a ``name`` field (Quark's main-API configs take it first,
     as Quark does; the Brevitas extension's take it as a keyword), fixed to its registered name
-    (an old spelling is normalised, another name refused); ``field_checks`` are checked on
-    construction, every failure reported together. ``apply(model, calib_loader=None)`` runs the
+    (an old spelling is normalised, another name refused); each field declared with
+    :func:`~.fields.checked` is checked on construction, every failure reported together. ``apply(model, calib_loader=None)`` runs the
     implementation a backend provides for this class; a subclass of your own may override
     ``apply`` instead (and may name itself with a plain class attribute).
     """
 
-    name: ClassVar[str] = ""  # this package's configs make it a field; a user's own may keep a class attribute
+    name: ClassVar[str] = (
+        ""  # this package's configs make it a field; a user's own may keep a class attribute
+    )
     default_phase: ClassVar[Phase] = Phase.after_calibration
-    #: field -> (test, what is allowed)
-    field_checks: ClassVar[dict[str, Check]] = {}
+    #: fields where an empty value ("" or [], as newer Quark writes them) means None
+    empty_as_none: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
+        for name in self.empty_as_none:
+            setattr(self, name, getattr(self, name) or None)
         if "name" in {f.name for f in fields(self)}:
             registered = type(self).name
             name = ALIASES.get(self.name, self.name)
@@ -58,7 +62,7 @@ class AlgoConfig:
                 spellings = [registered, *sorted(k for k, v in ALIASES.items() if v == registered)]
                 raise ValueError(f"{type(self).__name__}.name={self.name!r}: allowed {spellings}")
             self.name = registered
-        check_fields(self, self.field_checks)
+        check_fields(self, {f.name: f.metadata["check"] for f in fields(self) if "check" in f.metadata})
 
     def apply(self, model: Any, calib_loader: Any = None) -> Any:
         """Run the registered implementation on ``model`` (the extension's ``algos`` style); returns the model."""

@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch import nn
+from typing_extensions import Unpack
 
 from quark.torch.extensions.brevitas._backend.export import support
 from quark.torch.extensions.brevitas._backend.export.errors import (
@@ -34,6 +35,15 @@ from quark.torch.quantization.config.type import DeviceType
 from quark.torch.quantization.files import atomic_path, check_writable
 
 logger = logging.getLogger(__name__)
+
+
+class ExportOptions(TypedDict, total=False):
+    """The keyword options of both exports (see :meth:`ModelExporter.export_onnx_model`)."""
+
+    verify: bool
+    tolerance_lsb: float | None
+    target_device: DeviceType | str | None
+    plans: Sequence[Any] | None
 
 
 class ModelExporter:
@@ -75,16 +85,7 @@ class ModelExporter:
         self.opset_version = opset_version
         self.dynamo = dynamo
 
-    def export_onnx_model(
-        self,
-        model: nn.Module,
-        args: Any,
-        *,
-        verify: bool = True,
-        tolerance_lsb: float | None = None,
-        target_device: DeviceType | str | None = None,
-        plans: Sequence[Any] | None = None,
-    ):
+    def export_onnx_model(self, model: nn.Module, args: Any, **options: Unpack[ExportOptions]):
         """Write QCDQ ONNX (runnable in ONNX Runtime) and verify it.
 
         Args:
@@ -107,18 +108,9 @@ class ModelExporter:
             ExportFailedError: the ONNX exporter failed (the model is restored).
             ExportVerificationError: the graph differs from the model beyond the tolerance.
         """
-        return self._export(model, args, ExportFormat.qcdq, verify, tolerance_lsb, target_device, plans)
+        return self._export(model, args, ExportFormat.qcdq, **options)
 
-    def export_qonnx_model(
-        self,
-        model: nn.Module,
-        args: Any,
-        *,
-        verify: bool = True,
-        tolerance_lsb: float | None = None,
-        target_device: DeviceType | str | None = None,
-        plans: Sequence[Any] | None = None,
-    ):
+    def export_qonnx_model(self, model: nn.Module, args: Any, **options: Unpack[ExportOptions]):
         """Write QONNX (Quant / BipolarQuant / Trunc nodes, for FINN) and verify it with qonnx.
 
         Arguments and errors as :meth:`export_onnx_model`; ``target_device=DeviceType.FINN`` (or
@@ -126,7 +118,7 @@ class ModelExporter:
         export against FINN's requirements. The FINN hand-off itself is
         :func:`~quark.torch.extensions.brevitas._backend.targets.finn.pipeline.finn_handoff`.
         """
-        return self._export(model, args, ExportFormat.qonnx, verify, tolerance_lsb, target_device, plans)
+        return self._export(model, args, ExportFormat.qonnx, **options)
 
     def verify(self, model: nn.Module, args: Any, *, tolerance_lsb: float | None = None):
         """Execute the ONNX file at ``export_path`` (QONNX or QCDQ, told apart by its nodes) on
@@ -211,10 +203,11 @@ class ModelExporter:
         model,
         args,
         fmt: ExportFormat,
-        verify: bool,
-        tolerance_lsb: float | None,
-        target_device: DeviceType | str | None,
-        plans: Sequence[Any] | None,
+        *,
+        verify: bool = True,
+        tolerance_lsb: float | None = None,
+        target_device: DeviceType | str | None = None,
+        plans: Sequence[Any] | None = None,
     ):
         if not isinstance(model, nn.Module):
             raise TypeError(f"export: model must be an nn.Module, got {type(model).__name__}")
