@@ -15,7 +15,6 @@ Importing this module imports neither torchvision nor timm; the first ``build()`
 from __future__ import annotations
 
 import contextlib
-import importlib
 import importlib.util
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -70,7 +69,7 @@ def import_model_libraries():
 
     if "torchvision" not in sys.modules:
         with _skip_fakes_of_missing_ops():
-            importlib.import_module("torchvision")
+            import torchvision
     import timm
     import torchvision.models
 
