@@ -84,8 +84,12 @@ def test_network_reaches_one_partition_with_torch_outputs(exports, name):
     parent = onnx.load(result.files["parent"])
     partitions = [n for n in parent.graph.node if n.op_type == "StreamingDataflowPartition"]
     assert len(partitions) == 1
-    outside = {n.op_type for n in parent.graph.node} - {"StreamingDataflowPartition"}
-    assert outside <= {"Transpose", "Flatten"}  # NCHW -> NHWC / flattening of the input, on the host
+    ops = [n.op_type for n in parent.graph.node]
+    outside = set(ops) - {"StreamingDataflowPartition"}
+    # on the host: NCHW -> NHWC / flattening of the input, and the output's float scale and bias after the partition
+    assert outside <= {"Transpose", "Flatten", "Mul", "Add"}
+    partition = ops.index("StreamingDataflowPartition")
+    assert all(i > partition for i, op in enumerate(ops) if op in ("Mul", "Add"))
     partition = onnx.load(result.files["partition"])
     assert all(n.domain.startswith(HW_DOMAIN) for n in partition.graph.node)
     assert LAYERS[name] | {"Thresholding"} <= {_op(n) for n in partition.graph.node}
@@ -103,6 +107,7 @@ def test_network_reaches_one_partition_with_torch_outputs(exports, name):
         "ConvertQONNXtoFINN",
         "AbsorbClipIntoMultiThreshold",
         "streamline",
+        "accumulating pools",
         "convert to hardware layers",
     ]
     assert all(s.max_abs_diff <= 1e-5 for s in result.steps)

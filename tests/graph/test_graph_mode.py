@@ -18,7 +18,7 @@ from quark.torch.extensions.brevitas._backend.rewrite.tracing import Untraceable
 from quark.torch.extensions.brevitas.api import ModelQuantizer
 from quark.torch.extensions.brevitas.graph import Add, GraphInput
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec, TQTSpec
-from quark.torch.quantization.config.type import Dtype, QuantizationMode, RoundType, ScaleType
+from quark.torch.quantization.config.type import DeviceType, Dtype, QuantizationMode, RoundType, ScaleType
 from quark.torch.quantization.observer import PerTensorMinMaxObserver
 
 GRAPH = QuantizationMode.fx_graph_mode
@@ -137,18 +137,50 @@ def test_functional_activations_become_quantized_activations_with_their_argument
     torch.testing.assert_close(qmodel(x), expected, atol=0, rtol=0)
 
 
-def test_average_pooling_truncates_the_sum_on_the_input_grid():
-    """Without output_tensors an average pool is Brevitas' TruncAvgPool2d: floor(sum / 4) of the
-    input's integers, on the input's grid (FINN's QuantAvgPool2d)."""
+def test_average_pooling_for_finn_truncates_the_sum_on_the_input_grid():
+    """For the FINN target, a windowed average pool without output_tensors is Brevitas'
+    TruncAvgPool2d: floor(sum / 4) of the input's integers, on the input's grid (FINN's
+    QuantAvgPool2d, its Pool layer)."""
     model = nn.Sequential(nn.ReLU(), nn.AvgPool2d(2)).eval()
     data = [torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(s)) for s in range(2)]
-    config = graph_config(layer=QuantizationConfig(), layer_type_quant_config={"ReLU": QuantizationConfig(output_tensors=U8)})
+    config = graph_config(
+        layer=QuantizationConfig(target_device=DeviceType.FINN),
+        layer_type_quant_config={"ReLU": QuantizationConfig(output_tensors=U8)},
+    )
     _, qmodel = quantize(config, model, data)
     assert isinstance(qmodel.get_submodule("1"), qnn.TruncAvgPool2d)
     x = data[0]
     scale = qmodel.get_submodule("0").quant.act_quant.scale()
     codes = torch.clamp(torch.round(F.relu(x) / scale), 0, 255)
     expected = torch.floor(F.avg_pool2d(codes, 2, divisor_override=1) / 4) * scale  # the sum, shifted right by 2
+    torch.testing.assert_close(qmodel(x), expected, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "pool, target",
+    [(nn.AvgPool2d(2), None), (nn.AdaptiveAvgPool2d(1), None), (nn.AdaptiveAvgPool2d(1), DeviceType.FINN)],
+    ids=["windowed", "global", "global-finn"],
+)
+def test_average_pooling_is_requantized_with_the_input_spec_where_the_target_does_not_truncate(pool, target):
+    """Without output_tensors, QDQ targets (and no target) take the float average requantized with the
+    input's spec: round(mean / s) * s on a grid of its own (calibrated on the averages); FINN takes a
+    global mean so (its GlobalAccPool sums, the 1/N folds into the next thresholds)."""
+    model = nn.Sequential(nn.ReLU(), pool).eval()
+    data = [torch.rand(4, 3, 4, 4, generator=torch.Generator().manual_seed(s)) for s in range(2)]
+    config = graph_config(
+        layer=QuantizationConfig(target_device=target),
+        layer_type_quant_config={"ReLU": QuantizationConfig(output_tensors=U8)},
+    )
+    _, qmodel = quantize(config, model, data)
+    quantized = qmodel.get_submodule("1")
+    assert type(quantized.pool) is type(pool) and isinstance(quantized.output_quant, qnn.QuantIdentity)
+    x = data[0]
+    s_in = qmodel.get_submodule("0").quant.act_quant.scale()
+    s_out = quantized.output_quant.act_quant.scale()
+    assert s_out <= s_in  # calibrated on the averages, whose range is not larger than the input's
+    codes_in = torch.clamp(torch.round(F.relu(x) / s_in), 0, 255)
+    mean = pool(codes_in * s_in)
+    expected = torch.clamp(torch.round(mean / s_out), 0, 255) * s_out
     torch.testing.assert_close(qmodel(x), expected, atol=0, rtol=0)
 
 
@@ -177,7 +209,7 @@ def test_a_spatial_mean_becomes_global_average_pooling():
             return self.fc(torch.relu(x).mean((2, 3)))
 
     quantizer, qmodel = quantize(graph_config(), Head().eval(), [torch.randn(2, 3, 4, 4) for _ in range(2)])
-    assert isinstance(qmodel.get_submodule("mean"), qnn.TruncAdaptiveAvgPool2d)
+    assert isinstance(qmodel.get_submodule("mean").pool, nn.AdaptiveAvgPool2d)  # requantized, see above
     assert next(p for p in quantizer.plans if p.name == "fc").upstream == {"input_tensors": "mean"}
     assert qmodel(torch.randn(2, 3, 4, 4)).shape == (2, 2)
 
@@ -293,10 +325,11 @@ def test_the_extension_config_selects_graph_mode_with_backend_fx():
 
 
 def test_operations_left_float_are_named_in_a_warning(caplog):
-    model = nn.Sequential(nn.Linear(6, 6), nn.LayerNorm(6), nn.Dropout(0.1), nn.Linear(6, 2)).eval()
+    model = nn.Sequential(nn.Linear(6, 6), nn.LayerNorm(6), nn.Softmax(-1), nn.Dropout(0.1), nn.Linear(6, 2)).eval()
     with caplog.at_level(logging.WARNING, logger="quark"):
         quantize(graph_config(), model)
-    assert "graph mode leaves these operations float (what follows quantizes its own input): 1 (LayerNorm), 2 (Dropout)" in caplog.text
+    # dropout is the identity where graphs are exported: it passes the quantized tensor on
+    assert "graph mode leaves these operations float (what follows quantizes its own input): 1 (LayerNorm), 2 (Softmax)\n" in caplog.text
 
 
 def test_a_network_input_feeding_only_an_embedding_is_not_quantized():

@@ -166,7 +166,7 @@ LAYER_RULES: tuple[Rule, ...] = (
     _layer_rule(
         (qnn.TruncAvgPool2d, qnn.TruncAdaptiveAvgPool2d),
         "a truncating average pool",
-        "a requantized average (graph mode: output_tensors of the AvgPool2d / AdaptiveAvgPool2d site)",
+        "a requantized average (graph mode builds one for every target but FINN)",
         "QuantizeLinear rounds half to even where the truncation floors: measured 1 LSB off",
         _scope(frozenset({QCDQ})),
     ),

@@ -30,26 +30,14 @@ from torch import fx, nn
 
 from quark.torch.extensions.brevitas._backend.mapping import LAYERS, act_quant, build_layer
 from quark.torch.extensions.brevitas._backend.rewrite import tracing
-from quark.torch.extensions.brevitas.graph import Add, Cat, GraphInput
+from quark.torch.extensions.brevitas._backend.targets import AveragePooling, average_pooling
+from quark.torch.extensions.brevitas.graph import ACTIVATIONS, Add, Cat, GraphInput
 from quark.torch.quantization.config.config import ROLES
 from quark.torch.quantization.plan import LayerPlan, Site
 from quark.torch.quantization.tensor_quant import TensorQuant
 
 logger = logging.getLogger(__name__)
 
-#: float activations whose output graph mode quantizes
-ACTIVATIONS: tuple[type[nn.Module], ...] = (
-    nn.ReLU,
-    nn.ReLU6,
-    nn.Hardtanh,
-    nn.Sigmoid,
-    nn.Tanh,
-    nn.LeakyReLU,
-    nn.GELU,
-    nn.SiLU,
-    nn.Hardswish,
-    nn.Hardsigmoid,
-)
 #: average pooling: Brevitas' truncating pools keep the sum's most significant bits (FINN's
 #: QuantAvgPool2d); padded pooling has no truncating form and stays float
 AVG_POOLS: dict[type[nn.Module], Callable[[nn.Module], dict]] = {
@@ -79,8 +67,20 @@ PASS_THROUGH_MODULES = (
     nn.AdaptiveMaxPool3d,
     nn.Flatten,
     nn.Identity,
+    nn.Dropout,  # the identity in eval mode, where a graph is exported
+    nn.Dropout1d,
+    nn.Dropout2d,
+    nn.Dropout3d,
 )
-PASS_THROUGH_FUNCTIONS = (torch.flatten, torch.reshape, torch.transpose, F.max_pool1d, F.max_pool2d, F.max_pool3d)
+PASS_THROUGH_FUNCTIONS = (
+    torch.flatten,
+    torch.reshape,
+    torch.transpose,
+    F.max_pool1d,
+    F.max_pool2d,
+    F.max_pool3d,
+    F.dropout,
+)
 PASS_THROUGH_METHODS = ("view", "reshape", "flatten", "transpose", "permute", "contiguous")
 #: nodes that compute nothing a quantizer could act on
 _BOOKKEEPING = ("placeholder", "output", "get_attr")
@@ -252,17 +252,19 @@ def _two_sided(layer: type[nn.Module]) -> Callable[[LayerPlan, Site], nn.Module]
 
 
 def _pool(plan: LayerPlan, site: Site) -> nn.Module:
-    """Average pooling. Without ``output_tensors``: the sum truncated to the bit width of the input
-    (floor, as FINN's QuantAvgPool2d), integer to integer; with it: the float average requantized
-    (what a QDQ graph can express). An input arriving float is quantized first."""
+    """Average pooling, in the form the plan's target computes (``targets.average_pooling``): the
+    float average requantized with ``output_tensors``, else with the input's spec (what QDQ graphs
+    and FINN's GlobalAccPool take), or the sum truncated to the bit width of the input (floor, as
+    FINN's QuantAvgPool2d), integer to integer. An input arriving float is quantized first."""
     spec, output = plan.specs["input_tensors"], plan.specs["output_tensors"]
     module = site.module
+    form = average_pooling(plan.target_device, windowed=type(module) is nn.AvgPool2d)
     stages: OrderedDict[str, nn.Module] = OrderedDict()
     if spec is not None and "input_tensors" not in plan.upstream:
         stages["quant"] = _quant_identity(spec)
-    if output is not None:
+    if output is not None or form is AveragePooling.requantized:
         stages["pool"] = copy.deepcopy(module)
-        stages["output_quant"] = _quant_identity(output)
+        stages["output_quant"] = _quant_identity(output or spec)
     else:
         trunc = TruncTo8bit.let(bit_width=spec.bit_width)
         stages["pool"] = TRUNC_POOLS[type(module)](
@@ -295,7 +297,7 @@ def _produced_spec(plan: LayerPlan) -> TensorQuant | None:
         return plan.specs["input_tensors"]
     if plan.module_type in (Add, Cat):
         return plan.specs["output_tensors"] or plan.specs["input_tensors"]
-    if plan.module_type in AVG_POOLS:  # truncated: the input's bit width and sign, scale x 2^shift / k^2
+    if plan.module_type in AVG_POOLS:  # requantized with the input's spec, or truncated to its bit width and sign
         return plan.specs["output_tensors"] or plan.specs["input_tensors"]
     return plan.specs["output_tensors"]
 

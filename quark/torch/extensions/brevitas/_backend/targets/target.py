@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from torch import nn
@@ -17,6 +18,13 @@ from quark.torch.quantization.config.type import DeviceType
 
 logger = logging.getLogger(__name__)
 
+class AveragePooling(Enum):
+    """How graph mode quantizes an average pool that has no ``output_tensors`` spec of its own."""
+
+    requantized = "requantized"  # the float average, quantized again with the input's spec (QDQ, FINN's GlobalAccPool)
+    truncated = "truncated"  # the integer sum's most significant bits (floor): Brevitas' TruncAvgPool2d, FINN's Pool
+
+
 #: a pass of a pipeline: (name, function taking a qonnx ModelWrapper and returning the next one)
 Step = tuple[str, Callable[[Any], Any]]
 
@@ -27,7 +35,8 @@ class Target:
 
     ``quantizer_rules`` take a :class:`~..rules.Quantizer`, ``layer_rules`` a
     :class:`~..inventory.Module` (with the roles its plan takes from upstream), ``site_rules`` the
-    model's plans, ``graph_rules`` the written ``onnx.ModelProto``; ``pipeline()`` the passes after
+    model's plans, ``graph_rules`` the written ``onnx.ModelProto``; ``windowed_pools`` the form of
+    the average pools it computes (graph mode builds them so); ``pipeline()`` the passes after
     export, in order; ``advice(plans)`` what to warn about before export (what the target will leave
     float, say).
     """
@@ -40,6 +49,7 @@ class Target:
     layer_rules: tuple[Rule, ...] = ()
     site_rules: tuple[Rule, ...] = ()
     graph_rules: tuple[Rule, ...] = ()
+    windowed_pools: AveragePooling = AveragePooling.requantized  # global pools are always requantized
     pipeline: Callable[[], tuple[Step, ...]] = tuple  # loads the passes (and their libraries) when called
     advice: Callable[[Sequence[Any]], str | None] | None = None  # a warning on the plans, said before export
 

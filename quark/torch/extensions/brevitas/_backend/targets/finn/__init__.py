@@ -17,7 +17,7 @@ from __future__ import annotations
 from quark.torch.extensions.brevitas._backend.export.formats import ExportFormat
 from quark.torch.extensions.brevitas._backend.targets.finn import rules
 from quark.torch.extensions.brevitas._backend.targets.finn.errors import FinnError
-from quark.torch.extensions.brevitas._backend.targets.target import Step, Target
+from quark.torch.extensions.brevitas._backend.targets.target import AveragePooling, Step, Target
 from quark.torch.quantization.config.type import DeviceType
 
 __all__ = ["TARGET", "FinnError"]
@@ -36,6 +36,7 @@ TARGET = Target(
     quantizer_rules=rules.QUANTIZER_RULES,
     site_rules=rules.SITE_RULES,
     graph_rules=rules.GRAPH_RULES,
+    windowed_pools=AveragePooling.truncated,  # FINN's Pool layer; its GlobalAccPool takes a requantized mean
     pipeline=_pipeline,
     advice=rules.float_activations,
 )

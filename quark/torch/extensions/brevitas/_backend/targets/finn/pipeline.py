@@ -118,6 +118,30 @@ def _streamline(model):
     return _tidy(model)
 
 
+def _accumulating_pools(model):
+    """Global average pooling of integers as FINN's ``GlobalAccPool`` (the integer sum, a hardware
+    layer) and a scalar ``Mul`` by 1/N that streamlining folds into the thresholds that follow, as
+    FINN's networks take it (FINN converts it only in ``step_convert_to_hw``, after streamlining,
+    where the ``Mul`` is left over); the layout transposes around it then cancel."""
+    from finn.transformation.fpgadataflow.convert_to_hw.global_acc_pool import InferGlobalAccPoolLayer
+    from finn.transformation.streamline import Streamline, absorb
+    from qonnx.transformation.infer_data_layouts import InferDataLayouts
+
+    if not model.get_nodes_by_op_type("GlobalAveragePool"):
+        return model
+    for transform in (
+        InferDataLayouts(),
+        InferGlobalAccPoolLayer(),
+        absorb.AbsorbConsecutiveTransposes(),
+        Streamline(),
+        absorb.AbsorbTransposeIntoMultiThreshold(),
+        absorb.AbsorbConsecutiveTransposes(),
+        InferDataLayouts(),
+    ):
+        model = run_transform(model, transform)
+    return _tidy(model)
+
+
 def _scales_past_branches():
     """The residual and concat groups of FINN's ``StreamlinePlus``: scales and biases through
     forks, residual additions and concatenations (StreamlinePlus whole repeats the standard
@@ -178,9 +202,14 @@ def top_k_step(k: int):
     return insert
 
 
-def _hw_conversions() -> tuple[tuple[tuple[str, ...], Callable[[], Any]], ...]:
+def _hw_conversions(host: set[str]) -> tuple[tuple[tuple[str, ...], Callable[[], Any]], ...]:
     """FINN's ``step_convert_to_hw`` (standalone_thresholds=False, its default): which op types
-    trigger which conversion, in FINN's order. An empty trigger runs always."""
+    trigger which conversion, in FINN's order. An empty trigger runs always. Elementwise operations
+    named in ``host`` (the output's float scale and bias) stay on the host."""
+
+    def on_chip(model, node) -> bool:
+        return node.name not in host
+
     from finn.transformation.fpgadataflow.convert_to_hw import (
         binary_matrix_vector_activation as bmvau,
     )
@@ -229,10 +258,39 @@ def _hw_conversions() -> tuple[tuple[tuple[str, ...], Callable[[], Any]], ...]:
         (("Im2Col",), conv_inp_gen.InferConvInpGen),
         (("ConvolutionInputGenerator",), RemoveCNVtoFCFlatten),
         (("Concat",), concat.InferConcatLayer),
-        (elementwise, elementwise_binary_operation.InferElementwiseBinaryOperation),
+        (elementwise, partial(elementwise_binary_operation.InferElementwiseBinaryOperation, on_chip)),
         (("GlobalAveragePool",), global_acc_pool.InferGlobalAccPoolLayer),
         ((), duplicate_streams.InferDuplicateStreamsLayer),
     )
+
+
+#: float elementwise operations that may stay on the host after the last hardware layer: the output's
+#: scale and bias (FINN's ``reject_output_dequant`` idea, for the whole float tail)
+OUTPUT_DEQUANTIZATION = frozenset({"Mul", "Add", "Div", "Sub"})
+
+
+def output_dequantization(model) -> set[str]:
+    """Names of the nodes that only rescale the graph's outputs in float: ``Mul`` / ``Add`` / ... with a
+    constant operand and a float result, whose consumers are such nodes or graph outputs. They run on
+    the host (FINN's drivers apply the output scale), not as float hardware layers."""
+    from qonnx.core.datatype import DataType
+
+    outputs = {o.name for o in model.graph.output}
+    tail: set[str] = set()
+    for node in reversed(list(model.graph.node)):
+        consumers = [c for o in node.output for c in (model.find_consumers(o) or [])]
+        ends = all(o in outputs or all(c.name in tail for c in model.find_consumers(o) or []) for o in node.output)
+        constant = any(model.get_initializer(i) is not None for i in node.input)
+        if (
+            node.op_type in OUTPUT_DEQUANTIZATION
+            and constant
+            and ends
+            and (consumers or any(o in outputs for o in node.output))
+            and model.get_tensor_datatype(node.output[0]) == DataType["FLOAT32"]
+        ):
+            tail.add(node.name)
+    return tail
+
 
 
 def _to_hw(model):
@@ -240,7 +298,7 @@ def _to_hw(model):
     from finn.transformation.streamline import absorb
     from qonnx.transformation.infer_data_layouts import InferDataLayouts
 
-    for triggers, conversion in _hw_conversions():
+    for triggers, conversion in _hw_conversions(output_dequantization(model)):
         if not triggers or any(model.get_nodes_by_op_type(t) for t in triggers):
             model = run_transform(model, conversion())
     for transform in (absorb.AbsorbConsecutiveTransposes(), RemoveCNVtoFCFlatten(), InferDataLayouts()):
@@ -254,6 +312,7 @@ FRONT_END: tuple[Step, ...] = (
     ("ConvertQONNXtoFINN", _to_finn),
     ("AbsorbClipIntoMultiThreshold", _absorb_clips),
     ("streamline", _streamline),
+    ("accumulating pools", _accumulating_pools),
     ("convert to hardware layers", _to_hw),
 )
 HANDOFF: tuple[Step, ...] = FRONT_END[:3]
@@ -408,16 +467,18 @@ def _is_hw(node) -> bool:
 
 def _unmapped(model) -> list[str]:
     """Nodes that are not hardware layers, except data movement before the first or after the
-    last hardware layer (what FINN's CreateDataflowPartition leaves to the host)."""
+    last hardware layer and the output's float scale and bias (what FINN's CreateDataflowPartition
+    leaves to the host)."""
     nodes = list(model.graph.node)
     hw = [i for i, n in enumerate(nodes) if _is_hw(n)]
     if not hw:
         return [f"{named(model, n)}: {_fix(n.op_type)}" for n in nodes]
     inner = range(hw[0], hw[-1] + 1)
+    host = output_dequantization(model)
     return [
         f"{named(model, n)}: {_fix(n.op_type)}"
         for i, n in enumerate(nodes)
-        if not _is_hw(n) and (i in inner or n.op_type not in LAYOUT_OPS)
+        if not _is_hw(n) and (i in inner or (n.op_type not in LAYOUT_OPS and n.name not in host))
     ]
 
 
@@ -473,7 +534,7 @@ def dataflow_from_qonnx(
     model, samples, reference, first = prepare(qonnx_path, inputs)
     chain = list(FRONT_END)
     if top_k is not None:
-        chain.insert(3, (f"top-{top_k}", top_k_step(top_k)))
+        chain.insert(4, (f"top-{top_k}", top_k_step(top_k)))
     labels = top_indices(reference[0], top_k) if top_k is not None else None
     allowed = float_tolerance(reference, rtol)
 

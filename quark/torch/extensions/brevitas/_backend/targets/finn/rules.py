@@ -14,7 +14,7 @@ from torch import nn
 
 from quark.torch.extensions.brevitas._backend.export.onnx_graph import dynamic_shapes
 from quark.torch.extensions.brevitas._backend.rules import ACT, DATA, FROM_A_SPEC, Found, Rule, spec_rule
-from quark.torch.extensions.brevitas.graph import GraphInput
+from quark.torch.extensions.brevitas.graph import ACTIVATIONS, GraphInput
 from quark.torch.quantization.config.type import RoundType
 from quark.torch.quantization.tensor_quant import Format, TensorQuant
 
@@ -128,8 +128,6 @@ THRESHOLD_ACTIVATIONS = (nn.ReLU,)
 def float_activations(plans: Sequence[Any]) -> str | None:
     """A warning naming the quantized activations FINN keeps as float nodes (only ReLU quantizers
     become thresholds), or None."""
-    from quark.torch.extensions.brevitas._backend.rewrite.graph import ACTIVATIONS
-
     kept = sorted(
         {
             f"{p.name} ({p.module_type.__name__})"
