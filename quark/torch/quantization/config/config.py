@@ -68,6 +68,8 @@ ROLES = ("input_tensors", "output_tensors", "weight", "bias")
 ACTIVATION_ROLES = ROLES[:2]
 #: bit widths of integer weights and activations; a bias goes up to 32
 MIN_BITS, MAX_BITS, MAX_BIAS_BITS = 2, 16, 32
+#: Quark 0.13's default bound of its MX observer's buffer-reuse path (elements)
+MAX_INPUT_NUMEL = 4 * 1024 * 1024
 
 
 @dataclass(eq=True, frozen=True)
@@ -141,6 +143,17 @@ class QuantizationSpec(Serialisable):
         qat_spec: quantization-aware-training method, ``TQTSpec(threshold_init_meth=...)``.
         mx_element_dtype: element type of ``Dtype.mx`` blocks (int8, fp8_e4m3, fp8_e5m2, fp6_e3m2,
             fp6_e2m3, fp4).
+        scale_format: Quark 0.13's representation of block scales: ``"e8m0"`` (OCP MX: a power of
+            two shared by each block), ``"float32"`` (per-group minifloats: amax / element max in
+            the precision ``scale_type`` names); ``"e5m3"`` / ``"e4m3"`` are refused when applied.
+        scale_calculation_mode: how an OCP MX block's shared exponent comes from its maximum:
+            ``"even"`` (Quark's default: the maximum rounded to the element's precision first),
+            ``"floor"`` (the OCP MX spec), ``"ceil"``; None: ``"floor"``.
+        is_scale_quant, enable_buffer_reuse, max_input_numel: Quark 0.13's fields (a spec that
+            quantizes another quantizer's scales; a memory option of Quark's MX observer, with its
+            size bound): ``is_scale_quant=True`` is refused when applied, the other two have no
+            effect on the numbers and are accepted.
+        block_size: Quark 0.13's 2-D block (``qscheme=per_block``); refused when applied.
     """
 
     dtype: Dtype
@@ -155,9 +168,28 @@ class QuantizationSpec(Serialisable):
     zero_point_type: ZeroPointType | None = ZeroPointType.int32
     qat_spec: QATSpec | None = None
     mx_element_dtype: Dtype | None = None
+    scale_format: str | None = None
+    scale_calculation_mode: str | None = None
+    is_scale_quant: bool = False
+    enable_buffer_reuse: bool = False
+    max_input_numel: int = MAX_INPUT_NUMEL
+    block_size: list[int] | None = None
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
+        check_type(owner, "scale_format", self.scale_format, str)
+        check_type(owner, "scale_calculation_mode", self.scale_calculation_mode, str)
+        check_type(owner, "is_scale_quant", self.is_scale_quant, bool, optional=False)
+        check_type(owner, "enable_buffer_reuse", self.enable_buffer_reuse, bool, optional=False)
+        check_type(owner, "max_input_numel", self.max_input_numel, int, optional=False)
+        if self.max_input_numel <= 0:
+            raise ValueError(f"{owner}.max_input_numel={self.max_input_numel}: must be a positive integer")
+        if isinstance(self.block_size, tuple):
+            self.block_size = list(self.block_size)
+        if self.block_size is not None and not (
+            isinstance(self.block_size, list) and all(type(v) is int and v > 0 for v in self.block_size)
+        ):
+            raise TypeError(f"{owner}.block_size={self.block_size!r}: expected None or a list of positive ints")
         self.mx_element_dtype = coerce_enum(owner, "mx_element_dtype", self.mx_element_dtype, Dtype)
         if isinstance(self.qat_spec, dict):
             self.qat_spec = QATSpec.from_dict(self.qat_spec)
@@ -189,26 +221,28 @@ class QuantizationSpec(Serialisable):
             raise ValueError(f"{owner}.ch_axis is required with qscheme={self.qscheme.name}")
         if self.qscheme is QSchemeType.per_group and self.group_size is None:
             raise ValueError(f"{owner}.group_size is required with qscheme=per_group")
-        if self.group_size is not None and self.qscheme is not QSchemeType.per_group:
+        block = self.dtype.is_block and self.qscheme is None  # Quark's block formats: the block without a qscheme
+        if self.group_size is not None and self.qscheme is not QSchemeType.per_group and not block:
             raise ValueError(
                 f"{owner}.group_size={self.group_size} is only meaningful with qscheme=per_group, "
                 f"got qscheme={self.qscheme.name if self.qscheme else None}"
             )
         qscheme = self.qscheme or QSchemeType.per_tensor  # None means per_tensor
-        if self.ch_axis is not None and qscheme is QSchemeType.per_tensor:
+        if self.ch_axis is not None and qscheme is QSchemeType.per_tensor and not block:
             raise ValueError(
                 f"{owner}.ch_axis={self.ch_axis} is only meaningful with qscheme=per_channel or per_group, "
                 f"got qscheme={self.qscheme.name if self.qscheme else None} (per_tensor)"
             )
-        if self.observer_cls is not None:
+        if self.observer_cls is not None and not block:
             obs_scheme = self.observer_cls.qscheme
-            if qscheme is QSchemeType.per_group and obs_scheme not in (QSchemeType.per_channel, QSchemeType.per_group):
+            observes = self.observer_cls.observes
+            if qscheme is QSchemeType.per_group and not (observes(QSchemeType.per_channel) or observes(QSchemeType.per_group)):
                 raise ValueError(
                     f"{owner}.observer_cls={self.observer_cls.__name__}: qscheme=per_group takes a per-group "
                     "observer (PerGroupMinMaxObserver, PerBlockMXObserver, PerBlockBFPObserver) or "
                     "PerChannelMinMaxObserver (min/max per group)"
                 )
-            if qscheme is not QSchemeType.per_group and obs_scheme is not qscheme:
+            if qscheme is not QSchemeType.per_group and not observes(qscheme):
                 raise ValueError(
                     f"{owner}.observer_cls={self.observer_cls.__name__} observes {obs_scheme.name} "
                     f"but qscheme={self.qscheme.name if self.qscheme else None} ({qscheme.name}); "
@@ -362,3 +396,11 @@ def _layer(layer_cls: type, value: Any) -> Any:
 QConfig = Config
 QLayerConfig = QuantizationConfig
 QTensorConfig = QuantizationSpec
+
+
+# AMD Quark 0.13's DataTypeSpec helpers live in their own module (they build the QuantizationSpec
+# above) and are importable from here, where Quark defines them.
+from quark.torch.quantization.config.datatype_specs import *  # noqa: E402, F403
+from quark.torch.quantization.config.datatype_specs import DATA_TYPE_SPECS, DataTypeSpec  # noqa: E402
+
+__all__ += ["DATA_TYPE_SPECS", "DataTypeSpec", *DATA_TYPE_SPECS]
