@@ -182,6 +182,14 @@ def _unsigned(bits: int) -> str:
     return f"Dtype.{dtype.name}" if dtype is not None else "symmetric=False (unsigned grid with a zero point)"
 
 
+#: what a learned scale parameter holds, from the calibrated threshold: TQT learns log2 of the
+#: threshold, LSQ the scale itself (threshold / integer threshold); the others the threshold
+LEARNED_VALUES = {
+    "tqt": lambda threshold, spec: torch.log2(threshold),
+    "lsq": lambda threshold, spec: threshold / spec.threshold_levels,
+}
+
+
 def set_range(proxy: ActQuantProxyFromInjectorBase, spec: TensorQuant, lo: torch.Tensor, hi: torch.Tensor) -> None:
     """Write the range [lo, hi] into the proxy's learned threshold (and zero point)."""
     tensor_quant = proxy.fused_activation_quant_proxy.tensor_quant
@@ -194,7 +202,6 @@ def set_range(proxy: ActQuantProxyFromInjectorBase, spec: TensorQuant, lo: torch
     # [tiny, 2^127]: a zero range still gives a positive scale, and neither a power-of-two scale
     # (rounded up: 2^128 is inf) nor the grid's far end (qmin x scale, beyond the range) overflows
     threshold = torch.clamp(threshold, min=torch.finfo(torch.float32).tiny, max=MAX_THRESHOLD)
-    if spec.tqt:  # TQT learns log2 of the threshold
-        threshold = torch.log2(threshold)
     value = tensor_quant.scaling_impl.value
+    threshold = next((learned(threshold, spec) for flag, learned in LEARNED_VALUES.items() if getattr(spec, flag)), threshold)
     value.data.copy_(threshold.to(value).expand_as(value))
