@@ -308,9 +308,9 @@ def test_role_given_as_dict_is_converted():
     [
         ({"dtype": "int7"}, "dtype", "'int7'", "Dtype.int8, Dtype.uint8"),
         (
-            {"dtype": "int8", "qscheme": "per_block"},
+            {"dtype": "int8", "qscheme": "per_row"},
             "qscheme",
-            "'per_block'",
+            "'per_row'",
             "QSchemeType.per_tensor, QSchemeType.per_channel",
         ),
         (
@@ -510,7 +510,7 @@ def test_from_dict_unknown_layer_key():
 
 def test_from_dict_unknown_spec_key():
     with pytest.raises(
-        ValueError, match=r"QuantizationSpec: unknown keys \['bits'\]; allowed: \['ch_axis', 'dtype'"
+        ValueError, match=r"QuantizationSpec: unknown keys \['bits'\]; allowed: \['block_size', 'ch_axis', 'dtype'"
     ):
         QuantizationSpec.from_dict({"dtype": "int8", "bits": 8})
 
