@@ -133,6 +133,21 @@ def _blocks_divide_channels(plan: LayerPlan, module: nn.Module) -> Iterable[str]
             )
 
 
+def _act_block_axis(module: nn.Module) -> int:
+    """The axis an activation's blocks run along: features (last) for Linear-like layers, channels (1) for convolutions."""
+    return 1 if isinstance(module, nn.modules.conv._ConvNd) else -1
+
+
+def _blocks_along_channels(plan: LayerPlan, module: nn.Module) -> Iterable[str]:
+    for role in _CHANNELS:
+        spec = plan.specs[role]
+        if spec is not None and spec.format in ("mx", "bdr") and spec.ch_axis not in (None, _act_block_axis(module)):
+            yield (
+                f"{role} {spec.format} {spec.variant} blocks along ch_axis={spec.ch_axis}: activation blocks run along "
+                f"the layer's channels, ch_axis={_act_block_axis(module)} for a {type(module).__name__} (or None)"
+            )
+
+
 LAYER_RULES: tuple[LayerRule, ...] = (
     LayerRule(
         "a bias scaled by input x weight scale without both quantized",
@@ -174,6 +189,11 @@ LAYER_RULES: tuple[LayerRule, ...] = (
         "MX / shared-exponent activations whose channel count is not a multiple of the block",
         _blocks_divide_channels,
         "blocks are not padded",
+    ),
+    LayerRule(
+        "MX / shared-exponent activations blocked along another axis than the layer's channels",
+        _blocks_along_channels,
+        "the dot products of a layer pair activation blocks with weight blocks along its input channels",
     ),
 )
 
