@@ -50,6 +50,7 @@ class LSQObserver(ObserverBase):
     def _range(self) -> tuple[torch.Tensor, torch.Tensor]:
         total, count = self.sums
         scale = (2 * total / count / math.sqrt(self.qmax)).float().clamp(min=torch.finfo(torch.float32).tiny)
+        scale = scale.double()  # the range in float64: range / levels gives back exactly this float32 scale
         if self.symmetric:  # signed grid: scale = (hi - lo) / (qmax - qmin)
             half = scale * ((self.qmax - self.qmin) / 2)
             return -half, half
