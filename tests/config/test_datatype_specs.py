@@ -60,23 +60,23 @@ def _required(helper: type) -> dict:
 #: where amd-quark 0.13's conversion fails, what this package does instead (docs/quark013.md)
 BETTER_THAN_QUARK = {
     # block_size is the block; Quark drops it and refuses group_size=None
-    "MX6Spec": dict(dtype=Dtype.mx6, ch_axis=0, group_size=16, scale_calculation_mode="even"),
-    "MX9Spec": dict(dtype=Dtype.mx9, ch_axis=0, group_size=16, scale_calculation_mode="even"),
+    "MX6Spec": {"dtype": Dtype.mx6, "ch_axis": 0, "group_size": 16, "scale_calculation_mode": "even"},
+    "MX9Spec": {"dtype": Dtype.mx9, "ch_axis": 0, "group_size": 16, "scale_calculation_mode": "even"},
     # is_dynamic=None (the helper's default) is a static spec; Quark refuses None
-    "Uint4PerChannelSpec": dict(
-        dtype=Dtype.uint4,
-        observer_cls=OBSERVERS["PerChannelMinMaxObserver"],
-        qscheme=QSchemeType.per_channel,
-        ch_axis=0,
-        symmetric=False,
-        round_method=RoundType.half_even,
-        scale_type=ScaleType.float,
-    ),
+    "Uint4PerChannelSpec": {
+        "dtype": Dtype.uint4,
+        "observer_cls": OBSERVERS["PerChannelMinMaxObserver"],
+        "qscheme": QSchemeType.per_channel,
+        "ch_axis": 0,
+        "symmetric": False,
+        "round_method": RoundType.half_even,
+        "scale_type": ScaleType.float,
+    },
 }
 
 
 def _expected(cell: str) -> dict:
-    return dict((k.strip(), _value(v)) for k, v in (item.split("=", 1) for item in cell.split(", ")))
+    return {k.strip(): _value(v) for k, v in (item.split("=", 1) for item in cell.split(", "))}
 
 
 def test_every_helper_has_a_row_and_every_row_a_helper():
@@ -84,7 +84,7 @@ def test_every_helper_has_a_row_and_every_row_a_helper():
 
 
 #: what every spec of amd-quark 0.13 holds besides the helper's own fields
-QUARK_DEFAULTS = dict(zero_point_type=ZeroPointType.int32, is_scale_quant=False, enable_buffer_reuse=False, max_input_numel=4194304)
+QUARK_DEFAULTS = {"zero_point_type": ZeroPointType.int32, "is_scale_quant": False, "enable_buffer_reuse": False, "max_input_numel": 4194304}
 
 
 @pytest.mark.parametrize("name", sorted(ROWS))

@@ -27,7 +27,7 @@ from quark.torch.quantization.observer import (
 )
 from quark.torch.quantization.tensor_quant import normalise
 
-INT8 = dict(dtype=Dtype.int8, qscheme=QSchemeType.per_tensor, symmetric=True, is_dynamic=False)
+INT8 = {"dtype": Dtype.int8, "qscheme": QSchemeType.per_tensor, "symmetric": True, "is_dynamic": False}
 
 CASES = [
     # (spec, role, message)
@@ -104,8 +104,8 @@ CASES = [
     (
         OCP_MXFP4Spec(ch_axis=-1, scale_calculation_mode="round").to_quantization_spec(),
         "weight",
-        r"scale_calculation_mode=round is not supported with dtype=Dtype\.fp4 with observer_cls=PerBlockMXObserver and "
-        r"scale_format='e8m0' .*allowed: None, even, floor, ceil",
+        (r"scale_calculation_mode=round is not supported with dtype=Dtype\.fp4 with observer_cls=PerBlockMXObserver and "
+        r"scale_format='e8m0' .*allowed: None, even, floor, ceil"),
     ),
     (
         OCP_MXFP4Spec(ch_axis=-1, is_dynamic=False).to_quantization_spec(),

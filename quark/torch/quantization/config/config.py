@@ -16,7 +16,7 @@ Layer types serialise by class name; observers by their registered name (see
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from quark.torch.quantization.config._fields import (
     CONFIG_VERSION,
@@ -399,8 +399,101 @@ QTensorConfig = QuantizationSpec
 
 
 # AMD Quark 0.13's DataTypeSpec helpers live in their own module (they build the QuantizationSpec
-# above) and are importable from here, where Quark defines them.
-from quark.torch.quantization.config.datatype_specs import *  # noqa: E402, F403
-from quark.torch.quantization.config.datatype_specs import DATA_TYPE_SPECS, DataTypeSpec  # noqa: E402
+# above) and are reachable from here, where Quark defines them, loaded on first use (a plain import
+# here would be circular).
+if TYPE_CHECKING:  # for readers and type checkers; at run time __getattr__ below loads them
+    from quark.torch.quantization.config.datatype_specs import (
+        DATA_TYPE_SPECS,
+        AmdFP4Spec,
+        Bfloat16Spec,
+        BFP16Spec,
+        DataTypeSpec,
+        Float16Spec,
+        FP4PerGroupSpec,
+        FP6E2M3PerGroupSpec,
+        FP6E3M2PerGroupSpec,
+        FP8E4M3PerChannelSpec,
+        FP8E4M3PerGroupSpec,
+        FP8E4M3PerTensorSpec,
+        FP8E5M2PerChannelSpec,
+        FP8E5M2PerGroupSpec,
+        FP8E5M2PerTensorSpec,
+        FP8E5M3PerTensorSpec,
+        Int2PerGroupSpec,
+        Int3PerChannelSpec,
+        Int3PerGroupSpec,
+        Int4PerChannelSpec,
+        Int4PerGroupSpec,
+        Int4PerTensorSpec,
+        Int8PerChannelSpec,
+        Int8PerGroupSpec,
+        Int8PerTensorSpec,
+        MX6Spec,
+        MX9Spec,
+        OCP_MXFP4DiffsSpec,
+        OCP_MXFP4Spec,
+        OCP_MXFP6E2M3Spec,
+        OCP_MXFP6E3M2Spec,
+        OCP_MXFP8E4M3Spec,
+        OCP_MXFP8E5M2Spec,
+        OCP_MXINT8Spec,
+        OCP_MXSpec,
+        Uint4PerChannelSpec,
+        Uint4PerGroupSpec,
+        Uint4PerTensorSpec,
+        Uint8PerChannelSpec,
+        Uint8PerGroupSpec,
+        Uint8PerTensorSpec,
+    )
 
-__all__ += ["DATA_TYPE_SPECS", "DataTypeSpec", *DATA_TYPE_SPECS]
+__all__ += [
+    "DATA_TYPE_SPECS",
+    "AmdFP4Spec",
+    "BFP16Spec",
+    "Bfloat16Spec",
+    "DataTypeSpec",
+    "FP4PerGroupSpec",
+    "FP6E2M3PerGroupSpec",
+    "FP6E3M2PerGroupSpec",
+    "FP8E4M3PerChannelSpec",
+    "FP8E4M3PerGroupSpec",
+    "FP8E4M3PerTensorSpec",
+    "FP8E5M2PerChannelSpec",
+    "FP8E5M2PerGroupSpec",
+    "FP8E5M2PerTensorSpec",
+    "FP8E5M3PerTensorSpec",
+    "Float16Spec",
+    "Int2PerGroupSpec",
+    "Int3PerChannelSpec",
+    "Int3PerGroupSpec",
+    "Int4PerChannelSpec",
+    "Int4PerGroupSpec",
+    "Int4PerTensorSpec",
+    "Int8PerChannelSpec",
+    "Int8PerGroupSpec",
+    "Int8PerTensorSpec",
+    "MX6Spec",
+    "MX9Spec",
+    "OCP_MXFP4DiffsSpec",
+    "OCP_MXFP4Spec",
+    "OCP_MXFP6E2M3Spec",
+    "OCP_MXFP6E3M2Spec",
+    "OCP_MXFP8E4M3Spec",
+    "OCP_MXFP8E5M2Spec",
+    "OCP_MXINT8Spec",
+    "OCP_MXSpec",
+    "Uint4PerChannelSpec",
+    "Uint4PerGroupSpec",
+    "Uint4PerTensorSpec",
+    "Uint8PerChannelSpec",
+    "Uint8PerGroupSpec",
+    "Uint8PerTensorSpec",
+]
+
+
+def __getattr__(name: str) -> Any:
+    from quark.torch.quantization.config import datatype_specs
+
+    if name in datatype_specs.__all__:
+        return getattr(datatype_specs, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

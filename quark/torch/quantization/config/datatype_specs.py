@@ -473,7 +473,7 @@ class Bfloat16Spec(DataTypeSpec):
 # -- OCP MX and block formats ---------------------------------------------------------------------
 
 
-class OCP_MXSpec(DataTypeSpec):  # noqa: N801  Quark's name
+class OCP_MXSpec(DataTypeSpec):
     """Base of the OCP MX helpers: the element dtype with ``PerBlockMXObserver``, an e8m0 scale per
     block of 32. It names no element type itself: use one of its subclasses."""
 
@@ -499,7 +499,7 @@ def _ocp_mx(element: Dtype) -> dict[str, Any]:
 
 
 @dataclass
-class OCP_MXFP8E4M3Spec(OCP_MXSpec):  # noqa: N801
+class OCP_MXFP8E4M3Spec(OCP_MXSpec):
     ch_axis: int
     is_dynamic: bool = True
     scale_calculation_mode: str = "even"
@@ -508,7 +508,7 @@ class OCP_MXFP8E4M3Spec(OCP_MXSpec):  # noqa: N801
 
 
 @dataclass
-class OCP_MXFP8E5M2Spec(OCP_MXSpec):  # noqa: N801
+class OCP_MXFP8E5M2Spec(OCP_MXSpec):
     ch_axis: int
     is_dynamic: bool = True
     scale_calculation_mode: str = "even"
@@ -517,7 +517,7 @@ class OCP_MXFP8E5M2Spec(OCP_MXSpec):  # noqa: N801
 
 
 @dataclass
-class OCP_MXFP6E3M2Spec(OCP_MXSpec):  # noqa: N801
+class OCP_MXFP6E3M2Spec(OCP_MXSpec):
     ch_axis: int
     is_dynamic: bool = True
     scale_calculation_mode: str = "even"
@@ -526,7 +526,7 @@ class OCP_MXFP6E3M2Spec(OCP_MXSpec):  # noqa: N801
 
 
 @dataclass
-class OCP_MXFP6E2M3Spec(OCP_MXSpec):  # noqa: N801
+class OCP_MXFP6E2M3Spec(OCP_MXSpec):
     ch_axis: int
     is_dynamic: bool = True
     scale_calculation_mode: str = "even"
@@ -535,7 +535,7 @@ class OCP_MXFP6E2M3Spec(OCP_MXSpec):  # noqa: N801
 
 
 @dataclass
-class OCP_MXFP4Spec(OCP_MXSpec):  # noqa: N801
+class OCP_MXFP4Spec(OCP_MXSpec):
     ch_axis: int
     is_dynamic: bool = True
     scale_calculation_mode: str = "even"
@@ -544,7 +544,7 @@ class OCP_MXFP4Spec(OCP_MXSpec):  # noqa: N801
 
 
 @dataclass
-class OCP_MXINT8Spec(OCP_MXSpec):  # noqa: N801
+class OCP_MXINT8Spec(OCP_MXSpec):
     """MXINT8, as Quark writes it: ``Dtype.mx`` with ``mx_element_dtype=Dtype.int8`` (Quark passes
     neither an observer nor ``is_dynamic``: its blocks always take their scales at run time)."""
 
@@ -559,7 +559,7 @@ class OCP_MXINT8Spec(OCP_MXSpec):  # noqa: N801
 
 
 @dataclass
-class OCP_MXFP4DiffsSpec(DataTypeSpec):  # noqa: N801
+class OCP_MXFP4DiffsSpec(DataTypeSpec):
     """Static MXFP4 whose shared exponents Quark searches per block (``PerBlockMXDiffsObserver``;
     refused when applied)."""
 
@@ -660,4 +660,48 @@ DATA_TYPE_SPECS: dict[str, type[DataTypeSpec]] = {
     )
 }
 
-__all__ = ["CONVERTERS", "DATA_TYPE_SPECS", "DataTypeSpec", "OCP_MX_HELPERS", *DATA_TYPE_SPECS]
+__all__ = [
+    "CONVERTERS",
+    "DATA_TYPE_SPECS",
+    "OCP_MX_HELPERS",
+    "AmdFP4Spec",
+    "BFP16Spec",
+    "Bfloat16Spec",
+    "DataTypeSpec",
+    "FP4PerGroupSpec",
+    "FP6E2M3PerGroupSpec",
+    "FP6E3M2PerGroupSpec",
+    "FP8E4M3PerChannelSpec",
+    "FP8E4M3PerGroupSpec",
+    "FP8E4M3PerTensorSpec",
+    "FP8E5M2PerChannelSpec",
+    "FP8E5M2PerGroupSpec",
+    "FP8E5M2PerTensorSpec",
+    "FP8E5M3PerTensorSpec",
+    "Float16Spec",
+    "Int2PerGroupSpec",
+    "Int3PerChannelSpec",
+    "Int3PerGroupSpec",
+    "Int4PerChannelSpec",
+    "Int4PerGroupSpec",
+    "Int4PerTensorSpec",
+    "Int8PerChannelSpec",
+    "Int8PerGroupSpec",
+    "Int8PerTensorSpec",
+    "MX6Spec",
+    "MX9Spec",
+    "OCP_MXFP4DiffsSpec",
+    "OCP_MXFP4Spec",
+    "OCP_MXFP6E2M3Spec",
+    "OCP_MXFP6E3M2Spec",
+    "OCP_MXFP8E4M3Spec",
+    "OCP_MXFP8E5M2Spec",
+    "OCP_MXINT8Spec",
+    "OCP_MXSpec",
+    "Uint4PerChannelSpec",
+    "Uint4PerGroupSpec",
+    "Uint4PerTensorSpec",
+    "Uint8PerChannelSpec",
+    "Uint8PerGroupSpec",
+    "Uint8PerTensorSpec",
+]

@@ -104,8 +104,8 @@ from dependencies import value
 from torch import Tensor, nn
 
 __all__ = [
-    "FORMATS",
     "BFP16",
+    "FORMATS",
     "MX6",
     "MX9",
     "BFP16Act",
