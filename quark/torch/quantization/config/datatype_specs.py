@@ -22,7 +22,7 @@ through the converter of :data:`CONVERTERS` where it is a string field. Pure con
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, ClassVar
 
 from quark.torch.quantization.config.config import QuantizationSpec
@@ -659,6 +659,25 @@ DATA_TYPE_SPECS: dict[str, type[DataTypeSpec]] = {
         BFP16Spec,
     )
 }
+
+def _describe(helper: type[DataTypeSpec]) -> str:
+    """A helper's docstring from what it fixes and what it takes (Quark's, which its dataclass repr hides)."""
+    fixed = ", ".join(
+        f"{k}={getattr(v, '__name__', None) or (f'{type(v).__name__}.{v.name}' if hasattr(v, 'name') else repr(v))}"
+        for k, v in helper.fixed.items()
+    )
+    taken = ", ".join(
+        f"{f.name}" + ("" if f.default is MISSING else f"={f.default!r}") for f in fields(helper)  # type: ignore[arg-type]
+    )
+    return (
+        f"AMD Quark 0.13's ``{helper.__name__}({taken})``: ``to_quantization_spec()`` gives "
+        f"``QuantizationSpec({fixed}, ...)`` with the fields it takes."
+    )
+
+
+for _helper in DATA_TYPE_SPECS.values():
+    if not (_helper.__doc__ or "").strip() or _helper.__doc__.startswith(f"{_helper.__name__}("):
+        _helper.__doc__ = _describe(_helper)
 
 __all__ = [
     "CONVERTERS",
