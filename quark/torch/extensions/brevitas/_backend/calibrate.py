@@ -56,6 +56,55 @@ def static_act_proxies(model: nn.Module) -> list[tuple[str, ActQuantProxyFromInj
     return found
 
 
+class UncalibratedModelError(ValueError):
+    """A model whose static activation quantizers were never calibrated was exported or frozen."""
+
+
+#: what to tell someone holding a model that is not calibrated
+HOW_TO_CALIBRATE = (
+    "ModelQuantizer(config).quantize_model(model, calib_loader), "
+    "quark.torch.extensions.brevitas.api.calibrate(qmodel, calib_loader), an algorithm's "
+    "apply(qmodel, calib_loader) (GPTQ, GPFQ, GPFA2Q, Qronos, BiasCorrection, CalibrateBatchNorm, ... calibrate "
+    "first), or a calibrated checkpoint (load_state_dict)"
+)
+
+
+def uncalibrated(model: nn.Module) -> list[str]:
+    """Names of the static activation quantizers neither calibrated nor loaded from a checkpoint."""
+    return [name for name, proxy, _ in static_act_proxies(model) if not bool(getattr(proxy, CALIBRATED_FLAG, True))]
+
+
+def require_calibrated(model: nn.Module, action: str) -> None:
+    """Raise :class:`UncalibratedModelError` if ``model`` has uncalibrated static activation quantizers:
+    their scales are placeholders (1.0), so whatever ``action`` produces would be meaningless."""
+    names = uncalibrated(model)
+    if names:
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        raise UncalibratedModelError(
+            f"{action}: {len(names)} static activation quantizers were never calibrated ({shown}); their scales "
+            f"are placeholders. Calibrate them first: {HOW_TO_CALIBRATE}"
+        )
+
+
+def calibrate_first(run: Any) -> Any:
+    """An algorithm's ``run`` that calibrates the model's uncalibrated static activation quantizers on
+    the algorithm's data before it runs (AMD Quark's extension lets ``quantize_model(model)`` return a
+    model without data, and its scripts then call e.g. ``GPTQ().apply(qmodel, loader)``)."""
+
+    def run_calibrated(config: Any, model: nn.Module, calib_data: Any) -> nn.Module:
+        names = uncalibrated(model)
+        if names and calib_data is not None:
+            logger.info(
+                "%s: calibrating %d uncalibrated static activation quantizers on its data first",
+                type(config).__name__,
+                len(names),
+            )
+            calibrate(model, calib_data)
+        return run(config, model, calib_data)
+
+    return run_calibrated
+
+
 def calibrate(model: nn.Module, calib_data: Iterable[Any] | data.CalibrationData) -> int:
     """Run the calibration data through ``model`` and initialise every static activation quantizer.
 

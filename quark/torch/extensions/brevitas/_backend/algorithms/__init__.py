@@ -4,7 +4,13 @@ needs data, its precondition on the plan).
 
 The config layer reads :data:`IMPLEMENTATIONS` when an algorithm is first looked up (the extension
 announces this module with ``add_backend``). A new algorithm is a module here and one row below.
+
+The algorithms that run on the quantized model calibrate its static activation quantizers first
+where they were never calibrated (``calibrate_first``): AMD Quark's extension returns a model from
+``quantize_model(model)`` without data, and its scripts then call ``GPTQ().apply(qmodel, loader)``.
 """
+
+from dataclasses import replace
 
 from quark.torch.extensions.brevitas._backend.algorithms import (
     awq,
@@ -17,6 +23,7 @@ from quark.torch.extensions.brevitas._backend.algorithms import (
     rotation,
     smoothquant,
 )
+from quark.torch.extensions.brevitas._backend.calibrate import calibrate_first
 from quark.torch.quantization.config.algorithms import (
     GPFA2Q,
     GPFQ,
@@ -38,7 +45,7 @@ from quark.torch.quantization.config.algorithms import (
 
 BEFORE, CALIBRATED, LAST = Phase.before_quantization, Phase.after_calibration, Phase.after_quantization
 
-IMPLEMENTATIONS: dict[type[AlgoConfig], Implementation] = {
+_TABLE: dict[type[AlgoConfig], Implementation] = {
     # on the float model
     Preprocess: Implementation(BEFORE, preprocess.preprocess),
     MergeBatchNorm: Implementation(BEFORE, batch_norm.merge_batch_norm),
@@ -55,4 +62,9 @@ IMPLEMENTATIONS: dict[type[AlgoConfig], Implementation] = {
     # last
     BiasCorrection: Implementation(LAST, corrections.bias_correction, needs_data=True),
     CalibrateBatchNorm: Implementation(LAST, corrections.calibrate_batch_norm, needs_data=True),
+}
+
+#: the table, the runs after quantization calibrating an uncalibrated model first
+IMPLEMENTATIONS: dict[type[AlgoConfig], Implementation] = {
+    cls: impl if impl.phase is BEFORE else replace(impl, run=calibrate_first(impl.run)) for cls, impl in _TABLE.items()
 }

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from quark.torch.extensions.brevitas._backend.calibrate import require_calibrated
 from quark.torch.extensions.brevitas._backend.export import safe_graph, support
 from quark.torch.extensions.brevitas._backend.export.errors import (
     ExportFailedError,
@@ -228,6 +229,7 @@ class ModelExporter:
             )
         if checks is not None:
             checks.check_specs(model, plans or ())
+        require_calibrated(model, f"export to {fmt.value}")
         support.check(model, fmt, self.dynamo)
         inputs = ExampleInputs.of(model, args)
         expected = self._reference(model, inputs)
