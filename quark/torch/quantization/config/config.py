@@ -29,10 +29,17 @@ from quark.torch.quantization.config._fields import (
 )
 from quark.torch.quantization.config.algorithms import (
     AlgoConfig,
+    AutoRoundConfig,
+    AutoSmoothQuantConfig,
     AWQConfig,
+    GPTAQConfig,
     GPTQConfig,
+    OnlineRotationConfig,
     PreQuantOptConfig,
+    QronosConfig,
+    RotationConfig,
     SmoothQuantConfig,
+    SVDQuantConfig,
     algo_list,
 )
 from quark.torch.quantization.config.type import (
@@ -50,15 +57,22 @@ from quark.torch.quantization.observer import OBSERVERS, ObserverBase
 __all__ = [
     "AWQConfig",
     "AlgoConfig",
+    "AutoRoundConfig",
+    "AutoSmoothQuantConfig",
     "Config",
+    "GPTAQConfig",
     "GPTQConfig",
+    "OnlineRotationConfig",
     "PreQuantOptConfig",
     "QATSpec",
     "QConfig",
     "QLayerConfig",
     "QTensorConfig",
+    "QronosConfig",
     "QuantizationConfig",
     "QuantizationSpec",
+    "RotationConfig",
+    "SVDQuantConfig",
     "SmoothQuantConfig",
     "TQTSpec",
 ]

@@ -40,6 +40,8 @@ from quark.torch.quantization.config.algorithms import (
     Phase,
     Preprocess,
     Qronos,
+    QronosConfig,
+    RotationConfig,
     SmoothQuantConfig,
 )
 
@@ -50,6 +52,7 @@ _TABLE: dict[type[AlgoConfig], Implementation] = {
     Preprocess: Implementation(BEFORE, preprocess.preprocess),
     MergeBatchNorm: Implementation(BEFORE, batch_norm.merge_batch_norm),
     HadamardRotation: Implementation(BEFORE, rotation.hadamard_rotation),
+    RotationConfig: Implementation(BEFORE, rotation.rotation_config),
     ActivationEqualization: Implementation(BEFORE, equalization.activation_equalization, needs_data=True),
     SmoothQuantConfig: Implementation(BEFORE, smoothquant.smoothquant, needs_data=True),
     # on the calibrated model
@@ -59,6 +62,7 @@ _TABLE: dict[type[AlgoConfig], Implementation] = {
     GPFQ: Implementation(CALIBRATED, gpfq.gpfq, needs_data=True),
     GPFA2Q: Implementation(CALIBRATED, gpfq.gpfa2q, needs_data=True, check=gpfq.check_a2q),
     Qronos: Implementation(CALIBRATED, gpfq.qronos, needs_data=True),
+    QronosConfig: Implementation(CALIBRATED, gpfq.qronos_config, needs_data=True, check=gpfq.check_qronos_config),
     # last
     BiasCorrection: Implementation(LAST, corrections.bias_correction, needs_data=True),
     CalibrateBatchNorm: Implementation(LAST, corrections.calibrate_batch_norm, needs_data=True),
