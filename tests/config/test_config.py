@@ -421,7 +421,7 @@ def test_quantization_config_role_type_error():
         ({"exclude": ["fc1", 2]}, r"Config\.exclude=\['fc1', 2\]: expected a list"),
         (
             {"algo_config": ["gptq"]},
-            r"Config\.algo_config entry 'gptq': expected an algorithm config, one of \[.*'awq', 'gptq', 'smoothquant'\]",
+            r"Config\.algo_config entry 'gptq': expected an algorithm config, one of \[.*'awq', .*'gptq', .*'smoothquant'",
         ),
     ],
 )
@@ -518,9 +518,9 @@ def test_from_dict_unknown_spec_key():
 def test_from_dict_unknown_algo_name_and_key():
     base = {"global_quant_config": {}}
     with pytest.raises(
-        ValueError, match=r"algo_config name='rotation' is not known; allowed: \[.*'awq', 'gptq', 'smoothquant'\]"
+        ValueError, match=r"algo_config name='osscar' is not known; allowed: \[.*'awq', .*'gptq', .*'smoothquant'"
     ):
-        Config.from_dict({**base, "algo_config": [{"name": "rotation"}]})
+        Config.from_dict({**base, "algo_config": [{"name": "osscar"}]})
     with pytest.raises(ValueError, match=r"GPTQConfig: unknown keys \['damp'\]; allowed: .*'damp_percent'"):
         Config.from_dict({**base, "algo_config": [{"name": "gptq", "damp": 0.1}]})
 

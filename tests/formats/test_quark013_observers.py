@@ -156,3 +156,15 @@ def test_tqt_observer_is_quarks_name_for_tqt():
     assert normalise(no_init, "weight", "w").observer is PerTensorMinMaxObserver
     with pytest.raises(ValueError, match=r"observer_cls=TQTObserver needs qat_spec=TQTSpec"):
         normalise(QuantizationSpec(dtype=Dtype.int8, observer_cls=TQTObserver), "weight", "w")
+
+
+def test_lsq_scale_stays_positive_as_brevitas_learned_scales():
+    """|s| with a sign gradient: a step past zero flips the parameter's sign, not the scale's."""
+    x = torch.randn(4, 16)
+    model = quantize(nn.Sequential(nn.Linear(16, 4)), [x], input_tensors=_act(LSQObserver))
+    proxy = model[0].input_quant
+    scaling = proxy.fused_activation_quant_proxy.tensor_quant.scaling_impl
+    before = proxy(x).scale.item()
+    with torch.no_grad():
+        scaling.value.neg_()
+    assert proxy(x).scale.item() == before > 0

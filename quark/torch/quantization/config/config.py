@@ -26,6 +26,7 @@ from quark.torch.quantization.config._fields import (
     coerce_enum,
     config_to_dict,
     from_registry,
+    read_file,
 )
 from quark.torch.quantization.config.algorithms import (
     AlgoConfig,
@@ -40,6 +41,7 @@ from quark.torch.quantization.config.algorithms import (
     RotationConfig,
     SmoothQuantConfig,
     SVDQuantConfig,
+    algo_from_dict,
     algo_list,
 )
 from quark.torch.quantization.config.type import (
@@ -75,6 +77,8 @@ __all__ = [
     "SVDQuantConfig",
     "SmoothQuantConfig",
     "TQTSpec",
+    "load_pre_optimization_config_from_file",
+    "load_quant_algo_config_from_file",
 ]
 
 #: the tensor roles of a layer config, in field order; activations are the first two
@@ -297,6 +301,12 @@ class LayerConfigBase(Serialisable):
             value = getattr(self, role)
             if isinstance(value, dict):
                 setattr(self, role, self._spec_class_of(value).from_dict(value))
+            elif isinstance(value, list):
+                raise TypeError(
+                    f"{owner}.{role}: a list of {len(value)} specs (AMD Quark's two-stage ProgressiveSpec / "
+                    "ScaleQuantSpec) is not supported: this package quantizes each tensor in one stage; allowed: one "
+                    "QuantizationSpec or None"
+                )
             elif value is not None and not isinstance(value, self.spec_classes):
                 allowed = " or ".join(f"{c.__module__}.{c.__name__}" for c in self.spec_classes)
                 raise TypeError(f"{owner}.{role}={value!r}: expected {allowed} or None")
@@ -346,6 +356,11 @@ class Config(FileConfig):
             extension's ``Preprocess()``): None, one, or a list; empty by default.
             Each algorithm runs in the phase its implementation registered (see ``algorithms``).
         quant_mode: eager (module swap) or graph mode.
+        kv_cache_quant_config, kv_cache_group, min_kv_scale, kv_cache_post_rope,
+        shared_scale_groups, softmax_quant_spec, sync_moe_expert_input_amax,
+        keep_prequantized_layers: AMD Quark 0.13's fields for LLM caches, shared scales, softmax,
+            MoE and pre-quantized checkpoints; their defaults are accepted (Quark's files load),
+            other values are refused naming the field (:data:`QUARK013_CONFIG_FIELDS`).
     """
 
     global_quant_config: QuantizationConfig
@@ -355,6 +370,14 @@ class Config(FileConfig):
     algo_config: list[AlgoConfig] | None = None
     pre_quant_opt_config: list[AlgoConfig] = field(default_factory=list)
     quant_mode: QuantizationMode = QuantizationMode.eager_mode
+    kv_cache_quant_config: dict[str, QuantizationConfig] = field(default_factory=dict)
+    kv_cache_group: list[str] = field(default_factory=list)
+    min_kv_scale: float = 0.0
+    kv_cache_post_rope: bool = False
+    shared_scale_groups: list[list[str]] = field(default_factory=list)
+    softmax_quant_spec: QuantizationSpec | None = None
+    sync_moe_expert_input_amax: bool = False
+    keep_prequantized_layers: bool = True
     version: int = CONFIG_VERSION
 
     layer_config_class: ClassVar[type] = QuantizationConfig
@@ -391,6 +414,14 @@ class Config(FileConfig):
         self.pre_quant_opt_config = algo_list(owner, "pre_quant_opt_config", self.pre_quant_opt_config) or []
         self.algo_config = algo_list(owner, "algo_config", self.algo_config)
         self.quant_mode = coerce_enum(owner, "quant_mode", self.quant_mode, QuantizationMode, optional=False)
+        check_type(owner, "keep_prequantized_layers", self.keep_prequantized_layers, bool, optional=False)
+        refused = [
+            f"{owner}.{name}={getattr(self, name)!r} is not supported; allowed: {allowed}"
+            for name, (ok, allowed) in QUARK013_CONFIG_FIELDS.items()
+            if not ok(getattr(self, name))
+        ]
+        if refused:
+            raise ValueError("; ".join(refused))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Config:
@@ -399,6 +430,41 @@ class Config(FileConfig):
         if isinstance(data, dict):
             data = {k: v for k, v in data.items() if k != "quant_method"}
         return super().from_dict(data)
+
+
+_NO_KV_CACHE = "this package quantizes no KV cache (keys / values inside transformers' caches)"
+
+#: AMD Quark 0.13's Config fields beyond this package's: field -> (is the value honoured?, what is
+#: allowed and why). Their defaults are, so that Quark's configs and files load.
+QUARK013_CONFIG_FIELDS: dict[str, tuple[Any, str]] = {
+    "kv_cache_quant_config": (lambda v: v == {}, "{} (" + _NO_KV_CACHE + "; quantize a layer's outputs with output_tensors)"),
+    "kv_cache_group": (lambda v: v == [], "[] (" + _NO_KV_CACHE + ")"),
+    "min_kv_scale": (lambda v: v == 0.0, "0.0 (" + _NO_KV_CACHE + ")"),
+    "kv_cache_post_rope": (lambda v: v is False, "False (" + _NO_KV_CACHE + ")"),
+    "shared_scale_groups": (lambda v: v == [], "[] (one scale shared by parallel layers is not supported)"),
+    "softmax_quant_spec": (
+        lambda v: v is None,
+        "None (softmax outputs are not quantized here; Brevitas' QuantMultiheadAttention keeps its softmax float)",
+    ),
+    "sync_moe_expert_input_amax": (lambda v: v is False, "False (mixture-of-experts layers are not quantized as such here)"),
+    # True (Quark's default) and False both hold: this package loads no pre-quantized layers to keep
+}
+
+
+def load_pre_optimization_config_from_file(file_path: str) -> AlgoConfig:
+    """Quark's loader: the pre-quantization algorithm config a JSON file describes (by its ``name``)."""
+    return algo_from_dict("pre_quant_opt_config", read_file(_json(file_path)))
+
+
+def load_quant_algo_config_from_file(file_path: str) -> AlgoConfig:
+    """Quark's loader: the algorithm config a JSON file describes (by its ``name``)."""
+    return algo_from_dict("algo_config", read_file(_json(file_path)))
+
+
+def _json(file_path: str) -> str:
+    if not str(file_path).endswith((".json", ".yaml", ".yml")):
+        raise ValueError(f"algorithm config file {file_path!r}: suffix must be .json, .yaml or .yml")
+    return file_path
 
 
 def _layer(layer_cls: type, value: Any) -> Any:
@@ -452,6 +518,9 @@ if TYPE_CHECKING:  # for readers and type checkers; at run time __getattr__ belo
         OCP_MXFP8E5M2Spec,
         OCP_MXINT8Spec,
         OCP_MXSpec,
+        ProgressiveSpec,
+        ScaleQuantSpec,
+        TwoStageSpec,
         Uint4PerChannelSpec,
         Uint4PerGroupSpec,
         Uint4PerTensorSpec,
@@ -496,6 +565,9 @@ __all__ += [
     "OCP_MXFP8E5M2Spec",
     "OCP_MXINT8Spec",
     "OCP_MXSpec",
+    "ProgressiveSpec",
+    "ScaleQuantSpec",
+    "TwoStageSpec",
     "Uint4PerChannelSpec",
     "Uint4PerGroupSpec",
     "Uint4PerTensorSpec",

@@ -609,6 +609,41 @@ class BFP16Spec(DataTypeSpec):
     fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.bfp16, "group_size": 8}
 
 
+# -- two-stage specs -------------------------------------------------------------------------------
+
+
+@dataclass
+class TwoStageSpec:
+    """Quark's two-stage specs: ``to_quantization_spec()`` gives a list of two specs, as Quark's does.
+    A layer config refuses such a list (no two-stage quantizer here), naming the role."""
+
+    first_stage: Any
+    second_stage: Any
+
+    def to_quantization_spec(self) -> list[QuantizationSpec]:
+        return [_stage(self.first_stage), _stage(self.second_stage)]
+
+
+def _stage(stage: Any) -> QuantizationSpec:
+    return stage.to_quantization_spec() if isinstance(stage, DataTypeSpec) else stage
+
+
+@dataclass
+class ProgressiveSpec(TwoStageSpec):
+    """Quark's progressive quantization: the first stage's output quantized again by the second."""
+
+
+@dataclass
+class ScaleQuantSpec(TwoStageSpec):
+    """Quark's scale quantization: the second stage quantizes the first stage's scales
+    (``is_scale_quant=True`` on it, as Quark sets)."""
+
+    def to_quantization_spec(self) -> list[QuantizationSpec]:
+        first, second = super().to_quantization_spec()
+        second.is_scale_quant = True
+        return [first, second]
+
+
 #: the OCP MX helpers (for OCP_MXSpec's message)
 OCP_MX_HELPERS: tuple[type[OCP_MXSpec], ...] = (
     OCP_MXFP4Spec,
@@ -717,6 +752,9 @@ __all__ = [
     "OCP_MXFP8E5M2Spec",
     "OCP_MXINT8Spec",
     "OCP_MXSpec",
+    "ProgressiveSpec",
+    "ScaleQuantSpec",
+    "TwoStageSpec",
     "Uint4PerChannelSpec",
     "Uint4PerGroupSpec",
     "Uint4PerTensorSpec",

@@ -38,7 +38,7 @@ from brevitas.core.quant.float import FloatQuant, min_internal_scale
 from brevitas.core.quant.int_base import IntQuant
 from brevitas.core.restrict_val import PowerOfTwoRestrictValue
 from brevitas.core.zero_point import _ScaleShiftZeroPoint
-from brevitas.function.ops_ste import round_ste
+from brevitas.function.ops_ste import abs_binary_sign_grad, round_ste
 from brevitas.utils.torch_utils import float_internal_scale
 from torch import Tensor, nn
 
@@ -188,9 +188,12 @@ class MXBlockMax(nn.Module):
 
 
 class LSQScaling(nn.Module):
-    """LSQ's trained scale (Esser et al.; AMD Quark's ``LSQObserver``): a parameter s, used as it is,
-    whose gradient is scaled by 1 / sqrt(numel(x) * qmax) as LSQ and Quark do. Brevitas' learned
-    scale (``ParameterScaling``) has no gradient scaling, so this small module replaces it."""
+    """LSQ's trained scale (Esser et al.; AMD Quark's ``LSQObserver``): a parameter s whose gradient
+    is scaled by 1 / sqrt(numel(x) * qmax) as LSQ and Quark do. Brevitas' learned scale
+    (``ParameterScaling``) has no gradient scaling, so this small module replaces it; as Brevitas'
+    learned scales, it is used as |s| with a sign gradient (Brevitas' ``abs_binary_sign_grad``), plus
+    float32's smallest normal, so that it cannot cross zero (Quark adds its eps to s; measured on
+    the digits CNN at W2A2, a weight scale trained that way went negative and accuracy fell to chance)."""
 
     def __init__(self, scaling_init: Tensor | float, lsq_qmax: float) -> None:
         super().__init__()
@@ -200,6 +203,7 @@ class LSQScaling(nn.Module):
     def forward(self, x: Tensor, threshold: Tensor | None = None) -> Tensor:
         grad = 1.0 / math.sqrt(x.numel() * self.qmax)
         value = self.value * grad + (self.value - self.value * grad).detach()  # value s, gradient g * ds
+        value = abs_binary_sign_grad(value) + torch.finfo(torch.float32).tiny
         return value if threshold is None else value / threshold
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
