@@ -356,11 +356,12 @@ class Config(FileConfig):
             extension's ``Preprocess()``): None, one, or a list; empty by default.
             Each algorithm runs in the phase its implementation registered (see ``algorithms``).
         quant_mode: eager (module swap) or graph mode.
-        kv_cache_quant_config, kv_cache_group, min_kv_scale, kv_cache_post_rope,
-        shared_scale_groups, softmax_quant_spec, sync_moe_expert_input_amax,
-        keep_prequantized_layers: AMD Quark 0.13's fields for LLM caches, shared scales, softmax,
-            MoE and pre-quantized checkpoints; their defaults are accepted (Quark's files load),
-            other values are refused naming the field (:data:`QUARK013_CONFIG_FIELDS`).
+
+    AMD Quark 0.13's fields for KV caches, shared scales, softmax, mixture-of-experts and
+    pre-quantized checkpoints (``kv_cache_quant_config``, ``kv_cache_group``, ``min_kv_scale``,
+    ``kv_cache_post_rope``, ``shared_scale_groups``, ``softmax_quant_spec``,
+    ``sync_moe_expert_input_amax``, ``keep_prequantized_layers``) take their defaults (so Quark's
+    configs and files load); other values are refused naming the field (``QUARK013_CONFIG_FIELDS``).
     """
 
     global_quant_config: QuantizationConfig
