@@ -95,3 +95,11 @@ def test_quark_extension_script(tmp_path):
 
     report = ModelExporter(path).verify(result["quant_model"], result["example"])  # the file, run again
     assert report.passed
+
+
+def test_quark013_configs(capsys):
+    """Every config written as AMD Quark 0.13 writes it quantizes the digits CNN and keeps it accurate."""
+    accuracy = load("quark013_configs").main(["--float-epochs", "10"])
+    assert len(accuracy) == 11 and accuracy["float"] > 95.0
+    assert all(value > accuracy["float"] - 2.0 for value in accuracy.values()), accuracy
+    assert "Linear: OCP MXFP4" in capsys.readouterr().out
