@@ -50,7 +50,8 @@ def static_act_proxies(model: nn.Module) -> list[tuple[str, ActQuantProxyFromInj
     found = []
     for name, proxy in model.named_modules():
         if isinstance(proxy, ActQuantProxyFromInjectorBase) and proxy.is_quant_enabled:
-            spec = getattr(proxy.quant_injector, "quark_spec", None)
+            injector = proxy.quant_injector  # a stock Brevitas injector has no quark_spec (and raises on getattr)
+            spec = injector.quark_spec if "quark_spec" in injector else None
             if spec is not None and spec.needs_calibration:
                 found.append((name, proxy, spec))
     return found
