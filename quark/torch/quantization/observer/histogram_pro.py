@@ -16,6 +16,9 @@ from quark.torch.quantization.observer.base import ObserverBase
 
 #: torch's bins, as Quark configures it
 BINS = 256
+#: inputs are clamped to +-this before torch's histogram: its search squares bin widths in float32,
+#: which overflow (NaN ranges, found by tests/robustness) for ranges beyond about 2^71
+MAX_MAGNITUDE = 2.0**60
 
 
 class PerTensorHistogramObserverPro(ObserverBase):
@@ -40,7 +43,7 @@ class PerTensorHistogramObserverPro(ObserverBase):
         )
 
     def _observe(self, x: torch.Tensor) -> None:
-        self.histogram(x)
+        self.histogram(x.clamp(-MAX_MAGNITUDE, MAX_MAGNITUDE))
 
     def _range(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.histogram._non_linear_param_search()

@@ -41,10 +41,10 @@ _NO_MSE_FOR_WEIGHTS = (
 
 
 def pof2(scale: torch.Tensor) -> torch.Tensor:
-    """2^round(log2 s), the exponent clamped to :data:`SCALE_EXPONENTS` (s = 0 takes the smallest)."""
+    """2^round(log2 s) in float64, the exponent clamped to :data:`SCALE_EXPONENTS` (s = 0 takes the smallest)."""
     lo, hi = SCALE_EXPONENTS
     exponent = torch.round(torch.log2(scale.double().clamp(min=2.0**lo))).clamp(lo, hi)
-    return torch.exp2(exponent).to(torch.float32)
+    return torch.exp2(exponent)
 
 
 class _PowerOfTwoVote(ObserverBase):
@@ -59,7 +59,7 @@ class _PowerOfTwoVote(ObserverBase):
         self.ranges: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # vote -> first range giving it
 
     def _observe(self, x: torch.Tensor) -> None:
-        lo, hi = self._batch_range(x)
+        lo, hi = (v.double() for v in self._batch_range(x))  # float64: hi - lo of float32 extremes stays finite
         lo, hi = torch.clamp(lo, max=0.0), torch.clamp(hi, min=0.0)
         if self.symmetric:
             amax = torch.maximum(-lo, hi)
@@ -122,11 +122,11 @@ class _MinMSE(_PowerOfTwoVote):
     def _choose(self, x: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         start = pof2((hi - lo) / (self.qmax - self.qmin))
         zero_point = self._zero_point(lo, start)
-        best, best_error = start, math.inf
+        best, best_error, x = start, math.inf, x.double()
         for shift in MSE_SHIFTS:
-            scale = start * 2.0**shift
+            scale = (start * 2.0**shift).clamp(2.0 ** SCALE_EXPONENTS[0], 2.0 ** SCALE_EXPONENTS[1])
             q = torch.clamp(torch.round(x / scale) + zero_point, self.qmin, self.qmax)
-            error = float(((q - zero_point) * scale - x).double().pow(2).sum())
+            error = float(((q - zero_point) * scale - x).pow(2).sum())
             if error < best_error:
                 best, best_error = scale, error
         if self.symmetric:  # the range whose scale (hi - lo) / (qmax - qmin) is exactly ``best``

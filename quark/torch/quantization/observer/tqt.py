@@ -8,6 +8,7 @@ import torch
 
 from quark.torch.quantization.observer.base import ObserverBase
 from quark.torch.quantization.observer.histogram import _HistogramObserver
+from quark.torch.quantization.observer.selectors import _SelectorObserver
 from quark.torch.quantization.tqt_init import jeffreys_threshold, three_sd
 
 
@@ -65,7 +66,7 @@ class TQTJeffreysObserver(_HistogramObserver):
         return -t, t
 
 
-class TQTObserver(ObserverBase):
+class TQTObserver(_SelectorObserver):
     """AMD Quark's name for the TQT quantizer: ``QuantizationSpec(observer_cls=TQTObserver,
     qat_spec=TQTSpec(threshold_init_meth=...))``. It selects TQT (the threshold is initialised by
     ``_3SD`` or ``_LL_J``, see :data:`quark.torch.quantization.tensor_quant.TQT_OBSERVERS`); with
@@ -73,6 +74,3 @@ class TQTObserver(ObserverBase):
     it at 2^0 = 1). It needs ``qat_spec=TQTSpec(...)``, as in Quark."""
 
     statistic = "tqt"
-
-    def _observe(self, x: torch.Tensor) -> None:
-        raise TypeError("TQTObserver selects TQT; the threshold is initialised by the TQTSpec's threshold_init_meth")
