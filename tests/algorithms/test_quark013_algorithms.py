@@ -159,3 +159,16 @@ def test_refused_configs_still_build_compare_and_serialise():
     with pytest.raises(ValueError, match=r"GPTAQConfig\.desc_act=True with static_groups=False is not supported"):
         GPTAQConfig(static_groups=False)
     assert math.isclose(GPTAQConfig().alpha, 0.25)
+
+
+def test_inside_layer_modules_name_rotated_layers_as_before_the_rotation():
+    """RotationConfig then QronosConfig, as Quark writes them: the rotated layers (Brevitas wraps
+    each in a RotatedModule, ``query`` -> ``query.layer``) are still named by their first names."""
+    model, data = models.bert(), models.token_batches(4)
+    qronos = QronosConfig(inside_layer_modules=["attention.query"], model_decoder_layers="layers", desc_act=False)
+    quantized = quantize(model, U4G16, data, pre=[_online_r1()], post=[qronos])
+    assert type(quantized.layers[0].attention.query).__name__ == "RotatedModule"
+    rtn = quantize(model, U4G16, data, pre=[_online_r1()])
+    weights = lambda m: m.layers[0].attention.query.layer.quant_weight().value
+    assert not torch.equal(weights(quantized), weights(rtn))  # Qronos rounded the rotated query
+    assert torch.equal(quantized.layers[0].attention.key.layer.quant_weight().value, rtn.layers[0].attention.key.layer.quant_weight().value)
