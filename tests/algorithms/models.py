@@ -135,6 +135,9 @@ def image_batches(count: int = 4, batch: int = 8, seed: int = 1) -> list[tuple[t
 
 def gpt2(seed: int = 0, layers: int = 2) -> nn.Module:
     """transformers' GPT-2 (Conv1D layers) with a tiny random config: no download."""
+    from quark.torch.examples.compat import declare_missing_torchvision_ops
+
+    declare_missing_torchvision_ops()  # transformers imports torchvision where installed
     from transformers import GPT2Config, GPT2Model
 
     torch.manual_seed(seed)

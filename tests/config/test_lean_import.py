@@ -21,6 +21,8 @@ MODULES = (
     "quark.torch.quantization.tensor_quant",
     "quark.torch.quantization.config.algorithms",
     "quark.torch.extensions.brevitas.normalise",
+    "quark.torch.quantization.config.datatype_specs",
+    "quark.torch.quantization.quark013",
 )
 
 BLOCK = f"""

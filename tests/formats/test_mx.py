@@ -351,8 +351,8 @@ def test_activation_channels_not_multiple_of_32():
         ),
         (
             "weight",
-            {"mx_element_dtype": Dtype.fp4, "scale_type": ScaleType.float},
-            r"scale_type=ScaleType\.float is not supported with dtype=Dtype\.mx",
+            {"mx_element_dtype": Dtype.fp4, "scale_type": ScaleType.float16},
+            r"scale_type=ScaleType\.float16 is not supported with dtype=Dtype\.mx.*allowed: None, ScaleType\.pof2, ScaleType\.float",
         ),
         (
             "weight",

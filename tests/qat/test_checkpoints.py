@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from brevitas.proxy.quant_proxy import QuantProxyFromInjector
 from torch import nn
 
 from quark.torch.extensions.brevitas._backend.calibrate import CALIBRATED_FLAG
-from quark.torch.extensions.brevitas.api import ModelQuantizer
+from quark.torch.extensions.brevitas.api import ModelQuantizer, UncalibratedModelWarning
 from quark.torch.extensions.brevitas.qat import freeze, load_float_weights, uncalibrated_quantizers
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec, TQTSpec
 from quark.torch.quantization.config.type import Dtype, QSchemeType, ScaleType, TQTThresholdInitMeth
@@ -126,10 +127,13 @@ def test_uncalibrated_then_load(kind, tmp_path):
         assert torch.equal(empty(_x()), original(_x()))
 
 
-def test_calibrate_false_without_data_is_allowed_and_calibrate_true_needs_data():
-    _quantize("tqt", _model(0), None, calibrate=False)
-    with pytest.raises(ValueError, match="calib"):
-        _quantize("tqt", _model(0), None, calibrate=True)
+def test_calibrate_false_without_data_is_silent_and_calibrate_true_without_data_warns():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _quantize("tqt", _model(0), None, calibrate=False)
+    with pytest.warns(UncalibratedModelWarning, match="calib"):
+        q = _quantize("tqt", _model(0), None, calibrate=True)
+    assert sorted(uncalibrated_quantizers(q)) == INPUT_QUANTIZERS
 
 
 @pytest.mark.parametrize("kind", ["tqt", "static"])

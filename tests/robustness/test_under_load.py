@@ -28,8 +28,12 @@ from robustness.helpers import W8A8, batches, mlp, quantize
 
 #: every observer that accumulates statistics (the selectors of Quark's names, e.g. PerBlockMXObserver,
 #: only choose a format whose scale the quantizer computes: they never observe)
+#: (AMD Quark's power-of-two observers vote: they keep a count per (power-of-two scale, zero point)
+#: grid that a batch chose, no tensor: at most 255 exponents x 2^bits zero points, whatever the data)
 ALL_OBSERVERS = [
-    cls for _, cls in sorted(OBSERVERS.items()) if not issubclass(cls, _SelectorObserver)
+    cls
+    for _, cls in sorted(OBSERVERS.items())
+    if not issubclass(cls, _SelectorObserver) and not getattr(cls, "power_of_two", False)
 ] + [TQT3SDObserver, TQTJeffreysObserver]
 
 

@@ -24,7 +24,7 @@ from torch import nn
 
 from quark.torch.quantization.config import config as main
 from quark.torch.quantization.config.algorithms import AlgoConfig
-from quark.torch.quantization.config.config import ROLES
+from quark.torch.quantization.config.spec import ROLES
 from quark.torch.quantization.tensor_quant import TensorQuant, normalise
 
 

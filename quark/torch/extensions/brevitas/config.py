@@ -19,15 +19,9 @@ from quark.torch.quantization.config._fields import (
     coerce_enum,
 )
 from quark.torch.quantization.config.algorithms import AlgoConfig, Preprocess, algo_list
-from quark.torch.quantization.config.config import (
-    MAX_BIAS_BITS,
-    MIN_BITS,
-    LayerConfigBase,
-    QATSpec,
-    TQTSpec,
-    check_tqt,
-)
-from quark.torch.quantization.config.config import QuantizationSpec as MainQuantizationSpec
+from quark.torch.quantization.config.config import LayerConfigBase
+from quark.torch.quantization.config.spec import MAX_BIAS_BITS, MIN_BITS, QATSpec, TQTSpec, check_tqt
+from quark.torch.quantization.config.spec import QuantizationSpec as MainQuantizationSpec
 from quark.torch.quantization.config.type import QSchemeType, ScaleType
 
 __all__ = [

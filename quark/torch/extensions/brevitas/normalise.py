@@ -8,7 +8,7 @@ both flavours while the config layer knows nothing of the extension. No Brevitas
 from __future__ import annotations
 
 from quark.torch.extensions.brevitas.config import Config, ParamType, QuantizationSpec, QuantType
-from quark.torch.quantization.config.config import ACTIVATION_ROLES
+from quark.torch.quantization.config.spec import ACTIVATION_ROLES
 from quark.torch.quantization.config.type import QSchemeType
 from quark.torch.quantization.observer import (
     ObserverBase,

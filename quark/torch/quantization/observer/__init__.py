@@ -28,6 +28,14 @@ observe nothing: ``PlaceholderObserver`` (bfloat16 / float16 casts), ``PerGroupM
 (per-group min / max, computed on the weight by its quantizer), ``PerBlockMXObserver`` (OCP MX
 blocks) and ``PerBlockBFPObserver`` (MX6 / MX9 blocks); the block formats also take the MinMax
 observers of their granularity (``PerGroupMinMaxObserver``, ``PerChannelMinMaxObserver``).
+
+AMD Quark 0.13's observers, by its names (docs/quark013.md says what each does here):
+``PerTensorPowOf2MinMaxObserver`` / ``PerChannelPowOf2MinMaxObserver`` /
+``PerTensorPowOf2MinMSEObserver`` (power-of-two scales voted over the batches, :mod:`.pof2`),
+``LSQObserver`` (learned step size, :mod:`.lsq`), ``TQTObserver`` (selects TQT),
+``PerTensorHistogramObserverPro`` (torch's HistogramObserver, :mod:`.histogram_pro`); refused with
+their reason when a spec is applied: ``PerChannelPowOf2MinMSEObserver``,
+``PerBlock2DMinMaxObserver``, ``PerBlockMXDiffsObserver``.
 """
 
 from quark.torch.quantization.observer.base import ObserverBase
@@ -36,29 +44,48 @@ from quark.torch.quantization.observer.histogram import (
     PerTensorMSEObserver,
     PerTensorPercentileObserver,
 )
+from quark.torch.quantization.observer.histogram_pro import PerTensorHistogramObserverPro
+from quark.torch.quantization.observer.lsq import LSQObserver
 from quark.torch.quantization.observer.minmax import PerChannelMinMaxObserver, PerTensorMinMaxObserver
+from quark.torch.quantization.observer.pof2 import (
+    PerChannelPowOf2MinMaxObserver,
+    PerChannelPowOf2MinMSEObserver,
+    PerTensorPowOf2MinMaxObserver,
+    PerTensorPowOf2MinMSEObserver,
+)
 from quark.torch.quantization.observer.selectors import (
+    PerBlock2DMinMaxObserver,
     PerBlockBFPObserver,
+    PerBlockMXDiffsObserver,
     PerBlockMXObserver,
     PerGroupMinMaxObserver,
     PlaceholderObserver,
 )
-from quark.torch.quantization.observer.tqt import TQT3SDObserver, TQTJeffreysObserver
+from quark.torch.quantization.observer.tqt import TQT3SDObserver, TQTJeffreysObserver, TQTObserver
 
 __all__ = [
     "OBSERVERS",
+    "LSQObserver",
     "ObserverBase",
+    "PerBlock2DMinMaxObserver",
     "PerBlockBFPObserver",
+    "PerBlockMXDiffsObserver",
     "PerBlockMXObserver",
     "PerChannelMinMaxObserver",
+    "PerChannelPowOf2MinMSEObserver",
+    "PerChannelPowOf2MinMaxObserver",
     "PerGroupMinMaxObserver",
     "PerTensorHistogramObserver",
+    "PerTensorHistogramObserverPro",
     "PerTensorMSEObserver",
     "PerTensorMinMaxObserver",
     "PerTensorPercentileObserver",
+    "PerTensorPowOf2MinMSEObserver",
+    "PerTensorPowOf2MinMaxObserver",
     "PlaceholderObserver",
     "TQT3SDObserver",
     "TQTJeffreysObserver",
+    "TQTObserver",
     "register_observer",
 ]
 
@@ -76,6 +103,16 @@ OBSERVERS: dict[str, type[ObserverBase]] = {
         PlaceholderObserver,
         PerBlockMXObserver,
         PerBlockBFPObserver,
+        # AMD Quark 0.13
+        PerTensorPowOf2MinMaxObserver,
+        PerTensorPowOf2MinMSEObserver,
+        PerChannelPowOf2MinMaxObserver,
+        PerChannelPowOf2MinMSEObserver,
+        LSQObserver,
+        TQTObserver,
+        PerTensorHistogramObserverPro,
+        PerBlock2DMinMaxObserver,
+        PerBlockMXDiffsObserver,
     )
 }
 

@@ -20,7 +20,15 @@ class ObserverBase(nn.Module):
     """
 
     qscheme: ClassVar[QSchemeType] = QSchemeType.per_tensor
+    #: granularities it also observes besides ``qscheme`` (Quark's LSQObserver: per tensor or channel)
+    also_observes: ClassVar[tuple[QSchemeType, ...]] = ()
     statistic: ClassVar[str] = ""
+    #: its scales are powers of two whatever ``scale_type`` says (Quark's ``PowOf2`` observers)
+    power_of_two: ClassVar[bool] = False
+    #: why a weight cannot take it (weights compute their statistic with Brevitas); None: it can
+    not_for_weights: ClassVar[str | None] = None
+    #: why no spec can take it (a Quark name kept so that configs naming it load); None: usable
+    refused: ClassVar[str | None] = None
 
     def __init__(self, symmetric: bool = True, qmin: int = -128, qmax: int = 127, ch_axis: int | None = None):
         super().__init__()
@@ -28,6 +36,11 @@ class ObserverBase(nn.Module):
         self.qmin, self.qmax = qmin, qmax
         self.ch_axis = ch_axis
         self.num_batches = 0
+
+    @classmethod
+    def observes(cls, qscheme: QSchemeType) -> bool:
+        """Whether it computes a statistic of this granularity."""
+        return qscheme is cls.qscheme or qscheme in cls.also_observes
 
     @torch.no_grad()
     def forward(self, x: torch.Tensor) -> torch.Tensor:

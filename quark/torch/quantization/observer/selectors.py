@@ -45,3 +45,25 @@ class PerBlockBFPObserver(_SelectorObserver):
 
     qscheme = QSchemeType.per_group
     statistic = "block_max"
+
+
+class PerBlock2DMinMaxObserver(_SelectorObserver):
+    """Quark's 2-D block observer (``qscheme=per_block`` with a ``block_size`` pair): refused."""
+
+    qscheme = QSchemeType.per_block
+    statistic = "block_minmax"
+    refused = (
+        "2-D weight blocks (qscheme=per_block, block_size=[rows, columns]) have no quantizer here (Quark uses this "
+        "observer only as a placeholder for pre-quantized layers); use qscheme=per_group with a group_size"
+    )
+
+
+class PerBlockMXDiffsObserver(_SelectorObserver):
+    """Quark's static MX observer that searches each block's shared exponent (``OCP_MXFP4DiffsSpec``): refused."""
+
+    qscheme = QSchemeType.per_group
+    statistic = "block_mse"
+    refused = (
+        "a per-block search of the shared exponent on the last calibration batch (OCP_MXFP4DiffsSpec) is not "
+        "implemented; use OCP_MXFP4Spec (shared exponent from each block's maximum)"
+    )

@@ -8,6 +8,7 @@ import torch
 
 from quark.torch.quantization.observer.base import ObserverBase
 from quark.torch.quantization.observer.histogram import _HistogramObserver
+from quark.torch.quantization.observer.selectors import _SelectorObserver
 from quark.torch.quantization.tqt_init import jeffreys_threshold, three_sd
 
 
@@ -63,3 +64,13 @@ class TQTJeffreysObserver(_HistogramObserver):
         else:
             t = jeffreys_threshold(self.hist.view(bins, -1).sum(dim=1), self.bound / bins, levels=levels)
         return -t, t
+
+
+class TQTObserver(_SelectorObserver):
+    """AMD Quark's name for the TQT quantizer: ``QuantizationSpec(observer_cls=TQTObserver,
+    qat_spec=TQTSpec(threshold_init_meth=...))``. It selects TQT (the threshold is initialised by
+    ``_3SD`` or ``_LL_J``, see :data:`quark.torch.quantization.tensor_quant.TQT_OBSERVERS`); with
+    ``threshold_init_meth=None`` the threshold starts at the calibration data's abs-max (Quark leaves
+    it at 2^0 = 1). It needs ``qat_spec=TQTSpec(...)``, as in Quark."""
+
+    statistic = "tqt"

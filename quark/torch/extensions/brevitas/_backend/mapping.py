@@ -61,6 +61,8 @@ from quark.torch.extensions.brevitas._backend.quantizers import (
     DynamicZeroPoint,
     ExactFloorPowerOfTwoRestrictValue,
     FusedPof2IntQuant,
+    LSQScaling,
+    MXBlockMax,
     MXIntScaling,
     Pof2Scale,
     QuarkIntScaling,
@@ -68,13 +70,15 @@ from quark.torch.extensions.brevitas._backend.quantizers import (
     RoundHalfUpSte,
     SaturatingFloatQuant,
     TQTIntScaling,
+    UnitIntScaling,
     ZeroInclusiveMax,
     ZeroInclusiveMinMax,
     round_zero_points_half_even,
 )
 from quark.torch.quantization.config.type import QSchemeType, RoundType, ScaleType, ZeroPointType
+from quark.torch.quantization.observer.lsq import lsq_initial_scale
 from quark.torch.quantization.plan import LayerPlan
-from quark.torch.quantization.tensor_quant import Format, TensorQuant
+from quark.torch.quantization.tensor_quant import MX_EVEN_MANTISSA_BITS, Format, TensorQuant
 
 ROUND_IMPLS: dict[RoundType, type[nn.Module]] = {
     RoundType.half_even: RoundSte,  # torch.round: ties to even
@@ -350,9 +354,27 @@ def weight_quant(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> An
     return WEIGHT_FORMATS[tq.format](tq, module, weight)
 
 
+def _lsq(tq: TensorQuant) -> dict[str, Any]:
+    """Overrides of an LSQ quantizer: its trained scale, used as it is (integer threshold 1)."""
+    return {"scaling_impl": LSQScaling, "int_scaling_impl": UnitIntScaling, "lsq_qmax": tq.grid[1]}
+
+
+def _lsq_weight(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
+    """LSQ weights: the scale trained from 2 * mean|w| / sqrt(qmax), per tensor or per output channel."""
+    inj = WEIGHT_BASES[(True, "minmax")].let(**{**_common(tq), **_lsq(tq)})
+    if tq.qscheme is QSchemeType.per_tensor:
+        return inj.let(scaling_init=lsq_initial_scale(weight, tq.grid[1]), scaling_per_output_type=ScalingPerOutputType.TENSOR)
+    axis = weight_axis(tq, module, weight)
+    shape = [1] * weight.dim()
+    shape[axis] = weight.shape[axis]
+    return _per_channel(inj, tq, module, weight).let(scaling_init=lsq_initial_scale(weight, tq.grid[1], axis).reshape(shape))
+
+
 def _int_weight(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
     if tq.tqt:
         return TQT_BASES[(True, tq.signed)].let(**_tqt(tq), scaling_init=float(initial_threshold(tq, weight)))
+    if tq.lsq:
+        return _lsq_weight(tq, module, weight)
     inj = WEIGHT_BASES[(tq.symmetric, tq.statistic)].let(**_common(tq), **_percentile_kwargs(tq))
     if tq.symmetric and not tq.signed and tq.statistic == "minmax":
         inj = inj.let(scaling_stats_impl=ZeroInclusiveMax)  # an unsigned grid covers [0, max(w, 0)]
@@ -380,7 +402,12 @@ def _cast(tq: TensorQuant, weight: bool) -> Any:
 
 def _mx(tq: TensorQuant, weight: bool) -> Any:
     integer = tq.exponent_bit_width is None
-    inj = MX_BASES[integer][0 if weight else 1].let(quark_spec=tq, bit_width=tq.bit_width, **MX_EXACT)
+    rounding = {
+        "scaling_stats_impl": MXBlockMax,
+        "mx_scale_rounding": tq.scale_rounding,
+        "mx_mantissa_bits": MX_EVEN_MANTISSA_BITS[tq.element],
+    }
+    inj = MX_BASES[integer][0 if weight else 1].let(quark_spec=tq, bit_width=tq.bit_width, **MX_EXACT, **rounding)
     if not integer:
         inj = inj.let(exponent_bit_width=tq.exponent_bit_width, mantissa_bit_width=tq.mantissa_bit_width)
     return inj
@@ -452,6 +479,8 @@ def _int_act(tq: TensorQuant) -> Any:
     kwargs = _common(tq)
     if tq.is_dynamic:
         kwargs["symmetric"] = tq.symmetric
+    if tq.lsq:  # static (LSQ is refused with is_dynamic): calibration sets the trained scale
+        kwargs.update(_lsq(tq), scaling_init=1.0)
     return bases[tq.symmetric].let(**kwargs)
 
 

@@ -4,6 +4,8 @@
   name registry (``ALGO_CONFIGS``) and the implementations backends provide;
 - :mod:`.fields`: the field checks the configs share;
 - :mod:`.quark`: AMD Quark's main-API configs (SmoothQuant, AWQ, GPTQ);
+- :mod:`.quark013`: AMD Quark 0.13's newer configs (RotationConfig, QronosConfig, ...; those no
+  backend runs are refused by name when used);
 - :mod:`.extension`: AMD Quark's Brevitas extension's algorithms, and those added from Brevitas.
 """
 
@@ -20,6 +22,16 @@ from quark.torch.quantization.config.algorithms.extension import (
     Qronos,
 )
 from quark.torch.quantization.config.algorithms.quark import AWQConfig, GPTQConfig, SmoothQuantConfig
+from quark.torch.quantization.config.algorithms.quark013 import (
+    QUARK013_ALGORITHMS,
+    AutoRoundConfig,
+    AutoSmoothQuantConfig,
+    GPTAQConfig,
+    OnlineRotationConfig,
+    QronosConfig,
+    RotationConfig,
+    SVDQuantConfig,
+)
 from quark.torch.quantization.config.algorithms.registry import (
     ALGO_CONFIGS,
     AlgoConfig,
@@ -40,19 +52,27 @@ __all__ = [
     "GPFA2Q",
     "GPFQ",
     "GPTQ",
+    "QUARK013_ALGORITHMS",
     "AWQConfig",
     "ActivationEqualization",
     "AlgoConfig",
+    "AutoRoundConfig",
+    "AutoSmoothQuantConfig",
     "BiasCorrection",
     "CalibrateBatchNorm",
+    "GPTAQConfig",
     "GPTQConfig",
     "HadamardRotation",
     "Implementation",
     "MergeBatchNorm",
+    "OnlineRotationConfig",
     "Phase",
     "PreQuantOptConfig",
     "Preprocess",
     "Qronos",
+    "QronosConfig",
+    "RotationConfig",
+    "SVDQuantConfig",
     "SmoothQuantConfig",
     "add_backend",
     "algo_from_dict",
@@ -81,6 +101,7 @@ ALGO_CONFIGS.update(
             Qronos,
             BiasCorrection,
             CalibrateBatchNorm,
+            *QUARK013_ALGORITHMS,
         )
     }
 )

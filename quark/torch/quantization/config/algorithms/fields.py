@@ -16,6 +16,11 @@ def checked(default: Any, check: Check) -> Any:
     return field(default=default, metadata={"check": check})
 
 
+def required(check: Check) -> Any:
+    """A dataclass field without a default whose value must pass ``check`` (see :func:`checked`)."""
+    return field(metadata={"check": check})
+
+
 def check_fields(config: Any, checks: dict[str, Check]) -> None:
     """Every listed field must pass its test; all failures are reported together."""
     owner = type(config).__name__

@@ -18,7 +18,7 @@ from enum import Enum
 from typing import Any, ClassVar
 
 from quark.torch.quantization.config._fields import config_to_dict, from_registry
-from quark.torch.quantization.config.algorithms.fields import check_fields
+from quark.torch.quantization.config.algorithms.fields import Check, check_fields
 
 
 class Phase(Enum):
@@ -51,6 +51,21 @@ class AlgoConfig:
     default_phase: ClassVar[Phase] = Phase.after_calibration
     #: fields where an empty value ("" or [], as newer Quark writes them) means None
     empty_as_none: ClassVar[tuple[str, ...]] = ()
+    #: why no backend here runs this config at all (a Quark name kept so that scripts and files
+    #: naming it load, and are refused with the reason and what to use instead); None: it runs
+    refused: ClassVar[str | None] = None
+    #: field -> (test, what is allowed and why): values the config takes but no backend runs; checked
+    #: when an implementation is looked up (before the model is touched), every failure together
+    unsupported_values: ClassVar[dict[str, Check]] = {}
+
+    def unsupported(self) -> list[str]:
+        """What of this config no backend here runs, one line per field (see ``unsupported_values``)."""
+        owner = type(self).__name__
+        return [
+            f"{owner}.{field}={getattr(self, field)!r} is not supported; allowed: {allowed}"
+            for field, (ok, allowed) in self.unsupported_values.items()
+            if not ok(getattr(self, field))
+        ]
 
     def __post_init__(self) -> None:
         for name in self.empty_as_none:
@@ -185,8 +200,15 @@ def implementations() -> dict[type[AlgoConfig], Implementation]:
 def implementation_of(config: AlgoConfig) -> Implementation:
     """The implementation registered for ``config``'s class (or a base class of it).
 
-    A config class of the user's own that overrides ``apply`` runs that, in its base's phase.
+    A config class of the user's own that overrides ``apply`` runs that, in its base's phase. A
+    config refused by name (``refused``) raises ``NotImplementedError`` with its reason; values no
+    backend runs (``unsupported()``) raise one ``ValueError`` naming each field.
     """
+    if type(config).refused is not None:
+        raise NotImplementedError(f"{type(config).__name__} (name={config.name!r}) is not supported: {type(config).refused}")
+    problems = config.unsupported()
+    if problems:
+        raise ValueError("; ".join(problems))
     table = implementations()
     for cls in type(config).__mro__:
         if cls in table:

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from typing_extensions import Unpack
 
+from quark.torch.extensions.brevitas._backend.calibrate import require_calibrated
 from quark.torch.extensions.brevitas._backend.export import support
 from quark.torch.extensions.brevitas._backend.export.errors import (
     ExportFailedError,
@@ -238,6 +239,7 @@ class ModelExporter:
             )
         if target is not None:
             target.check_config(model, plans or ())
+        require_calibrated(model, f"export to {fmt.value}")
         support.check(model, fmt, self.dynamo)
         inputs = ExampleInputs.of(model, args)
         expected = self._reference(model, inputs)

@@ -32,7 +32,7 @@ from quark.torch.extensions.brevitas._backend.mapping import LAYERS, act_quant, 
 from quark.torch.extensions.brevitas._backend.rewrite import tracing
 from quark.torch.extensions.brevitas._backend.targets import AveragePooling, average_pooling
 from quark.torch.extensions.brevitas.graph import ACTIVATIONS, Add, Cat, GraphInput
-from quark.torch.quantization.config.config import ROLES
+from quark.torch.quantization.config.spec import ROLES
 from quark.torch.quantization.plan import LayerPlan, Site
 from quark.torch.quantization.tensor_quant import TensorQuant
 

@@ -135,6 +135,24 @@ def _blocks_divide_channels(plan: LayerPlan, module: nn.Module) -> Iterable[Foun
             )
 
 
+def _act_block_axis(module: nn.Module) -> int:
+    """The axis an activation's blocks run along: features (last) for Linear-like layers, channels (1) for convolutions."""
+    return 1 if isinstance(module, nn.modules.conv._ConvNd) else -1
+
+
+def _blocks_along_channels(plan: LayerPlan, module: nn.Module) -> Iterable[Found]:
+    for role in _CHANNELS:
+        spec = plan.specs[role]
+        if spec is not None and spec.format.block and spec.ch_axis not in (None, _act_block_axis(module)):
+            yield (
+                f"{role} {spec.dtype_name} blocks along ch_axis={spec.ch_axis}",
+                (
+                    f"blocks along the layer's channels, ch_axis={_act_block_axis(module)} for a {type(module).__name__} "
+                    "(or None)"
+                ),
+            )
+
+
 #: (refused, check, allowed, reason)
 _ROWS: tuple[tuple[str, Callable[[LayerPlan, nn.Module], Iterable[Found]], str, str], ...] = (
     (
@@ -190,6 +208,12 @@ _ROWS: tuple[tuple[str, Callable[[LayerPlan, nn.Module], Iterable[Found]], str, 
         _blocks_divide_channels,
         "a channel count that is a multiple of the block",
         "blocks are not padded",
+    ),
+    (
+        "MX / shared-exponent activations blocked along another axis than the layer's channels",
+        _blocks_along_channels,
+        "blocks along the layer's channels",
+        "the dot products of a layer pair activation blocks with weight blocks along its input channels",
     ),
 )
 
