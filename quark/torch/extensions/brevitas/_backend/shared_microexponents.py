@@ -120,6 +120,7 @@ __all__ = [
     "SharedMicroexponentQuant",
     "SharedMicroexponentTensorQuant",
     "SharedMicroexponentWeightProxy",
+    "pow2",
     "shared_microexponent_fake_quant",
     "shared_microexponent_quant",
 ]
@@ -251,7 +252,7 @@ def _floor_log2(t: Tensor) -> Tensor:
     return torch.where(t > 0, exponent - 1, torch.full_like(exponent, _ZERO_EXPONENT))
 
 
-def _pow2(k: Tensor, dtype: torch.dtype) -> Tensor:
+def pow2(k: Tensor, dtype: torch.dtype) -> Tensor:
     """2^k for integer tensor k, built from the IEEE bit pattern (exact, device-independent)."""
     if dtype == torch.float64:
         return ((k.to(torch.int64) + 1023) << 52).view(torch.float64)
@@ -276,12 +277,12 @@ def _quantize(x: Tensor, fmt: SharedMicroexponentFormat, axis: int) -> tuple[Ten
     block_max = pair_max.amax(dim=2, keepdim=True)
     shared = _floor_log2(block_max).clamp(fmt.emin, fmt.emax)
     if fmt.exponent_from_rounded:  # one binade up where a code would pass the largest (the block's max)
-        step = _pow2(shared - (fmt.mantissa_bits - 1), compute)
+        step = pow2(shared - (fmt.mantissa_bits - 1), compute)
         past = torch.round(torch.nan_to_num(xb, nan=0.0, posinf=0.0, neginf=0.0) / step) > fmt.max_code
         past = past.any(dim=3, keepdim=True).any(dim=2, keepdim=True)  # per block: (outer, blocks, 1, 1, inner)
         shared = (shared + past.to(shared.dtype)).clamp(fmt.emin, fmt.emax)
     micro = (shared - _floor_log2(pair_max)).clamp(0, fmt.mu_max)
-    step = _pow2(shared - micro - (fmt.mantissa_bits - 1), compute)
+    step = pow2(shared - micro - (fmt.mantissa_bits - 1), compute)
     codes = torch.round(xb / step).clamp(fmt.min_code, fmt.max_code)  # torch.round: half to even
     out = (codes * step).reshape(shape).to(x.dtype)
     return out, step.expand_as(xb).reshape(shape)

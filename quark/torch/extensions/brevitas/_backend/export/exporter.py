@@ -298,7 +298,8 @@ class ModelExporter:
             ) from error
         exported = onnx.load(path)
         if fmt is ExportFormat.qcdq:  # every activation tensor between Q/DQ, also after max pooling etc.
-            onnx.save(qdq.propagate(exported), path)
+            exported = qdq.propagate(qdq.wide_domain(exported))
+            onnx.save(exported, path)
         return exported
 
     def _verify(self, onnx_model, fmt, opset, inputs, expected, tolerance_lsb, target_checks):

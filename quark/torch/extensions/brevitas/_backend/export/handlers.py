@@ -15,6 +15,24 @@ how the scale is computed. Three things do not survive unchanged, measured with 
   ``GroupwiseWeightQuantProxyFromInjector``. QONNX: one Quant node on the grouped view, whose
   scale broadcasts. QCDQ: integer weights reshaped to (groups, group elements) and dequantized per
   axis 0 (a 1-D scale, valid from opset 13), then reshaped back.
+- **16-bit activations** (QCDQ). Brevitas' QCDQ handlers stop at 8 bits ("Bit width 16 is not
+  supported"; unsigned zero points above 8 bits are refused, signed ones become int32, which no
+  QuantizeLinear takes). :class:`QCDQWideActHandler` writes 9..16-bit activation quantizers as
+  QuantizeLinear / DequantizeLinear on int16 / uint16 (a Clip below 16 bits, as Brevitas does below
+  8); :func:`.qdq.wide_domain` then moves those nodes to the domain the opset needs (ONNX from opset
+  21, ``com.microsoft`` before).
+- **bfloat16 / float16 casts** (QCDQ). Brevitas' float handlers accept only OCP / FNUZ FP8
+  ("Only OCP/FNUZ Standard are supported for FP8 export"). A cast quantizer is x -> Cast(x, to) ->
+  Cast(float): :class:`QCDQCastActHandler`, :class:`QCDQCastWeightHandler` (the weight stored in
+  the narrow type, cast up).
+- **BFP16 blocks** (QCDQ). Brevitas has no handler for our block proxies (``'NoneType' object
+  is not callable``). Weights: int8 codes as (blocks, 8) rows dequantized per row (the per-group
+  layout above: one BFP16 block is one group). Activations: :class:`QCDQBlockActHandler` computes
+  each block's shared exponent in the graph exactly as ``shared_microexponents._quantize`` does
+  (a count of the powers of two at or below the block's maximum, no logarithm; a table of exact
+  steps; one binade up where a code would pass 127), then QuantizeLinear / DequantizeLinear on int8
+  with that per-block step (axis 0 of the (blocks, 8) view). MX6 / MX9 (two exponent levels) stay
+  refused (support table).
 - **Frozen weight quantizers**. GPTQ / GPFQ freeze a layer's weight statistics by giving its proxy
   a subclass (``algorithms/frozen.py``); Brevitas looks handlers up by the proxy's exact class, so
   these proxies had none and the export failed (``'NoneType' object is not callable``). The
@@ -44,7 +62,12 @@ from brevitas.export.onnx.qonnx.handler import (
     BrevitasWeightQuantProxyHandler,
 )
 from brevitas.export.onnx.qonnx.manager import QONNXDynamoManager, QONNXManager
-from brevitas.export.onnx.standard.function import DequantizeLinearOp, IntClipOp
+from brevitas.export.onnx.standard.function import CastOp, DequantizeLinearOp, IntClipOp, QuantizeLinearOp
+from brevitas.export.onnx.standard.qcdq.handler import (
+    StdFloatQCDQCastONNXActQuantProxyHandler,
+    StdFloatQCDQCastONNXWeightQuantProxyHandler,
+    StdQCDQCastONNXActQuantProxyHandler,
+)
 from brevitas.export.onnx.standard.qcdq.manager import StdQCDQONNXDynamoManager, StdQCDQONNXManager
 from brevitas.proxy.groupwise_int_parameter_quant import GroupwiseWeightQuantProxyFromInjector
 from brevitas.quant.solver.common import solve_float_to_int_impl_from_enum
@@ -54,7 +77,13 @@ from quark.torch.extensions.brevitas._backend.algorithms.frozen import FrozenPro
 from quark.torch.extensions.brevitas._backend.export.formats import ExportFormat
 from quark.torch.extensions.brevitas._backend.inventory import spec_of
 from quark.torch.extensions.brevitas._backend.quantizers import RoundHalfAwayFromZeroSte
+from quark.torch.extensions.brevitas._backend.shared_microexponents import (
+    SharedMicroexponentActProxy,
+    SharedMicroexponentWeightProxy,
+    pow2,
+)
 from quark.torch.quantization.config.type import RoundType
+from quark.torch.quantization.tensor_quant import Format
 
 #: RoundType -> QONNX ``rounding_mode`` (qonnx ``resolve_rounding_mode``: ROUND is numpy's
 #: half-even ``np.round``, FLOOR ``np.floor``, HALF_UP ``sign(x) * floor(|x| + 0.5)``, i.e. ties
@@ -230,6 +259,161 @@ class QCDQGroupwiseWeightHandler(ClipMixin, ONNXBaseHandler):
         return y, kw["scale"], kw["zero_point"], kw["bit_width"]
 
 
+#: bit widths above 8 that QCDQ writes on 16-bit integers: signed? -> (torch dtype of the integers)
+WIDE_INTEGERS: dict[bool, torch.dtype] = {True: torch.int16, False: torch.uint16}
+WIDE_BITS = 16
+
+
+class QCDQWideActHandler(StdQCDQCastONNXActQuantProxyHandler):
+    """Activation quantizers of 9..16 bits on int16 / uint16 QuantizeLinear / DequantizeLinear
+    (a Clip to the quantizer's range below 16 bits); 8 bits and fewer as Brevitas writes them."""
+
+    def validate(self, module):
+        if module.is_quant_enabled and 8 < float(module.bit_width()) <= WIDE_BITS:
+            self.validate_bit_width(module.bit_width(), WIDE_BITS, le_then=True)
+            return
+        super().validate(module)
+
+    @classmethod
+    def signed_dtype(cls, bit_width, is_signed):
+        if bit_width is not None and 8 < float(bit_width) <= WIDE_BITS:
+            return WIDE_INTEGERS[bool(is_signed)]
+        return super().signed_dtype(bit_width, is_signed)
+
+    @classmethod
+    def zero_point_with_dtype(cls, signed, bit_width, zero_point):
+        if 8 < float(bit_width) <= WIDE_BITS:
+            return zero_point.type(WIDE_INTEGERS[bool(signed)])
+        return super().zero_point_with_dtype(signed, bit_width, zero_point)
+
+    def int_clip_symbolic_kwargs(self, narrow, signed, bit_width):
+        if 8 < float(bit_width) < WIDE_BITS or (narrow and float(bit_width) == WIDE_BITS):
+            from brevitas.function.ops import max_int, min_int
+
+            dtype = WIDE_INTEGERS[bool(signed)]
+            return {"min_val": min_int(signed, narrow, bit_width).to(dtype), "max_val": max_int(signed, narrow, bit_width).to(dtype)}
+        if float(bit_width) == WIDE_BITS:
+            return None
+        return super().int_clip_symbolic_kwargs(narrow, signed, bit_width)
+
+
+def _is_cast(module) -> bool:
+    spec = spec_of(module)
+    return spec is not None and spec.format is Format.cast
+
+
+class _CastMixin:
+    """x -> Cast(x, to=the narrow type) -> Cast(float) for cast quantizers (bfloat16 / float16);
+    other float quantizers go to Brevitas' handler."""
+
+    cast = False
+
+    def prepare_for_export(self, module):
+        self.cast = module.is_quant_enabled and _is_cast(module)
+        if not self.cast:
+            return super().prepare_for_export(module)
+        spec = spec_of(module)
+        self.cast_dtype = getattr(torch, spec.element.name)
+        self.symbolic_kwargs = {"outputs": self._outputs(module)}
+
+    def _outputs(self, module) -> tuple:
+        return ()
+
+    def symbolic_execution(self, x: Tensor):
+        if not self.cast:
+            return super().symbolic_execution(x)
+        y = self.export_op(CastOp, self.export_op(CastOp, x, self.cast_dtype), torch.float32)
+        return (y, *self.symbolic_kwargs["outputs"])
+
+
+def _cast_outputs(cast) -> tuple:
+    """What a ``CastQuant`` returns beside the value (scale 1, zero point 0, the format): the
+    tuple Brevitas' float proxies build their quantized tensor from."""
+    return cast(torch.zeros(1))[1:]
+
+
+class QCDQCastActHandler(_CastMixin, StdFloatQCDQCastONNXActQuantProxyHandler):
+    def _outputs(self, module) -> tuple:
+        return _cast_outputs(module.fused_activation_quant_proxy.tensor_quant)
+
+
+class QCDQCastWeightHandler(_CastMixin, StdFloatQCDQCastONNXWeightQuantProxyHandler):
+    """The weight cast to the narrow type and back (TorchScript folds the two casts of a constant:
+    the initializer is the float32 value of the narrow weight)."""
+
+    def _outputs(self, module) -> tuple:
+        return _cast_outputs(module.tensor_quant)
+
+    def symbolic_execution(self, x: Tensor):
+        if not self.cast:
+            return super().symbolic_execution(x)
+        y = self.export_op(CastOp, x.to(self.cast_dtype), torch.float32)
+        return (y, *self.symbolic_kwargs["outputs"])
+
+
+def _one_level(fmt) -> None:
+    if fmt.sub_block_size != fmt.block_size:  # the support table refuses these first
+        raise RuntimeError(f"{fmt.name}: QCDQ export writes one-level blocks (BFP16) only, not micro-exponents")
+
+
+class QCDQBlockWeightHandler(QCDQGroupwiseWeightHandler):
+    """BFP16 weights: int8 codes as (blocks, 8) rows, dequantized per row with the block's step."""
+
+    handled_layer = SharedMicroexponentWeightProxy
+
+    def prepare_for_export(self, module):
+        if module.is_quant_enabled:
+            _one_level(module.tensor_quant.fmt)
+        super().prepare_for_export(module)
+
+
+class QCDQBlockActHandler(ONNXBaseHandler):
+    """BFP16 activations: the shared exponent of each block computed in the graph, then int8
+    QuantizeLinear / DequantizeLinear with the block's step (see the module docstring). Exact:
+    comparisons with powers of two, a table lookup, divisions by powers of two and Round (half to
+    even), as ``shared_microexponents._quantize`` on finite inputs."""
+
+    handled_layer = SharedMicroexponentActProxy
+
+    def prepare_for_export(self, module):
+        if not module.is_quant_enabled:
+            self.symbolic_kwargs = None
+            return
+        tq = module.fused_activation_quant_proxy.tensor_quant
+        fmt = tq.fmt
+        _one_level(fmt)
+        exponents = torch.arange(fmt.emin, fmt.emax + 1)
+        self.fmt, self.tensor_quant = fmt, tq
+        self.bounds = pow2(exponents[1:], torch.float32)  # E = emin + #{k > emin: 2^k <= block max}
+        self.steps = pow2(exponents - (fmt.mantissa_bits - 1), torch.float32)  # step of E, indexed by E - emin
+        self.symbolic_kwargs = {"bit_width": tq.bit_width, "zero_point": tq.zero_point}
+
+    def symbolic_execution(self, x: Tensor):
+        fmt, tq = self.fmt, self.tensor_quant
+        shape = [int(d) for d in x.shape]  # static: constants in the graph, no Shape arithmetic
+        dim = tq.group_dim % len(shape)
+        last = dim == len(shape) - 1
+        moved = x if last else x.movedim(dim, -1)
+        blocks = moved.reshape(-1, fmt.block_size)
+        largest = blocks.abs().amax(dim=-1, keepdim=True)
+        index = (largest >= self.bounds).to(torch.int64).sum(dim=-1)
+        step = self.steps[index]
+        past = (torch.round(blocks / step.unsqueeze(-1)) > fmt.max_code).to(torch.int64).amax(dim=-1)
+        index = (index + past).clamp(max=len(self.steps) - 1)
+        step = self.steps[index]
+        zero = torch.zeros(step.shape, dtype=torch.int8)
+        q = self.export_op(QuantizeLinearOp, blocks, step, zero, torch.int8, 0)
+        y = self.export_op(DequantizeLinearOp, q, step, zero, 0)
+        scale = step.unsqueeze(-1).expand(blocks.shape)
+        moved_shape = [int(d) for d in moved.shape]
+        y, scale = y.reshape(moved_shape), scale.reshape(moved_shape)
+        if not last:
+            y, scale = y.movedim(-1, dim), scale.movedim(-1, dim)
+        grouped = [*shape[:dim], shape[dim] // fmt.block_size, fmt.block_size, *shape[dim + 1 :]]
+        kw = self.symbolic_kwargs
+        return y.reshape(grouped), scale.reshape(grouped), kw["zero_point"], kw["bit_width"]
+
+
 class FrozenProxyLookup:
     """A manager mixin: a frozen proxy gets the handler of the Brevitas proxy class it extends."""
 
@@ -258,8 +442,18 @@ class QONNXDynamoExportManager(FrozenProxyLookup, QONNXDynamoManager):
     handlers = [*_QONNX_HANDLERS, *QONNXDynamoManager.handlers]
 
 
+_QCDQ_HANDLERS = [
+    QCDQGroupwiseWeightHandler,
+    QCDQWideActHandler,
+    QCDQCastActHandler,
+    QCDQCastWeightHandler,
+    QCDQBlockWeightHandler,
+    QCDQBlockActHandler,
+]
+
+
 class QCDQExportManager(FrozenProxyLookup, StdQCDQONNXManager):
-    handlers = [QCDQGroupwiseWeightHandler, *StdQCDQONNXManager.handlers]
+    handlers = [*_QCDQ_HANDLERS, *StdQCDQONNXManager.handlers]
 
 
 class QCDQDynamoExportManager(FrozenProxyLookup, StdQCDQONNXDynamoManager):

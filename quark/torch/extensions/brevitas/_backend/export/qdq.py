@@ -23,6 +23,38 @@ MOVES = frozenset({"MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze", "Uns
 JOINS = frozenset({"Concat"})
 
 
+#: integer types of 16-bit QuantizeLinear / DequantizeLinear, and the first ONNX opset that has them
+WIDE_TYPES = frozenset({onnx.TensorProto.INT16, onnx.TensorProto.UINT16})
+WIDE_OPSET = 21
+#: ONNX Runtime's contrib domain, whose QuantizeLinear / DequantizeLinear take int16 / uint16 at any opset
+CONTRIB = "com.microsoft"
+
+
+def wide_domain(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Move the 16-bit QuantizeLinear / DequantizeLinear of ``model`` to ``com.microsoft`` where the
+    model's ONNX opset is below 21 (the standard ops take int16 / uint16 from opset 21); in place."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset >= WIDE_OPSET:
+        return model
+    types = {i.name: i.data_type for i in model.graph.initializer}
+    types.update(
+        (node.output[0], a.t.data_type)
+        for node in model.graph.node
+        if node.op_type == "Constant"
+        for a in node.attribute
+        if a.name == "value"
+    )
+    moved = False
+    for node in model.graph.node:
+        quantizes = node.op_type in ("QuantizeLinear", "DequantizeLinear") and len(node.input) > 2
+        if quantizes and types.get(node.input[2]) in WIDE_TYPES:
+            node.domain = CONTRIB
+            moved = True
+    if moved and not any(o.domain == CONTRIB for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(CONTRIB, 1))
+    return model
+
+
 def propagate(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with a QuantizeLinear / DequantizeLinear pair after every data movement whose
     inputs are dequantized (in place; returned for chaining)."""
@@ -49,8 +81,12 @@ def propagate(model: onnx.ModelProto) -> onnx.ModelProto:
         if dq is None or result in outputs or _already_quantized(result, consumers):
             continue
         q_name, dq_name = f"{result}_qdq_q", f"{result}_qdq"
-        quant = helper.make_node("QuantizeLinear", [result, *dq.input[1:]], [q_name], name=f"{node.name}_qdq_Q", **_axis(dq))
-        dequant = helper.make_node("DequantizeLinear", [q_name, *dq.input[1:]], [dq_name], name=f"{node.name}_qdq_DQ", **_axis(dq))
+        quant = helper.make_node(
+            "QuantizeLinear", [result, *dq.input[1:]], [q_name], name=f"{node.name}_qdq_Q", domain=dq.domain, **_axis(dq)
+        )
+        dequant = helper.make_node(
+            "DequantizeLinear", [q_name, *dq.input[1:]], [dq_name], name=f"{node.name}_qdq_DQ", domain=dq.domain, **_axis(dq)
+        )
         for user in consumers.get(result, []):
             user.input[:] = [dq_name if i == result else i for i in user.input]
         nodes += [quant, dequant]

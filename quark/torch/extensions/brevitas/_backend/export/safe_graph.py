@@ -51,6 +51,11 @@ ALLOWED_OPS: tuple[Allowed, ...] = (
     Allowed("ai.onnx", None, "the standard domain by its full name"),
     Allowed("qonnx.custom_op.general", _QONNX_OPS, "QONNX's quantizers, as Brevitas writes them"),
     Allowed("onnx.brevitas", _QONNX_OPS, "the same ops under the domain older Brevitas releases wrote"),
+    Allowed(
+        "com.microsoft",
+        frozenset({"QuantizeLinear", "DequantizeLinear"}),
+        "ONNX Runtime's 16-bit Q/DQ before opset 21, as the QCDQ exporter writes them (A16W8)",
+    ),
 )
 # Left out on purpose: GenericPartition (executes another file, named in the graph), DebugMarker
 # (no use in a model), and every other domain (qonnx would import a module of that name).

@@ -22,7 +22,7 @@ from quark.torch.extensions.brevitas._backend.rewrite.graph import QuantConcat
 from quark.torch.extensions.brevitas._backend.rules import ACT, BIAS, WEIGHT, Found, Rule, spec_rule
 from quark.torch.extensions.brevitas._backend.rules import markdown as rules_markdown
 from quark.torch.extensions.brevitas._backend.rules import problems as collect
-from quark.torch.quantization.config.type import QSchemeType, RoundType, ZeroPointType
+from quark.torch.quantization.config.type import Dtype, QSchemeType, RoundType, ZeroPointType
 from quark.torch.quantization.tensor_quant import Format
 
 QCDQ, QONNX = ExportFormat.qcdq, ExportFormat.qonnx
@@ -59,17 +59,29 @@ SPEC_RULES: tuple[Rule, ...] = (
         "format",
         lambda s: not s.format.block,
         "integer, minifloat or cast formats",
-        "Brevitas 0.13.4 has no export handler for block formats (OCP MX, shared micro-exponents)",
+        "Brevitas 0.13.4 has no export handler for block formats (OCP MX, shared micro-exponents); QCDQ takes "
+        "BFP16 (handlers.QCDQBlockActHandler), not QONNX",
         shown=lambda s: s.dtype_name,
-        scope=_scope(BOTH),
+        scope=_scope(frozenset({QONNX})),
     ),
     spec_rule(
         ACT | WEIGHT,
         "format",
-        lambda s: s.format is Format.integer,
-        "integer formats",
+        lambda s: not s.format.block or s.element is Dtype.bfp16,
+        "integer formats, casts, bfp16",
+        "Brevitas 0.13.4 has no export handler for block formats; BFP16 (one exponent per block) is written as "
+        "int8 Q/DQ per block here, OCP MX's E8M0 scales and MX6 / MX9's micro-exponents are not",
+        shown=lambda s: s.dtype_name,
+        scope=_scope(frozenset({QCDQ})),
+    ),
+    spec_rule(
+        ACT | WEIGHT,
+        "format",
+        lambda s: s.format in (Format.integer, Format.cast),
+        "integer formats, bfloat16 / float16 casts",
         "Brevitas 0.13.4's QCDQ minifloat export fails (FP8: NotImplementedError at opsets 17, 19 and 21; other "
-        "minifloats and casts: 'Only OCP/FNUZ Standard'); export QONNX (FloatQuant)",
+        "minifloats: 'Only OCP/FNUZ Standard'); export QONNX (FloatQuant). Casts are written here as "
+        "Cast -> Cast (handlers.QCDQCastActHandler)",
         shown=lambda s: s.dtype_name,
         scope=_scope(frozenset({QCDQ})),
     ),
@@ -91,11 +103,21 @@ SPEC_RULES: tuple[Rule, ...] = (
         scope=_scope(frozenset({QCDQ})),
     ),
     spec_rule(
-        ACT | WEIGHT,
+        WEIGHT,
         "bit_width",
         lambda s: s.format is not Format.integer or s.bit_width <= 8,
         "2..8",
-        "QuantizeLinear / DequantizeLinear hold int8 / uint8 at the opsets written here; export QONNX for wider",
+        "weights are written as int8 / uint8 initializers with DequantizeLinear; export QONNX for wider",
+        shown=lambda s: str(s.bit_width),
+        scope=_scope(frozenset({QCDQ})),
+    ),
+    spec_rule(
+        ACT,
+        "bit_width",
+        lambda s: s.format is not Format.integer or s.bit_width <= 16,
+        "2..16",
+        "activations are written on int8 / uint8 up to 8 bits, on int16 / uint16 QuantizeLinear / DequantizeLinear "
+        "above (com.microsoft before opset 21, handlers.QCDQWideActHandler); export QONNX for wider",
         shown=lambda s: str(s.bit_width),
         scope=_scope(frozenset({QCDQ})),
     ),
