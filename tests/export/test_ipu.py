@@ -59,10 +59,10 @@ def test_presets_import_without_brevitas_or_onnx():
     assert result.returncode == 0 and result.stdout == "" and result.stderr == "", result.stderr
 
 
-def _xint8(name: str):
+def _xint8(name: str, graph: bool = False):
     entry = ZOO[name]
     torch.manual_seed(0)
-    quantizer = ModelQuantizer(xint8())
+    quantizer = ModelQuantizer(xint8(graph=graph))
     qmodel = quantizer.quantize_model(entry.build().eval(), calibration(entry), progress=False)
     return quantizer, qmodel, entry.sample(torch.Generator().manual_seed(1))
 
@@ -89,12 +89,26 @@ def _independent_checks(path) -> None:
         np.testing.assert_array_equal(consts[b.input[1]], consts[x.input[1]] * consts[w.input[1]])
 
 
-@pytest.mark.parametrize("name", ["cnv", "resnet", "mobilenet", "conv1d", "two_inputs"])
-def test_xint8_models_meet_the_ipu_target(onnx_path, name):
-    quantizer, qmodel, x = _xint8(name)
+@pytest.mark.parametrize(
+    "name, graph", [("cnv", False), ("resnet", True), ("mobilenet", False), ("conv1d", False), ("two_inputs", True)]
+)
+def test_xint8_models_meet_the_ipu_target(onnx_path, name, graph):
+    """Layer by layer where every float operation sits between a layer and the next quantizer; graph mode
+    where a residual addition (resnet) or a sum of two branches (two_inputs) must be quantized too."""
+    quantizer, qmodel, x = _xint8(name, graph)
     report = ModelExporter(onnx_path).export_onnx_model(qmodel, x, plans=quantizer.plans)
-    assert report.passed and report.opset == ipu.OPSET and len(report.target_checks) == 4
+    assert report.passed and report.opset == ipu.OPSET and len(report.target_checks) == 5
     _independent_checks(onnx_path)
+
+
+@pytest.mark.parametrize("name, node", [("resnet", r"Relu|Add"), ("two_inputs", r"Gemm|Add")])
+def test_float_operations_outside_qdq_are_named(onnx_path, name, node):
+    """Layer by layer, a residual addition runs on float values: the integer-only rule names the node."""
+    quantizer, qmodel, x = _xint8(name)
+    with pytest.raises(
+        TargetCheckError, match=rf"({node}) '[^']+': (input|output) '[^']+' is not (dequantized|quantized again)"
+    ):
+        ModelExporter(onnx_path).export_onnx_model(qmodel, x, plans=quantizer.plans)
 
 
 def test_layers_with_float_operands_are_named(onnx_path):
@@ -112,7 +126,8 @@ def _config_with(**changes) -> object:
     return config
 
 
-A8_FLOAT = QuantizationSpec(dtype=Dtype.int8, observer_cls=PerTensorMinMaxObserver)
+A8_FLOAT = QuantizationSpec(dtype=Dtype.int16, observer_cls=PerTensorMinMaxObserver)
+A16 = QuantizationSpec(dtype=Dtype.int16, observer_cls=PerTensorMinMaxObserver)
 U8_POF2 = QuantizationSpec(
     dtype=Dtype.uint8, observer_cls=PerTensorMinMaxObserver, symmetric=False, scale_type=ScaleType.pof2
 )
@@ -122,8 +137,12 @@ U8_POF2 = QuantizationSpec(
     "changes, match",
     [
         (
-            {"input_tensors": A8_FLOAT},
-            r"quantizer '0.input_quant' \(activation\): scale_type=float; IPU allows pof2",
+            {"input_tensors": QuantizationSpec(dtype=Dtype.int4, observer_cls=PerTensorMinMaxObserver)},
+            r"quantizer '0.input_quant' \(activation\): dtype=int4; IPU allows activations in one of: XINT8",
+        ),
+        (
+            {"weight": A8_FLOAT, "input_tensors": A16},
+            r"quantizer '0.weight_quant' \(weight\): dtype=int16; IPU \(A16W8\) allows int8",
         ),
         (
             {"input_tensors": U8_POF2},
@@ -245,7 +264,7 @@ def test_minifloat_config_cannot_meet_the_ipu(onnx_path):
         torch.nn.Sequential(torch.nn.Linear(8, 4, bias=False)), [torch.randn(4, 8)], progress=False
     )
     with pytest.raises(
-        TargetCheckError, match=r"'0.input_quant' \(activation\): dtype=fp8_e4m3; IPU allows int8"
+        TargetCheckError, match=r"'0.input_quant' \(activation\): dtype=fp8_e4m3; IPU allows activations in one of"
     ):
         ModelExporter(onnx_path).export_onnx_model(model, torch.randn(2, 8), target_device=DeviceType.IPU)
 
@@ -256,4 +275,4 @@ def test_config_target_device_is_checked_without_passing_plans(onnx_path):
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 4))
     qmodel = ModelQuantizer(xint8()).quantize_model(model, [torch.randn(4, 3, 8, 8) for _ in range(2)], progress=False)
     report = ModelExporter(onnx_path).export_onnx_model(qmodel, torch.randn(1, 3, 8, 8))
-    assert report.passed and len(report.target_checks) == 4  # the IPU graph checks ran
+    assert report.passed and len(report.target_checks) == 5  # the IPU graph checks ran

@@ -196,15 +196,15 @@ def test_every_offending_quantizer_is_listed_at_once(onnx_path):
     spec = QuantizationSpec(dtype=Dtype.int16, observer_cls=PerTensorMinMaxObserver)
     torch.manual_seed(0)
     model = quantize(
-        config(weight=W8, input_tensors=spec),
+        config(weight=spec),
         nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)),
         [torch.randn(4, 8)],
     )
     with pytest.raises(UnsupportedExportError) as info:
         ModelExporter(onnx_path).export_onnx_model(model, torch.randn(2, 8))
     assert [p.split(":")[0] for p in info.value.problems] == [
-        "quantizer '0.input_quant' (activation)",
-        "quantizer '2.input_quant' (activation)",
+        "quantizer '0.weight_quant' (weight)",
+        "quantizer '2.weight_quant' (weight)",
     ]
     assert "cannot export to qcdq (TorchScript exporter)" in str(info.value)
 
@@ -322,7 +322,7 @@ _B32 = QuantizationSpec(dtype=Dtype.int32)
         ({"input_tensors": _DYNAMIC}, ExportFormat.qonnx, False, ExportFailedError),
         ({"input_tensors": _DYNAMIC}, ExportFormat.qcdq, False, ExportFailedError),
         ({"input_tensors": _FLOOR_A}, ExportFormat.qcdq, False, ExportVerificationError),
-        ({"input_tensors": _A16}, ExportFormat.qcdq, False, ExportFailedError),
+        ({"weight": _A16}, ExportFormat.qcdq, False, ExportFailedError),
         ({"input_tensors": _FLOAT_ZP}, ExportFormat.qcdq, False, ExportVerificationError),
         ({"input_tensors": A8, "bias": _B32}, ExportFormat.qcdq, True, ExportFailedError),
     ],
@@ -330,7 +330,7 @@ _B32 = QuantizationSpec(dtype=Dtype.int32)
         "dynamic-qonnx",
         "dynamic-qcdq",
         "floor-qcdq",
-        "int16-qcdq",
+        "int16-weight-qcdq",
         "float-zero-point-qcdq",
         "int32-bias-qcdq-dynamo",
     ],
@@ -339,7 +339,7 @@ def test_every_spec_refusal_is_real(onnx_path, monkeypatch, roles, fmt, dynamo, 
     """Without the check, each refused spec fails in the exporter or gives a graph that differs."""
     torch.manual_seed(0)
     model = quantize(
-        config(weight=W8, **roles),
+        config(**{"weight": W8, **roles}),
         nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4)),
         [torch.randn(4, 16) + 0.5 for _ in range(2)],
     )

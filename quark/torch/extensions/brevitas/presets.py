@@ -7,6 +7,13 @@ neither Brevitas nor ONNX.
   ``ModelExporter(path).export_onnx_model(qmodel, x, plans=quantizer.plans)``: the exporter then
   checks the config before and the QDQ graph after export (opset 17, static shapes, pof2 scales,
   zero points 0, int8 weights, int32 biases).
+- :func:`a8w8`, :func:`a16w8`: the Ryzen AI flow's A8W8 / A16W8: 8- / 16-bit activations with
+  float scales (unsigned, asymmetric by default), int8 symmetric weights per tensor or per output
+  channel, int32 biases with scale = input scale x weight scale, ``target_device=DeviceType.IPU``.
+  16-bit Q/DQ are written in the ``com.microsoft`` domain at the IPU's opset 17.
+- :func:`bf16`, :func:`bfp16`: every activation and weight cast to bfloat16, or in AMD's BFP16
+  blocks (8 elements sharing an 8-bit exponent, Quark 0.13's ``Dtype.bfp16``), biases float,
+  ``target_device=DeviceType.IPU``.
 - :func:`finn`: FINN's integer dataflow on FPGAs: graph mode, power-of-two scales, zero points 0,
   unsigned quantizers after ReLU, an unsigned 8-bit network input, rounding ties up (FINN's
   MultiThreshold), ``target_device=DeviceType.FINN``. Export with
@@ -28,7 +35,7 @@ from quark.torch.quantization.config.type import (
 )
 from quark.torch.quantization.observer import PerChannelMinMaxObserver, PerTensorMinMaxObserver
 
-__all__ = ["finn", "xint8"]
+__all__ = ["a8w8", "a16w8", "bf16", "bfp16", "finn", "xint8"]
 
 
 def xint8(exclude: list[str] | None = None, *, graph: bool = False, merge_batch_norm: bool = True) -> Config:
@@ -55,12 +62,126 @@ def xint8(exclude: list[str] | None = None, *, graph: bool = False, merge_batch_
     layer = QuantizationConfig(
         input_tensors=int8_pof2, weight=int8_pof2, bias=bias, target_device=DeviceType.IPU
     )
+    return _npu(layer, exclude, graph, merge_batch_norm)
+
+
+#: activation bits of the float-scale integer presets -> (signed, unsigned) dtype
+_ACT_DTYPES: dict[int, tuple[Dtype, Dtype]] = {8: (Dtype.int8, Dtype.uint8), 16: (Dtype.int16, Dtype.uint16)}
+#: weight granularity of the Ryzen AI flow -> (qscheme, observer, ch_axis)
+_WEIGHT_GRANULARITY = {
+    "per_tensor": (QSchemeType.per_tensor, PerTensorMinMaxObserver, None),
+    "per_channel": (QSchemeType.per_channel, PerChannelMinMaxObserver, 0),
+}
+
+
+def _npu(
+    layer: QuantizationConfig, exclude: list[str] | None, graph: bool, merge_batch_norm: bool
+) -> Config:
     return Config(
         global_quant_config=layer,
         exclude=list(exclude or []),
         pre_quant_opt_config=[MergeBatchNorm()] if merge_batch_norm else [],
         quant_mode=QuantizationMode.fx_graph_mode if graph else QuantizationMode.eager_mode,
     )
+
+
+def activation_spec(bits: int, *, symmetric: bool = False) -> QuantizationSpec:
+    """The activation spec of :func:`a8w8` (``bits=8``) and :func:`a16w8` (``bits=16``): float
+    scales, MinMax, half-even; unsigned asymmetric (zero point from the range), or signed
+    symmetric. The sites :func:`~quark.torch.extensions.brevitas.mixing.mix` promotes get this
+    spec with 16 bits."""
+    if bits not in _ACT_DTYPES:
+        raise ValueError(f"activation_spec(bits={bits!r}): allowed {sorted(_ACT_DTYPES)}")
+    return QuantizationSpec(
+        dtype=_ACT_DTYPES[bits][0 if symmetric else 1],
+        observer_cls=PerTensorMinMaxObserver,
+        qscheme=QSchemeType.per_tensor,
+        symmetric=symmetric,
+        scale_type=ScaleType.float,
+        round_method=RoundType.half_even,
+        is_dynamic=False,
+    )
+
+
+def _integer_npu(
+    act_bits: int,
+    weights: str,
+    symmetric_activations: bool,
+    exclude: list[str] | None,
+    graph: bool,
+    merge_batch_norm: bool,
+    name: str,
+) -> Config:
+    if weights not in _WEIGHT_GRANULARITY:
+        raise ValueError(f"{name}(weights={weights!r}): allowed {sorted(_WEIGHT_GRANULARITY)}")
+    qscheme, observer, ch_axis = _WEIGHT_GRANULARITY[weights]
+    weight = QuantizationSpec(
+        dtype=Dtype.int8,
+        observer_cls=observer,
+        qscheme=qscheme,
+        ch_axis=ch_axis,
+        symmetric=True,
+        scale_type=ScaleType.float,
+        round_method=RoundType.half_even,
+    )
+    bias = QuantizationSpec(dtype=Dtype.int32, round_method=RoundType.half_even)  # no observer: s_in * s_w
+    layer = QuantizationConfig(
+        input_tensors=activation_spec(act_bits, symmetric=symmetric_activations),
+        weight=weight,
+        bias=bias,
+        target_device=DeviceType.IPU,
+    )
+    return _npu(layer, exclude, graph, merge_batch_norm)
+
+
+def a8w8(
+    exclude: list[str] | None = None,
+    *,
+    weights: str = "per_channel",
+    symmetric_activations: bool = False,
+    graph: bool = False,
+    merge_batch_norm: bool = True,
+) -> Config:
+    """A8W8 for the AMD NPU: 8-bit activations with float scales (uint8 asymmetric, or int8
+    symmetric with ``symmetric_activations``), int8 symmetric weights (``weights``: "per_channel"
+    or "per_tensor"), int32 bias with scale = input scale x weight scale. Other arguments as
+    :func:`xint8`."""
+    return _integer_npu(8, weights, symmetric_activations, exclude, graph, merge_batch_norm, "a8w8")
+
+
+def a16w8(
+    exclude: list[str] | None = None,
+    *,
+    weights: str = "per_channel",
+    symmetric_activations: bool = False,
+    graph: bool = False,
+    merge_batch_norm: bool = True,
+) -> Config:
+    """A16W8 for the AMD NPU: 16-bit activations with float scales (uint16 asymmetric, or int16
+    symmetric with ``symmetric_activations``), int8 symmetric weights (``weights``: "per_channel"
+    or "per_tensor"), int32 bias with scale = input scale x weight scale. The 16-bit
+    QuantizeLinear / DequantizeLinear are written in ONNX Runtime's ``com.microsoft`` domain at
+    the IPU's opset 17 (the standard ops take 16 bits from opset 21). Other arguments as :func:`xint8`."""
+    return _integer_npu(16, weights, symmetric_activations, exclude, graph, merge_batch_norm, "a16w8")
+
+
+def bf16(exclude: list[str] | None = None, *, graph: bool = False, merge_batch_norm: bool = True) -> Config:
+    """BF16 for the AMD NPU: every activation (input of Conv / Linear) and weight cast to bfloat16
+    (round to nearest even), biases float. Exported as Cast(bfloat16) -> Cast(float) pairs."""
+    cast = QuantizationSpec(dtype=Dtype.bfloat16)
+    layer = QuantizationConfig(input_tensors=cast, weight=cast, target_device=DeviceType.IPU)
+    return _npu(layer, exclude, graph, merge_batch_norm)
+
+
+def bfp16(exclude: list[str] | None = None, *, graph: bool = False, merge_batch_norm: bool = True) -> Config:
+    """BFP16 for the AMD NPU (AMD Quark 0.13's ``Dtype.bfp16``): every activation and weight in
+    blocks of 8 along the reduction axis sharing an 8-bit exponent, 8-bit two's complement
+    elements; biases float. The reduction dimension of every quantized layer must be a multiple of
+    8. Exported as int8 QuantizeLinear / DequantizeLinear per block, the exponents computed in the
+    graph."""
+    block = QuantizationSpec(dtype=Dtype.bfp16, ch_axis=-1, group_size=8)
+    layer = QuantizationConfig(input_tensors=block, weight=block, target_device=DeviceType.IPU)
+    return _npu(layer, exclude, graph, merge_batch_norm)
 
 
 #: bit width -> (signed, unsigned) integer dtype of the main API

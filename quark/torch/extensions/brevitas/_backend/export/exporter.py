@@ -238,6 +238,7 @@ class ModelExporter:
                 [f"opset {opset}", f"dynamo={self.dynamo}"],
             )
         if target is not None:
+            target = target.for_model(model)  # the IPU's rules follow the precision of the quantizers
             target.check_config(model, plans or ())
         require_calibrated(model, f"export to {fmt.value}")
         support.check(model, fmt, self.dynamo)

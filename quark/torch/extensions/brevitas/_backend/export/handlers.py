@@ -18,8 +18,8 @@ how the scale is computed. Three things do not survive unchanged, measured with 
 - **16-bit activations** (QCDQ). Brevitas' QCDQ handlers stop at 8 bits ("Bit width 16 is not
   supported"; unsigned zero points above 8 bits are refused, signed ones become int32, which no
   QuantizeLinear takes). :class:`QCDQWideActHandler` writes 9..16-bit activation quantizers as
-  QuantizeLinear / DequantizeLinear on int16 / uint16 (a Clip below 16 bits, as Brevitas does below
-  8); :func:`.qdq.wide_domain` then moves those nodes to the domain the opset needs (ONNX from opset
+  QuantizeLinear / DequantizeLinear on int16 (unsigned ones with integers and zero point moved down
+  by 2^15, the same values; a Clip below the full range, as Brevitas does below 8 bits); :func:`.qdq.wide_domain` then moves those nodes to the domain the opset needs (ONNX from opset
   21, ``com.microsoft`` before).
 - **bfloat16 / float16 casts** (QCDQ). Brevitas' float handlers accept only OCP / FNUZ FP8
   ("Only OCP/FNUZ Standard are supported for FP8 export"). A cast quantizer is x -> Cast(x, to) ->
@@ -259,9 +259,12 @@ class QCDQGroupwiseWeightHandler(ClipMixin, ONNXBaseHandler):
         return y, kw["scale"], kw["zero_point"], kw["bit_width"]
 
 
-#: bit widths above 8 that QCDQ writes on 16-bit integers: signed? -> (torch dtype of the integers)
-WIDE_INTEGERS: dict[bool, torch.dtype] = {True: torch.int16, False: torch.uint16}
+#: bit widths above 8 that QCDQ writes on 16-bit integers
 WIDE_BITS = 16
+#: an unsigned quantizer above 8 bits is written on int16 with its integers and zero point moved down by
+#: 2^15: (q - 2^15) - (z - 2^15) = q - z, so DequantizeLinear gives the same values (TorchScript's ONNX
+#: export has no uint16 tensors: "ScalarType UInt16 is an unexpected tensor scalar type")
+UNSIGNED_SHIFT = 2**15
 
 
 class QCDQWideActHandler(StdQCDQCastONNXActQuantProxyHandler):
@@ -277,24 +280,29 @@ class QCDQWideActHandler(StdQCDQCastONNXActQuantProxyHandler):
     @classmethod
     def signed_dtype(cls, bit_width, is_signed):
         if bit_width is not None and 8 < float(bit_width) <= WIDE_BITS:
-            return WIDE_INTEGERS[bool(is_signed)]
+            return torch.int16
         return super().signed_dtype(bit_width, is_signed)
 
     @classmethod
     def zero_point_with_dtype(cls, signed, bit_width, zero_point):
         if 8 < float(bit_width) <= WIDE_BITS:
-            return zero_point.type(WIDE_INTEGERS[bool(signed)])
+            return (zero_point if signed else zero_point - UNSIGNED_SHIFT).type(torch.int16)
         return super().zero_point_with_dtype(signed, bit_width, zero_point)
 
-    def int_clip_symbolic_kwargs(self, narrow, signed, bit_width):
-        if 8 < float(bit_width) < WIDE_BITS or (narrow and float(bit_width) == WIDE_BITS):
-            from brevitas.function.ops import max_int, min_int
+    def assert_ge_zero(self, scale, zero_point, bit_width):
+        # Brevitas checks each value >= 0 while tracing; a shifted unsigned zero point is negative
+        super().assert_ge_zero(scale, zero_point.to(torch.int32) + UNSIGNED_SHIFT, bit_width)
 
-            dtype = WIDE_INTEGERS[bool(signed)]
-            return {"min_val": min_int(signed, narrow, bit_width).to(dtype), "max_val": max_int(signed, narrow, bit_width).to(dtype)}
-        if float(bit_width) == WIDE_BITS:
-            return None
-        return super().int_clip_symbolic_kwargs(narrow, signed, bit_width)
+    def int_clip_symbolic_kwargs(self, narrow, signed, bit_width):
+        if not 8 < float(bit_width) <= WIDE_BITS:
+            return super().int_clip_symbolic_kwargs(narrow, signed, bit_width)
+        from brevitas.function.ops import max_int, min_int
+
+        shift = 0 if signed else UNSIGNED_SHIFT
+        low, high = (int(f(signed, narrow, bit_width)) - shift for f in (min_int, max_int))
+        if (low, high) == (-(2**15), 2**15 - 1):
+            return None  # the whole int16 range: QuantizeLinear saturates there itself
+        return {"min_val": torch.tensor(low, dtype=torch.int16), "max_val": torch.tensor(high, dtype=torch.int16)}
 
 
 def _is_cast(module) -> bool:

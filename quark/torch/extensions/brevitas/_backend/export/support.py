@@ -77,8 +77,8 @@ SPEC_RULES: tuple[Rule, ...] = (
     spec_rule(
         ACT | WEIGHT,
         "format",
-        lambda s: s.format in (Format.integer, Format.cast),
-        "integer formats, bfloat16 / float16 casts",
+        lambda s: s.format in (Format.integer, Format.cast) or s.element is Dtype.bfp16,
+        "integer formats, bfloat16 / float16 casts, bfp16",
         "Brevitas 0.13.4's QCDQ minifloat export fails (FP8: NotImplementedError at opsets 17, 19 and 21; other "
         "minifloats: 'Only OCP/FNUZ Standard'); export QONNX (FloatQuant). Casts are written here as "
         "Cast -> Cast (handlers.QCDQCastActHandler)",
@@ -88,10 +88,11 @@ SPEC_RULES: tuple[Rule, ...] = (
     spec_rule(
         ACT,
         "is_dynamic",
-        lambda s: not s.is_dynamic,
+        lambda s: not s.is_dynamic or (s.element is Dtype.bfp16 and s.format.block),
         "False",
         "no export handler computes a scale at run time for this quantizer (QONNX has no dynamic Quant; "
-        "Brevitas' QCDQ DynamicQuantizeLinear handler takes only its own unsigned min-max quantizer)",
+        "Brevitas' QCDQ DynamicQuantizeLinear handler takes only its own unsigned min-max quantizer); BFP16 blocks "
+        "are computed in the QCDQ graph (handlers.QCDQBlockActHandler)",
         scope=_scope(BOTH),
     ),
     spec_rule(

@@ -52,6 +52,12 @@ class Target:
     windowed_pools: AveragePooling = AveragePooling.requantized  # global pools are always requantized
     pipeline: Callable[[], tuple[Step, ...]] = tuple  # loads the passes (and their libraries) when called
     advice: Callable[[Sequence[Any]], str | None] | None = None  # a warning on the plans, said before export
+    variant: Callable[[nn.Module], Target] | None = None  # the target for this model (rules that follow the preset)
+
+    def for_model(self, model: nn.Module) -> Target:
+        """The target whose rules apply to ``model``: a target with precisions (the IPU's XINT8, A8W8,
+        A16W8, BF16, BFP16) resolves them from the model's quantizers; others are themselves."""
+        return self.variant(model) if self.variant is not None else self
 
     def config_problems(self, model: nn.Module, plans: Sequence[Any]) -> list[str]:
         """Every quantizer, layer and site of ``model`` (with its recorded ``plans``) the target refuses."""

@@ -1,17 +1,24 @@
-"""The AMD IPU / NPU (Ryzen AI) target: the XINT8 scheme on a QDQ graph at opset 17.
+"""The AMD IPU / NPU (Ryzen AI) target: QDQ graphs at opset 17 in the NPU's precisions.
 
-Rules (each a row of :mod:`...rules`, all problems reported at once in one ``TargetCheckError``):
+The precisions are plugins (:mod:`.precisions`, one row each: XINT8, A8W8, A16W8, BF16, BFP16):
+each claims the activation quantizers of its form and brings its own quantizer and graph rules.
+:data:`TARGET` is XINT8's; ``TARGET.for_model(model)`` (the exporter calls it) resolves the
+precisions the model's activations are in and checks the union of their rules, so a preset's
+rules follow it, and a mixed A8W8 / A16W8 model is checked for both.
 
-- before export, per quantizer: symmetric int8 weights and activations, power-of-two scales,
-  half-even rounding, static scales; int32 bias with scale = input scale x weight scale; per
-  quantized layer: its input, weight and bias quantized (a float operand runs on the CPU);
-- on the written graph: opset 17, static shapes, every Q/DQ scale an exact power of two, zero
-  points 0, weights int8, biases int32 with scale = s_in * s_w.
+Rules common to every precision (each a row of :mod:`...rules`, all problems reported at once in
+one ``TargetCheckError``): per quantized layer, its input, weight and bias quantized (a float
+operand runs on the CPU); on the written graph, opset 17 and static shapes. XINT8's own: symmetric
+int8 weights and activations, power-of-two scales, half-even rounding, static scales; int32 bias
+with scale = input scale x weight scale; on the graph, every Q/DQ scale an exact power of two, zero
+points 0, weights int8, biases int32 with scale = s_in * s_w, and every float operation between
+DequantizeLinear and QuantizeLinear (:func:`integer_only`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -73,20 +80,31 @@ QUANTIZER_RULES: tuple[Rule, ...] = (
 _LAYER_ROLES = {"input_quant": "input_tensors", "weight_quant": "weight", "bias_quant": "bias"}
 
 
-def _operands_quantized(subject: Module) -> Iterable[Found]:
+def _operands_quantized(subject: Module, roles: tuple[str, ...] = tuple(_LAYER_ROLES)) -> Iterable[Found]:
     layer = subject.module
     if not isinstance(layer, QuantWeightBiasInputOutputLayer) or not layer.weight_quant.is_quant_enabled:
         return
     missing = [
         role
         for attr, role in _LAYER_ROLES.items()
-        if not getattr(layer, attr).is_quant_enabled
+        if attr in roles
+        and not getattr(layer, attr).is_quant_enabled
         and (attr != "bias_quant" or layer.bias is not None)
         and (attr != "input_quant" or "input_tensors" not in subject.upstream)
     ]
     if missing:
         yield f"{', '.join(missing)} not quantized"
 
+
+#: float-format precisions (BF16, BFP16): the input and weight in the format, the bias float
+FLOAT_BIAS_LAYER_RULES: tuple[Rule, ...] = (
+    Rule(
+        "a quantized layer with a float input or weight",
+        lambda subject: _operands_quantized(subject, ("input_quant", "weight_quant")),
+        "its input and weight quantized (or the layer excluded); the bias float",
+        "the IPU runs a layer on the NPU only with its input and weight in the precision",
+    ),
+)
 
 #: per quantized layer (its input may arrive quantized from upstream in graph mode)
 LAYER_RULES: tuple[Rule, ...] = (
@@ -156,8 +174,8 @@ def _compute_node(graph: Graph, node: Any) -> Iterable[Found]:
                 yield f"{where}: bias scale {_show(s_b)} != input scale x weight scale {_show(expected)}"
 
 
-#: on the written QDQ graph
-GRAPH_RULES: tuple[Rule, ...] = (
+#: on every written QDQ graph, whatever the precision
+COMMON_GRAPH_RULES: tuple[Rule, ...] = (
     Rule("another opset", _opset, f"opset {OPSET}", "the Ryzen AI flow takes opset 17"),
     Rule(
         "dynamic shapes",
@@ -165,19 +183,121 @@ GRAPH_RULES: tuple[Rule, ...] = (
         "static input/output shapes",
         "the NPU compiler needs static shapes: a dynamic batch sends the model to the CPU",
     ),
+)
+
+#: integer precisions: every float operation runs on dequantized values and is quantized again
+INTEGER_ONLY = Rule(
+    "float operations outside DequantizeLinear -> op -> QuantizeLinear",
+    lambda model: integer_only(model),
+    "every float operation between DequantizeLinear and QuantizeLinear (data movement, and Relu / Clip before a "
+    "QuantizeLinear, pass through)",
+    "the NPU runs a float operation (LayerNorm, Softmax, GELU, Add, ...) on quantized tensors only in the QDQ form "
+    "DQ -> op -> Q, which ONNX Runtime's QDQ fusion takes; an operation outside it runs on the CPU",
+)
+
+#: integer precisions: Conv / Gemm / MatMul on dequantized integers
+COMPUTE = Rule(
+    "float operands, weights other than int8, biases other than int32 of scale s_in * s_w",
+    lambda model: _compute_nodes(model),
+    "weights int8, biases int32 with scale = s_in * s_w",
+    "the NPU computes integer products and accumulates int32",
+)
+
+#: XINT8 on the written QDQ graph
+GRAPH_RULES: tuple[Rule, ...] = (
+    *COMMON_GRAPH_RULES,
     Rule(
         "Q/DQ scales that are not powers of two, non-zero zero points",
         _quantize_nodes,
         "Q/DQ scales exact powers of two, zero points 0",
         "XINT8 rescales by shifts around symmetric grids",
     ),
-    Rule(
-        "float operands, weights other than int8, biases other than int32 of scale s_in * s_w",
-        _compute_nodes,
-        "weights int8, biases int32 with scale = s_in * s_w",
-        "the NPU computes integer products and accumulates int32",
-    ),
+    COMPUTE,
+    INTEGER_ONLY,
 )
+
+#: operations that move or select values (ONNX Runtime drops their Q/DQ or propagates through them)
+MOVES = frozenset(
+    {"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity", "MaxPool", "Slice", "Gather", "Split",
+     "Concat", "Expand", "Pad", "Tile", "GatherElements"}
+)
+#: operations that only compute shapes, indices or constants
+BOOKKEEPING = frozenset({"Shape", "Size", "Constant", "ConstantOfShape", "Range"})
+#: operations ONNX Runtime folds into the quantizer after them (ReluQuantFusion, ClipQuantFusion)
+FOLDED_BEFORE_Q = frozenset({"Relu", "Clip"})
+_QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
+
+
+def integer_only(model: Any) -> Iterable[Found]:
+    """The float operations of ``model`` not in the form DequantizeLinear -> op -> QuantizeLinear.
+
+    A float operation is any node but Q/DQ, data movement (:data:`MOVES`) and bookkeeping. Its
+    tensor inputs must come from a DequantizeLinear (through data movement), a constant, or a
+    computation on integer graph inputs and constants only (host preprocessing such as an attention
+    mask made from token ids); its outputs must reach only QuantizeLinear nodes (through data
+    movement, or a Relu / Clip ONNX Runtime folds into that quantizer) or be a graph output (the
+    last layer's float result). Each offending node is named with the first input or output at fault.
+    """
+    graph = model.graph
+    producer = {out: node for node in graph.node for out in node.output}
+    consumers: dict[str, list[Any]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    constants = {i.name for i in graph.initializer}
+    float_inputs = {i.name for i in graph.input if i.type.tensor_type.elem_type in (1, 10, 11, 16)}
+    outputs = {o.name for o in graph.output}
+    host: dict[str, bool] = {}
+
+    def from_host(name: str) -> bool:
+        """Computed from constants and integer graph inputs only."""
+        if name in host:
+            return host[name]
+        host[name] = False  # cycles cannot occur; guards deep recursion on revisits
+        node = producer.get(name)
+        if node is None:
+            result = name in constants or (name not in float_inputs and name != "")
+        else:
+            result = node.op_type not in _QDQ and all(not i or from_host(i) for i in node.input)
+        host[name] = result
+        return result
+
+    def dequantized(name: str) -> bool:
+        node = producer.get(name)
+        while node is not None and node.op_type in MOVES:
+            node = producer.get(node.input[0])
+        return node is not None and node.op_type == "DequantizeLinear"
+
+    def requantized(name: str, folded: bool = True) -> bool:
+        if name in outputs:
+            return True
+        users = consumers.get(name, [])
+        return bool(users) and all(
+            u.op_type == "QuantizeLinear"
+            or (u.op_type in MOVES and all(requantized(o, folded) for o in u.output))
+            or (folded and u.op_type in FOLDED_BEFORE_Q and all(requantized(o, False) for o in u.output))
+            for u in users
+        )
+
+    for node in graph.node:
+        if node.op_type in _QDQ or node.op_type in MOVES or node.op_type in BOOKKEEPING:
+            continue
+        if all(not i or from_host(i) for i in node.input):
+            continue  # host preprocessing (mask arithmetic on token ids)
+        where = f"{node.op_type} {node.name or node.output[0]!r}"
+        if node.op_type in FOLDED_BEFORE_Q and all(requantized(o, False) for o in node.output):
+            producer_node = producer.get(node.input[0])
+            if producer_node is not None and producer_node.op_type not in _QDQ | MOVES:
+                continue  # folded into the quantizer after it, with the operation before it
+        bad_in = next(
+            (i for i in node.input if i and i not in constants and not from_host(i) and not dequantized(i)), None
+        )
+        if bad_in is not None:
+            yield f"{where}: input {bad_in!r} is not dequantized (a float operation outside Q/DQ)"
+            continue
+        bad_out = next((o for o in node.output if o and not requantized(o)), None)
+        if bad_out is not None:
+            yield f"{where}: output {bad_out!r} is not quantized again (a float operation outside Q/DQ)"
 
 
 def _show(values: Any) -> str:
@@ -191,7 +311,14 @@ def _dtype(values: Any) -> str:
     return "not a constant" if values is None else str(values.dtype)
 
 
-TARGET = Target(
+def _resolve(model: Any) -> Target:
+    from quark.torch.extensions.brevitas._backend.targets.ipu import precisions
+
+    return precisions.target_for(model)
+
+
+#: XINT8 as it is; :data:`TARGET` resolves the precision of each model (``Target.for_model``)
+TARGET_XINT8 = Target(
     name="IPU",
     device=DeviceType.IPU,
     format=ExportFormat.qcdq,
@@ -200,3 +327,4 @@ TARGET = Target(
     layer_rules=LAYER_RULES,
     graph_rules=GRAPH_RULES,
 )
+TARGET = replace(TARGET_XINT8, variant=_resolve)
