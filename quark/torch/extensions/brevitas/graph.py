@@ -53,9 +53,20 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["ACTIVATIONS", "Add", "Cat", "GraphInput"]
+__all__ = ["ACTIVATIONS", "Add", "Cat", "GraphInput", "QuantPoint"]
 
-#: float activations whose output graph mode quantizes
+
+class QuantPoint(nn.Module):
+    """The identity, as a site whose output graph mode quantizes: a model marks with it a tensor the
+    NPU takes quantized that no other site produces (the result of an activation x activation
+    product, the operands of attention's MatMuls). Type key ``"QuantPoint"``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+#: float operations whose output graph mode quantizes (kept exactly, a quantizer after them): the
+#: activations, and the normalisations the NPU runs as DQ -> op -> Q (LayerNorm, Softmax)
 ACTIVATIONS: tuple[type[nn.Module], ...] = (
     nn.ReLU,
     nn.ReLU6,
@@ -67,6 +78,9 @@ ACTIVATIONS: tuple[type[nn.Module], ...] = (
     nn.SiLU,
     nn.Hardswish,
     nn.Hardsigmoid,
+    nn.LayerNorm,
+    nn.Softmax,
+    QuantPoint,
 )
 
 

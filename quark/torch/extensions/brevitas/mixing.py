@@ -103,10 +103,14 @@ class MixResult:
         base, mixed = self.bytes_per_sample
         lines = [
             f"A8/A16 mixing, metric {self.metric}, target {self.target:g}: {'met' if self.met else 'NOT met'}",
-            f"  evaluation {self.metric}: all 8-bit {self.metric_8bit:.6g}, mixed {self.metric_mixed:.6g}, "
-            f"all 16-bit {self.metric_16bit:.6g}",
-            f"  sites at 16 bits: {len(self.promoted)} of {len(self.sites)} ({self.fraction_16bit:.1%}); "
-            f"activation values at 16 bits {self.values_16bit:.1%}",
+            (
+                f"  evaluation {self.metric}: all 8-bit {self.metric_8bit:.6g}, mixed {self.metric_mixed:.6g}, "
+                f"all 16-bit {self.metric_16bit:.6g}"
+            ),
+            (
+                f"  sites at 16 bits: {len(self.promoted)} of {len(self.sites)} ({self.fraction_16bit:.1%}); "
+                f"activation values at 16 bits {self.values_16bit:.1%}"
+            ),
             f"  activation bytes per sample: {base:,} all 8-bit -> {mixed:,} mixed (+{mixed - base:,})",
         ]
         gains = {s.name: s for s in self.sites}

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from brevitas.proxy.runtime_quant import ActQuantProxyFromInjectorBase
 from torch import nn
+from typing_extensions import Self
 
 from quark.torch.extensions.brevitas._backend.data import batches, run_batch
 from quark.torch.extensions.brevitas._backend.export.inputs import flatten_outputs
@@ -83,7 +84,7 @@ class Swap:
         self.paths = [p for site in sites for p in activation_proxies(model, site)]
         self.saved: dict[str, nn.Module] = {}
 
-    def __enter__(self) -> Swap:
+    def __enter__(self) -> Self:
         for path in self.paths:
             self.saved[path] = self.model.get_submodule(path)
             _set(self.model, path, self.donor.get_submodule(path))

@@ -23,18 +23,27 @@ from brevitas.graph.standardize import DuplicateSharedStatelessModule
 from torch import fx, nn
 from torch.fx.operator_schemas import normalize_function
 
-from quark.torch.extensions.brevitas.graph import Add, Cat
+from quark.torch.extensions.brevitas.graph import Add, Cat, QuantPoint
 
 
 class UntraceableModelError(RuntimeError):
     """``torch.fx`` could not trace the model for graph mode."""
 
 
+#: our own site modules, kept as calls in the trace (torch.fx traces through modules outside torch.nn)
+LEAVES: tuple[type[nn.Module], ...] = (QuantPoint,)
+
+
+class _Tracer(fx.Tracer):
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        return isinstance(m, LEAVES) or super().is_leaf_module(m, module_qualified_name)
+
+
 def trace(model: nn.Module) -> fx.GraphModule:
     """``model`` as a ``GraphModule`` (a ``GraphModule`` is taken as it is)."""
     if isinstance(model, fx.GraphModule):
         return model
-    tracer = fx.Tracer()
+    tracer = _Tracer()
     try:
         graph = tracer.trace(model)
     except Exception as error:  # torch.fx raises many types; name the call and the way out
@@ -89,6 +98,8 @@ FUNCTIONAL_MODULES: dict[Callable[..., Any], tuple[type[nn.Module], tuple[str, .
     torch.tanh: (nn.Tanh, ()),
     F.avg_pool2d: (nn.AvgPool2d, ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")),
     F.adaptive_avg_pool2d: (nn.AdaptiveAvgPool2d, ("output_size",)),
+    F.softmax: (nn.Softmax, ("dim",)),
+    torch.softmax: (nn.Softmax, ("dim",)),
 }
 #: tensor methods -> module class
 METHOD_ACTIVATIONS: dict[str, type[nn.Module]] = {

@@ -219,8 +219,10 @@ GRAPH_RULES: tuple[Rule, ...] = (
 #: operations that move or select values (ONNX Runtime drops their Q/DQ or propagates through them)
 MOVES = frozenset(
     {"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity", "MaxPool", "Slice", "Gather", "Split",
-     "Concat", "Expand", "Pad", "Tile", "GatherElements"}
+     "Concat", "Expand", "Pad", "Tile", "GatherElements", "Where"}
 )
+#: the data input of a move, where it is not the first (Where selects from input 1, input 0 is its condition)
+DATA_INPUT = {"Where": 1}
 #: operations that only compute shapes, indices or constants
 BOOKKEEPING = frozenset({"Shape", "Size", "Constant", "ConstantOfShape", "Range"})
 #: operations ONNX Runtime folds into the quantizer after them (ReluQuantFusion, ClipQuantFusion)
@@ -233,10 +235,12 @@ def integer_only(model: Any) -> Iterable[Found]:
 
     A float operation is any node but Q/DQ, data movement (:data:`MOVES`) and bookkeeping. Its
     tensor inputs must come from a DequantizeLinear (through data movement), a constant, or a
-    computation on integer graph inputs and constants only (host preprocessing such as an attention
-    mask made from token ids); its outputs must reach only QuantizeLinear nodes (through data
-    movement, or a Relu / Clip ONNX Runtime folds into that quantizer) or be a graph output (the
-    last layer's float result). Each offending node is named with the first input or output at fault.
+    computation on integer graph inputs and constants only (host preprocessing: an attention mask
+    made from token ids); its outputs must reach only QuantizeLinear nodes (through data movement,
+    or a Relu / Clip ONNX Runtime folds into that quantizer) or be a graph output (the last layer's
+    float result). A function of *one* dequantized tensor that the exporter writes as several nodes
+    (GELU at opset 17: Div, Erf, Add, Mul, Mul) counts as one operation: its nodes may feed each
+    other. Each offending node is named with the first input or output at fault.
     """
     graph = model.graph
     producer = {out: node for node in graph.node for out in node.output}
@@ -247,55 +251,82 @@ def integer_only(model: Any) -> Iterable[Found]:
     constants = {i.name for i in graph.initializer}
     float_inputs = {i.name for i in graph.input if i.type.tensor_type.elem_type in (1, 10, 11, 16)}
     outputs = {o.name for o in graph.output}
-    host: dict[str, bool] = {}
+    memo: dict[str, frozenset[str] | None] = {}
 
-    def from_host(name: str) -> bool:
-        """Computed from constants and integer graph inputs only."""
-        if name in host:
-            return host[name]
-        host[name] = False  # cycles cannot occur; guards deep recursion on revisits
+    def data(node: Any) -> str:
+        return node.input[DATA_INPUT.get(node.op_type, 0)]
+
+    def sources(name: str) -> frozenset[str] | None:
+        """The dequantized tensors ``name`` is computed from (through float operations); empty for
+        constants and host values; None when a float graph input feeds it."""
+        if name in memo:
+            return memo[name]
+        memo[name] = frozenset()  # the graph is acyclic; a placeholder for the recursion
         node = producer.get(name)
         if node is None:
-            result = name in constants or (name not in float_inputs and name != "")
+            found = None if name in float_inputs else frozenset()
+        elif node.op_type == "DequantizeLinear":
+            found = frozenset({name})
+        elif node.op_type in MOVES:
+            found = sources(data(node))
         else:
-            result = node.op_type not in _QDQ and all(not i or from_host(i) for i in node.input)
-        host[name] = result
-        return result
+            parts = [sources(i) for i in node.input if i]
+            found = None if any(p is None for p in parts) else frozenset().union(*parts)
+        memo[name] = found
+        return found
+
+    def from_host(name: str) -> bool:
+        return sources(name) == frozenset() and producer.get(name) is not None or name in constants
 
     def dequantized(name: str) -> bool:
         node = producer.get(name)
         while node is not None and node.op_type in MOVES:
-            node = producer.get(node.input[0])
+            node = producer.get(data(node))
         return node is not None and node.op_type == "DequantizeLinear"
 
-    def requantized(name: str, folded: bool = True) -> bool:
+    def is_float_op(node: Any) -> bool:
+        return node.op_type not in _QDQ and node.op_type not in MOVES and node.op_type not in BOOKKEEPING
+
+    def requantized(name: str, island: frozenset[str] | None, folded: bool = True) -> bool:
         if name in outputs:
             return True
         users = consumers.get(name, [])
         return bool(users) and all(
             u.op_type == "QuantizeLinear"
-            or (u.op_type in MOVES and all(requantized(o, folded) for o in u.output))
-            or (folded and u.op_type in FOLDED_BEFORE_Q and all(requantized(o, False) for o in u.output))
+            or (u.op_type in MOVES and all(requantized(o, island, folded) for o in u.output))
+            or (folded and u.op_type in FOLDED_BEFORE_Q and all(requantized(o, None, False) for o in u.output))
+            or (island is not None and is_float_op(u) and sources(u.output[0]) == island)
             for u in users
         )
 
     for node in graph.node:
-        if node.op_type in _QDQ or node.op_type in MOVES or node.op_type in BOOKKEEPING:
+        if not is_float_op(node):
             continue
-        if all(not i or from_host(i) for i in node.input):
+        if all(not i or i in constants or sources(i) == frozenset() for i in node.input):
             continue  # host preprocessing (mask arithmetic on token ids)
         where = f"{node.op_type} {node.name or node.output[0]!r}"
-        if node.op_type in FOLDED_BEFORE_Q and all(requantized(o, False) for o in node.output):
-            producer_node = producer.get(node.input[0])
-            if producer_node is not None and producer_node.op_type not in _QDQ | MOVES:
+        if node.op_type in FOLDED_BEFORE_Q and all(requantized(o, None, False) for o in node.output):
+            before = producer.get(node.input[0])
+            if before is not None and is_float_op(before):
                 continue  # folded into the quantizer after it, with the operation before it
+        found = sources(node.output[0]) if node.output else None
+        island = found if found is not None and len(found) == 1 else None
         bad_in = next(
-            (i for i in node.input if i and i not in constants and not from_host(i) and not dequantized(i)), None
+            (
+                i
+                for i in node.input
+                if i
+                and i not in constants
+                and sources(i) != frozenset()
+                and not dequantized(i)
+                and (island is None or sources(i) != island)
+            ),
+            None,
         )
         if bad_in is not None:
             yield f"{where}: input {bad_in!r} is not dequantized (a float operation outside Q/DQ)"
             continue
-        bad_out = next((o for o in node.output if o and not requantized(o)), None)
+        bad_out = next((o for o in node.output if o and not requantized(o, island)), None)
         if bad_out is not None:
             yield f"{where}: output {bad_out!r} is not quantized again (a float operation outside Q/DQ)"
 
