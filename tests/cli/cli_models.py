@@ -31,3 +31,14 @@ def loaders():
 
 
 NOT_A_MODEL = 42
+
+
+def outlier_mlp() -> nn.Module:
+    """Three layers; one hidden unit of the second layer's input is 100x the others, so its 8-bit
+    per-tensor input quantizer loses the small values (what A8/A16 mixing should find)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 4))
+    with torch.no_grad():
+        model[1].weight[0] *= 100
+        model[1].bias[0] = 50
+    return model

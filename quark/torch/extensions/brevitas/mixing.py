@@ -8,7 +8,7 @@
 
     result = mix(presets.a8w8(), model, calib_batches, eval_batches, metric="cosine", target=0.995)
     print(result)                       # what was promoted, the metric before / after, what it costs
-    result.config.to_yaml("mixed.yaml")  # a Quark Config: the base plus layer_quant_config entries
+    result.config.save("mixed.yaml")     # a Quark Config: the base plus layer_quant_config entries
 
 How: the model is quantized twice from ``config``, as it is and with every 8-bit integer activation
 spec widened to 16 bits (same observer, symmetry, scale type and rounding). A site is a module of the

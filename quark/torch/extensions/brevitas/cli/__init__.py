@@ -4,6 +4,7 @@
     quark-brevitas train    --checkpoint q.pt --data-module pkg.mod:loaders --epochs 5 -o qat.pt
     quark-brevitas export   --checkpoint qat.pt --format qonnx --data calib.npz -o model.onnx
     quark-brevitas verify   --checkpoint qat.pt --onnx model.onnx --data calib.npz
+    quark-brevitas mix      --config a8w8.yaml --model pkg.mod:factory --data calib.npz --eval-data eval.npz --target 0.995 -o mixed.yaml
     quark-brevitas support
 
 Exit status: 0 done; 1 a verification failed; 2 a mistake in the command line or its files
@@ -18,7 +19,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from quark.torch.extensions.brevitas.cli import commands
+from quark.torch.extensions.brevitas.cli import commands, mix
 from quark.torch.extensions.brevitas.cli.inputs import UsageError
 
 INTERNAL, INTERRUPTED = 3, 130
@@ -85,6 +86,8 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument("--tolerance-lsb", type=float, help="allowed difference in output LSBs (default 0 for exact graphs, else 1)")
     _common(v)
     v.set_defaults(run=commands.verify)
+
+    mix.add_parser(sub, EPILOG, _common)
 
     s = sub.add_parser("support", help="print the support matrix: formats, rules, export", epilog=EPILOG)
     s.add_argument("sections", nargs="*", metavar="SECTION", help="formats, rules or export (default: all)")
