@@ -11,7 +11,8 @@ import copy
 import logging
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -19,6 +20,7 @@ from torch import nn
 
 import quark.torch.extensions.brevitas._backend  # noqa: F401  (the Brevitas version check, before any Brevitas import)
 from quark.torch.extensions.brevitas import config as ext
+from quark.torch.extensions.brevitas._backend.algorithms.check import output_error
 from quark.torch.extensions.brevitas._backend.calibrate import (
     HOW_TO_CALIBRATE,
     UncalibratedModelError,
@@ -44,6 +46,8 @@ from quark.torch.quantization.config import config as main
 from quark.torch.quantization.config.algorithms import Phase, implementation_of
 
 __all__ = [
+    "AlgorithmCheck",
+    "AlgorithmWorseWarning",
     "ExportFailedError",
     "ExportFormat",
     "ExportVerificationError",
@@ -79,6 +83,31 @@ class UncalibratedModelWarning(UserWarning):
     """``quantize_model`` returned a model whose static activation quantizers await calibration."""
 
 
+class AlgorithmWorseWarning(UserWarning):
+    """The config's algorithms gave a larger output error on the calibration data than round-to-nearest."""
+
+
+@dataclass(frozen=True)
+class AlgorithmCheck:
+    """The config's algorithms against the same config without them (round-to-nearest), on the
+    calibration data: relative output error sum (q - float)^2 / sum float^2 of the first output."""
+
+    algorithms: tuple[str, ...]
+    error_without: float
+    error_with: float
+
+    @property
+    def worse(self) -> bool:
+        return self.error_with > self.error_without
+
+    def __str__(self) -> str:
+        verdict = "increased" if self.worse else "reduced"
+        return (
+            f"{' + '.join(self.algorithms)} {verdict} the output error on the calibration data: "
+            f"{self.error_without:.4g} without {'it' if len(self.algorithms) == 1 else 'them'}, {self.error_with:.4g} with"
+        )
+
+
 class ModelQuantizer:
     """Quantize a PyTorch model as a Quark config says, with Brevitas.
 
@@ -101,6 +130,7 @@ class ModelQuantizer:
         self.algorithms = [(algo, implementation_of(algo)) for algo in self.view.algorithms]
         self.config = config
         self.plans: list[planning.LayerPlan] = []
+        self.algorithm_check: AlgorithmCheck | None = None
 
     def quantize_model(
         self,
@@ -111,6 +141,7 @@ class ModelQuantizer:
         progress: bool = True,
         inplace: bool = False,
         calibrate: bool = True,
+        check_algorithms: bool = True,
     ) -> nn.Module:
         """Return the quantized model, calibrated (when data is given) and in eval mode.
 
@@ -137,6 +168,11 @@ class ModelQuantizer:
             calibrate: False builds the quantized model without calibrating (no data needed), to
                 load a quantized checkpoint into it; ``qat.uncalibrated_quantizers`` lists what
                 is still uncalibrated.
+            check_algorithms: when the config has algorithms and data is given (a list or a
+                DataLoader), also quantize without them and compare the two models' output error
+                against the float model on the calibration data; the result is
+                :attr:`algorithm_check`, and an :class:`AlgorithmWorseWarning` names the algorithms
+                when they made it worse. Skipped with ``inplace=True`` (no float model is left).
         """
         if not isinstance(model, nn.Module):
             raise TypeError(f"quantize_model(model=...): expected a torch.nn.Module, got {type(model).__name__}")
@@ -160,7 +196,29 @@ class ModelQuantizer:
             if explained is error:
                 raise
             raise explained from error
+        self.algorithm_check = None
+        if check_algorithms and self.algorithms and data is not None and not inplace and not isinstance(calib_loader, Iterator):
+            self.algorithm_check = self._check_algorithms(model, work, calib_loader, num_calib_batches)
         return work
+
+    def _check_algorithms(self, model: nn.Module, work: nn.Module, calib_loader: Any, num_batches: int | None) -> AlgorithmCheck:
+        """The config's algorithms against round-to-nearest, on the calibration data (see ``check_algorithms``)."""
+        plain = copy.copy(self.config)
+        plain.pre_quant_opt_config, plain.algo_config = [], []
+        baseline = ModelQuantizer(plain).quantize_model(
+            model, calib_loader, num_calib_batches=num_batches, progress=False, check_algorithms=False
+        )
+        data = CalibrationData(calib_loader, num_batches, progress=False)
+        result = AlgorithmCheck(
+            tuple(type(algo).__name__ for algo, _ in self.algorithms),
+            output_error(model, baseline, data, "algorithm check (without)"),
+            output_error(model, work, data, "algorithm check (with)"),
+        )
+        if result.worse:
+            warnings.warn(f"quantize_model: {result}; consider quantizing without them", AlgorithmWorseWarning, stacklevel=3)
+        else:
+            logger.info("quantize_model: %s", result)
+        return result
 
     def _quantize(self, work, data, known_names, calibrate, stage) -> nn.Module:
         stage("before_quantization algorithms")
