@@ -14,7 +14,9 @@ activation             ``nn.ReLU``, ``ReLU6``, ``Hardtanh``,          ``output_t
                        ``GELU``, ``SiLU``, ``Hardswish``,             output (the activation itself is
                        ``Hardsigmoid``, and their functional          kept exactly)
                        forms (``F.relu``, ``torch.relu``,
-                       ``x.relu()``, ...)
+                       ``x.relu()``, ...); ``LayerNorm``,
+                       ``Softmax`` (``F.softmax``);
+                       :class:`QuantPoint`
 ``Add``                ``a + b``, ``torch.add``, ``Tensor.add``       ``input_tensors``: one quantizer
                        of two tensors                                 shared by both inputs (one scale);
                                                                       ``output_tensors``, else
@@ -44,7 +46,7 @@ name is its module path; a functional call gets the path of the module whose ``f
 plus the function's name (``blocks.0.add``, ``blocks.0.relu_1`` when ``blocks.0.relu`` is taken).
 
 Max pooling, flattening, reshaping and dropout (the identity where graphs are exported) pass
-quantized tensors through. Any other operation (``BatchNorm`` not merged, ``LayerNorm``, padded
+quantized tensors through. Any other operation (``BatchNorm`` not merged, ``GroupNorm``, padded
 average pooling, ...) is named in a warning and left float; what follows it quantizes its own input.
 """
 
