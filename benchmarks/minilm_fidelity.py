@@ -7,7 +7,12 @@ quantized embeddings to the float embeddings, nearest-neighbour agreement (the f
 evaluation sentences whose nearest other sentence is the same under both models), PTQ wall time
 (``quantize_model``, algorithms included) and the process's peak resident memory during it.
 
-    .venv/bin/python benchmarks/minilm_fidelity.py [--rows NAME ...] [--calib 128] [--eval 256]
+    .venv/bin/python benchmarks/minilm_fidelity.py [--rows NAME ...] [--calib 128] [--eval 256] [--check]
+
+``--check``: quantize_model's own check of the algorithms against round-to-nearest on the
+calibration data runs too (``check_algorithms=True``; its time is then part of the PTQ seconds), and
+the last column says what it found: ``ok`` (the algorithms reduced the output error), ``WORSE``
+(an ``AlgorithmWorseWarning`` was given), ``-`` (no algorithm).
 """
 
 from __future__ import annotations
@@ -140,7 +145,9 @@ def neighbour_agreement(reference: torch.Tensor, candidate: torch.Tensor) -> flo
     return float((nearest(reference) == nearest(candidate)).float().mean())
 
 
-def measure(rows: list[str], n_calib: int, n_eval: int, eval_offset: int, report=None) -> dict:
+def measure(
+    rows: list[str], n_calib: int, n_eval: int, eval_offset: int, report=None, check: bool = False
+) -> dict:
     """Per row: mean and minimum cosine, nearest-neighbour agreement, PTQ seconds and peak MiB;
     ``report(name, row)`` is called as each row is done."""
     warnings.simplefilter("ignore")  # transformers' deprecation notices are not ours to act on
@@ -154,8 +161,10 @@ def measure(rows: list[str], n_calib: int, n_eval: int, eval_offset: int, report
         spec, pre, post = ROWS[name]
         peak_rss_reset()
         start = time.perf_counter()
-        quantized = ModelQuantizer(config(spec, pre, post)).quantize_model(model, calib, progress=False)
+        quantizer = ModelQuantizer(config(spec, pre, post))
+        quantized = quantizer.quantize_model(model, calib, progress=False, check_algorithms=check)
         seconds = time.perf_counter() - start
+        verdict = quantizer.algorithm_check
         peak = peak_rss_mib()
         candidate = embeddings(quantized, test)
         cos = (candidate * reference).sum(-1)
@@ -165,26 +174,29 @@ def measure(rows: list[str], n_calib: int, n_eval: int, eval_offset: int, report
             "nn_agreement": neighbour_agreement(reference, candidate),
             "ptq_s": seconds,
             "peak_mib": peak,
+            "check": "-" if verdict is None else ("WORSE" if verdict.worse else "ok"),
+            "check_errors": None if verdict is None else (verdict.error_without, verdict.error_with),
         }
         if report is not None:
             report(name, results[name])
     return {"calib": n_calib, "eval": n_eval, "eval_offset": eval_offset, "rows": results}
 
 
-def main(rows: list[str], n_calib: int, n_eval: int, eval_offset: int) -> None:
+def main(rows: list[str], n_calib: int, n_eval: int, eval_offset: int, check: bool = False) -> None:
     print(f"all-MiniLM-L6-v2, {n_calib} calibration sentences, {n_eval} other evaluation sentences, 1 thread")
     print(
         f"{'configuration | algorithm':<50} {'mean cos':>8} {'min cos':>8} {'NN agree':>8} {'PTQ s':>7} {'peak MiB':>8}"
+        + (" check" if check else "")
     )
 
     def report(name: str, r: dict) -> None:
         print(
             f"{name:<50} {r['mean_cosine']:8.4f} {r['min_cosine']:8.4f} {r['nn_agreement']:8.3f} "
-            f"{r['ptq_s']:7.1f} {r['peak_mib']:8.0f}",
+            f"{r['ptq_s']:7.1f} {r['peak_mib']:8.0f}" + (f" {r['check']}" if check else ""),
             flush=True,
         )
 
-    measure(rows, n_calib, n_eval, eval_offset, report)
+    measure(rows, n_calib, n_eval, eval_offset, report, check)
 
 
 if __name__ == "__main__":
@@ -192,6 +204,8 @@ if __name__ == "__main__":
     parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS), metavar="ROW")
     parser.add_argument("--calib", type=int, default=128)
     parser.add_argument("--eval", type=int, default=256)
-    parser.add_argument("--eval-offset", type=int, default=1000)
+    parser.add_argument("--eval-offset", type=int, default=1000, help="first evaluation sentence; -N: the last N")
+    parser.add_argument("--check", action="store_true", help="run quantize_model's algorithm check (see above)")
     args = parser.parse_args()
-    main(args.rows, args.calib, args.eval, args.eval_offset)
+    offset = args.eval_offset if args.eval_offset >= 0 else len(minilm.sentences(10**6)) + args.eval_offset
+    main(args.rows, args.calib, args.eval, offset, args.check)
