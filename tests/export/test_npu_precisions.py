@@ -155,3 +155,11 @@ def test_preset_fields_are_the_documented_scheme():
     assert presets.a8w8().global_quant_config.input_tensors.dtype is Dtype.uint8
     assert presets.bfp16().global_quant_config.weight.dtype is Dtype.bfp16
     assert presets.bf16().global_quant_config.weight.dtype is Dtype.bfloat16
+
+
+def test_16_bit_qdq_stay_in_the_standard_domain_from_opset_21(onnx_path):
+    config = Config(global_quant_config=QuantizationConfig(input_tensors=presets.activation_spec(16), weight=presets.a16w8().global_quant_config.weight))
+    qmodel = ModelQuantizer(config).quantize_model(_mlp(), _data(), progress=False)
+    report = ModelExporter(onnx_path, opset_version=21).export_onnx_model(qmodel, _data()[0])
+    model = onnx.load(str(onnx_path))
+    assert report.passed and {n.domain for n in model.graph.node if n.op_type == "QuantizeLinear"} == {""}
