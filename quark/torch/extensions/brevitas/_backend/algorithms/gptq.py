@@ -93,10 +93,11 @@ def gptq_config(config: GPTQConfig, model: nn.Module, data: Any) -> nn.Module:
         blocks=blocks,
         selected=lambda name: in_scope(name, config.model_decoder_layers, config.inside_layer_modules),
         parallel=not config.true_sequential,
+        group_shared_inputs=True,
     )
 
 
 def gptq_extension(config: GPTQ, model: nn.Module, data: Any) -> nn.Module:
     """As Quark's extension: float activations while the Hessians are collected, Brevitas' damping."""
     mode = gpxq.gptq(act_order=config.act_order, damp_percent=0.01, block_size=None, quant_inputs=False)
-    return gpxq.run(model, data, mode, desc="GPTQ")
+    return gpxq.run(model, data, mode, desc="GPTQ", group_shared_inputs=True)
