@@ -60,15 +60,17 @@ def test_query_key_value_are_grouped_and_the_weights_are_the_same(monkeypatch):
     grouped, groups = _quantize(monkeypatch, grouped=True)
     sequential, _ = _quantize(monkeypatch, grouped=False)
     assert groups == [[["q", "k", "v"]], [["q", "k", "v"]]]  # one group per block: 2 passes instead of 4
-    for a, b in zip(grouped.modules(), sequential.modules()):
-        if hasattr(a, "quant_weight") and isinstance(a, nn.Linear):
-            torch.testing.assert_close(a.quant_weight().value, b.quant_weight().value, atol=0, rtol=0)
+    layers = {n: m for n, m in sequential.named_modules() if isinstance(m, nn.Linear)}
+    for name, layer in grouped.named_modules():
+        if isinstance(layer, nn.Linear):
+            torch.testing.assert_close(layer.quant_weight().value, layers[name].quant_weight().value, atol=0, rtol=0)
     torch.manual_seed(0)
     rtn = ModelQuantizer(Config(CONFIG.global_quant_config)).quantize_model(Encoder(), DATA, progress=False)
+    linears = {n: m for n, m in rtn.named_modules() if isinstance(m, nn.Linear)}
     moved = [
-        not torch.equal(a.quant_weight().value, b.quant_weight().value)
-        for a, b in zip(grouped.modules(), rtn.modules())
-        if isinstance(a, nn.Linear) and hasattr(a, "quant_weight")
+        not torch.equal(m.quant_weight().value, linears[n].quant_weight().value)
+        for n, m in grouped.named_modules()
+        if isinstance(m, nn.Linear)
     ]
     assert len(moved) == 8 and all(moved)  # GPTQ moved every layer's weights away from round-to-nearest
 
