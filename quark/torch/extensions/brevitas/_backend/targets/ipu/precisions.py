@@ -40,7 +40,7 @@ from quark.torch.extensions.brevitas._backend.rules import (
     Rule,
     spec_rule,
 )
-from quark.torch.extensions.brevitas._backend.targets import ipu
+from quark.torch.extensions.brevitas._backend.targets.ipu import rules as ipu
 from quark.torch.extensions.brevitas._backend.targets.target import Target
 from quark.torch.quantization.config.type import Dtype, QSchemeType, RoundType, ScaleType
 from quark.torch.quantization.tensor_quant import Format
@@ -298,11 +298,12 @@ def _unclaimed(lines: list[str]) -> Rule:
     )
 
 
-def target_for(model: nn.Module) -> Target:
-    """The IPU target for ``model``: the rules of the precisions its activation quantizers are in."""
+def target_for(model: nn.Module, base: Target) -> Target:
+    """The IPU target for ``model`` (``base``: XINT8's): the rules of the precisions its activation
+    quantizers are in."""
     chosen, unclaimed = precisions_of(quantizers(model))
     if not chosen and not unclaimed:
-        return ipu.TARGET_XINT8
+        return base
     quantizer_rules: tuple[Rule, ...]
     if len(chosen) == 1:
         quantizer_rules = chosen[0].quantizer_rules
@@ -321,7 +322,7 @@ def target_for(model: nn.Module) -> Target:
     site_rules = (_unclaimed(unclaimed),) if unclaimed else ()
     name = "IPU" if chosen in ([], [XINT8]) else f"IPU ({'+'.join(p.name for p in chosen)})"
     return replace(
-        ipu.TARGET_XINT8,
+        base,
         name=name,
         quantizer_rules=quantizer_rules,
         layer_rules=tuple(layer_rules) if chosen else ipu.LAYER_RULES,
