@@ -101,7 +101,7 @@ class AlgorithmCheck:
         return self.error_with > self.error_without
 
     def __str__(self) -> str:
-        verdict = "increased" if self.worse else "reduced"
+        verdict = "increased" if self.worse else ("reduced" if self.error_with < self.error_without else "left unchanged")
         return (
             f"{' + '.join(self.algorithms)} {verdict} the output error on the calibration data: "
             f"{self.error_without:.4g} without {'it' if len(self.algorithms) == 1 else 'them'}, {self.error_with:.4g} with"
@@ -262,8 +262,22 @@ class ModelQuantizer:
             if impl.phase is phase:
                 stage(f"{type(algo).__name__} ({phase.value})", edits_float_model=phase is Phase.before_quantization)
                 logger.info("applying %s (%s)", type(algo).__name__, phase.value)
-                model = impl.run(algo, model, data)
+                extra = {"plans": self._float_plans(model)} if impl.wants_plans else {}
+                model = impl.run(algo, model, data, **extra)
         return model
+
+    def _float_plans(self, model: nn.Module) -> dict[str, planning.LayerPlan]:
+        """The config resolved over ``model``'s layers as the layerwise backend sees them (for the
+        algorithms that fit themselves to the quantizers, e.g. ``ActivationEqualization``); empty
+        where the config does not resolve on them (its errors are reported when the plan is resolved)."""
+        layerwise = rewriter_for(main.QuantizationMode.eager_mode)
+        try:
+            sites = layerwise.sites(model)
+            resolved = planning.resolve(self.config, sites, planning.module_names(model), layerwise.supported_types)
+        except ValueError as error:
+            logger.info("the config does not resolve on the float model's layers (%s)", error)
+            return {}
+        return {p.name: p for p in resolved}
 
     def summary(self) -> str:
         """Table of what each layer got, from the last ``quantize_model`` call."""

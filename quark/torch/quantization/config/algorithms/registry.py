@@ -151,13 +151,17 @@ class Implementation:
     ``needs_data``: the algorithm needs calibration batches (``quantize_model`` checks for them
     before touching the model). ``check(config, plans, sites) -> problems``: what the algorithm
     refuses in the resolved plan (e.g. its ``bit`` against a layer's weight spec), reported with
-    the layer rules before anything is built.
+    the layer rules before anything is built. ``wants_plans``: a ``before_quantization`` algorithm
+    that is called with ``plans=`` (layer name -> ``LayerPlan``: the config resolved over the float
+    model's layers, as the layerwise backend sees them), to fit what it does to the quantizers
+    that will follow.
     """
 
     phase: Phase
-    run: Callable[[Any, Any, Any], Any]
+    run: Callable[..., Any]
     needs_data: bool = False
     check: Callable[[Any, Any, Any], Any] | None = None
+    wants_plans: bool = False
 
 
 #: implementations registered one by one (a user's own, with :func:`register_implementation`)

@@ -53,7 +53,9 @@ _TABLE: dict[type[AlgoConfig], Implementation] = {
     MergeBatchNorm: Implementation(BEFORE, batch_norm.merge_batch_norm),
     HadamardRotation: Implementation(BEFORE, rotation.hadamard_rotation),
     RotationConfig: Implementation(BEFORE, rotation.rotation_config),
-    ActivationEqualization: Implementation(BEFORE, equalization.activation_equalization, needs_data=True),
+    ActivationEqualization: Implementation(
+        BEFORE, equalization.activation_equalization, needs_data=True, wants_plans=True
+    ),
     SmoothQuantConfig: Implementation(BEFORE, smoothquant.smoothquant, needs_data=True),
     # on the calibrated model
     AWQConfig: Implementation(CALIBRATED, awq.awq, needs_data=True, check=awq.check),
