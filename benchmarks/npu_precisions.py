@@ -39,6 +39,7 @@ from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
 from quark.torch.extensions.brevitas.mixing import mix
 
 BATCH = 4  # the exported graph's static batch
+SENSITIVITY_BATCHES = 2  # the mixing search's sensitivities on the first 32 calibration sentences
 ROWS = [
     "layerwise xint8",
     "layerwise a8w8",
@@ -106,13 +107,24 @@ def measure(rows: list[str], n_calib: int, n_mix_eval: int, mix_offset: int, n_t
             qmodel = quantizer.quantize_model(model, calib, progress=False, check_algorithms=False)
         else:
             if kind == "mixed":
-                found = mix(presets.a8w8(graph=True), encoder, calib, mix_eval, metric="cosine", target=target, output_fn=minilm.embed)
+                found = mix(
+                    presets.a8w8(graph=True),
+                    encoder,
+                    calib,
+                    mix_eval,
+                    metric="cosine",
+                    target=target,
+                    output_fn=minilm.embed,
+                    sensitivity_batches=SENSITIVITY_BATCHES,
+                )
                 result["mix"] = {
                     "promoted": found.promoted,
                     "search_cosine": found.metric_search,
                     "mix_eval_cosine": found.metric_mixed,
                     "met_on_mix_eval": found.met,
                     "values_16bit": found.values_16bit,
+                    "evaluations": found.evaluations,
+                    "sensitivities": [(c.name, c.gain) for c in found.sites],
                     "bytes_per_sample": found.bytes_per_sample,
                 }
                 found.config.save(out / "minilm_mixed.yaml")

@@ -80,6 +80,7 @@ def test_a_target_no_mix_reaches_is_reported_not_met(caplog):
     [
         ({"metric": "l2"}, ValueError, r"mix\(metric='l2'\): allowed \['cosine', 'sqnr'\] or a callable"),
         ({"target": "high"}, TypeError, r"mix\(target='high'\): expected a number"),
+        ({"sensitivity_batches": 0}, ValueError, r"mix\(sensitivity_batches=0\): expected a positive integer or None"),
         (
             {"config": Config(QuantizationConfig(input_tensors=QuantizationSpec(dtype=Dtype.fp8_e4m3)))},
             ValueError,

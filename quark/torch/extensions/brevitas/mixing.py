@@ -15,8 +15,9 @@ spec widened to 16 bits (same observer, symmetry, scale type and rounding). A si
 plan with an activation quantizer of its own (layerwise: a layer's input; graph mode: each activation,
 addition, concatenation and network input). The sensitivity of a site is how much the metric on the
 *calibration* data rises when that site alone takes the 16-bit model's quantizers (forward passes
-only). Sites are then promoted in order of sensitivity until the metric on the *evaluation* data
-meets ``target``; a last pass drops every promoted site whose removal keeps the target. The mixed
+only). The fewest most sensitive sites whose promotion meets ``target`` on the *evaluation* data are
+found by bisection over their count; a last pass drops every promoted site whose removal keeps the
+target. The mixed
 config is then quantized as it is (calibrated on ``calib_data``) and the metric measured again on the
 evaluation data: that is ``metric_mixed``, and ``met`` says whether it reaches the target (the search
 used the 16-bit model's quantizers, calibrated with every site at 16 bits; the config calibrates
@@ -196,6 +197,7 @@ def mix(
     target: float,
     output_fn: Callable[[nn.Module, Any], Any] | None = None,
     prune: bool = True,
+    sensitivity_batches: int | None = None,
 ) -> MixResult:
     """Promote the fewest activation sites of ``config`` from 8 to 16 bits until ``metric`` on
     ``eval_data`` reaches ``target``.
@@ -215,6 +217,8 @@ def mix(
             output; e.g. a sentence embedding for a transformer encoder).
         prune: after reaching the target, drop each promoted site (least sensitive first) whose
             removal keeps the target.
+        sensitivity_batches: measure the sensitivities on the first this many calibration batches
+            (default: all); one forward pass over them per site.
 
     Returns:
         A :class:`MixResult` (``print`` it for the report). When even every site at 16 bits misses the
@@ -229,6 +233,8 @@ def mix(
         raise ValueError(f"mix(metric={metric!r}): allowed {sorted(METRICS)} or a callable (reference, candidate) -> float")
     if not isinstance(target, (int, float)):
         raise TypeError(f"mix(target={target!r}): expected a number")
+    if sensitivity_batches is not None and (not isinstance(sensitivity_batches, int) or sensitivity_batches <= 0):
+        raise ValueError(f"mix(sensitivity_batches={sensitivity_batches!r}): expected a positive integer or None")
     calib_data, eval_data = list(calib_data), list(eval_data)
     if not calib_data or not eval_data:
         raise ValueError("mix: calib_data and eval_data must each hold at least one batch")
@@ -243,30 +249,34 @@ def mix(
     site_names = [n for n, p in plans.items() if p.quantized and numerics.activation_proxies(narrow, n)]
     logger.info("mix: %d activation sites", len(site_names))
 
-    calib_ref = numerics.outputs(model, calib_data, output_fn)
+    sensitivity_data = calib_data[:sensitivity_batches]
+    calib_ref = numerics.outputs(model, sensitivity_data, output_fn)
     eval_ref = numerics.outputs(model, eval_data, output_fn)
 
     def evaluate(promoted: list[str], reference, data) -> float:
         with numerics.Swap(narrow, wide, promoted):
             return score(reference, numerics.outputs(narrow, data, output_fn))
 
-    calib_base = evaluate([], calib_ref, calib_data)
-    gains = {site: evaluate([site], calib_ref, calib_data) - calib_base for site in site_names}
+    calib_base = evaluate([], calib_ref, sensitivity_data)
+    gains = {site: evaluate([site], calib_ref, sensitivity_data) - calib_base for site in site_names}
     elements = numerics.elements_per_sample(narrow, site_names, calib_data[0])
     order = sorted(site_names, key=lambda s: -gains[s])
     sites = [SiteCost(s, gains[s], elements[s]) for s in order]
 
     metric_8 = evaluate([], eval_ref, eval_data)
     metric_16 = evaluate(order, eval_ref, eval_data)
-    evaluations = [(0, metric_8)]
-    promoted: list[str] = []
-    current = metric_8
-    for site in order:
-        if current >= target:
-            break
-        promoted.append(site)
-        current = evaluate(promoted, eval_ref, eval_data)
-        evaluations.append((len(promoted), current))
+    evaluations = {0: metric_8, len(order): metric_16}
+    # the fewest most sensitive sites meeting the target: bisection over how many are promoted (the
+    # metric rises with the count on the whole; every count tried is recorded)
+    low, high = 0, len(order)
+    if metric_8 < target <= metric_16:
+        while high - low > 1:
+            middle = (low + high) // 2
+            evaluations[middle] = evaluate(order[:middle], eval_ref, eval_data)
+            low, high = (low, middle) if evaluations[middle] >= target else (middle, high)
+    count = 0 if metric_8 >= target else high
+    promoted = order[:count]
+    current = evaluations[count]
     met = current >= target
     if met and prune:
         for site in reversed(list(promoted)):
@@ -300,6 +310,6 @@ def mix(
         metric_mixed=measured,
         metric_16bit=metric_16,
         met=measured >= target,
-        evaluations=evaluations,
+        evaluations=sorted(evaluations.items()),
         metric_search=current,
     )
