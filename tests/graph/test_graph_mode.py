@@ -263,12 +263,30 @@ def test_sites_are_named_by_the_module_path_and_the_summary_shows_what_is_quanti
 
 
 def test_a_compute_layer_after_a_float_operation_quantizes_its_own_input():
-    model = nn.Sequential(nn.Linear(6, 6), nn.LayerNorm(6), nn.Linear(6, 2)).eval()
+    model = nn.Sequential(nn.Linear(6, 6), nn.Softplus(), nn.Linear(6, 2)).eval()
     quantizer, qmodel = quantize(graph_config(), model)
     plans = {p.name: p for p in quantizer.plans}
     assert plans["0"].upstream and not plans["2"].upstream
     assert qmodel.get_submodule("2").input_quant.is_quant_enabled
     assert not qmodel.get_submodule("0").input_quant.is_quant_enabled
+
+
+@pytest.mark.parametrize("norm", [nn.LayerNorm(6), nn.Softmax(dim=-1)], ids=["LayerNorm", "Softmax"])
+def test_layer_norm_and_softmax_are_sites_whose_output_the_next_layer_takes_quantized(norm):
+    """The NPU runs them as DQ -> op -> Q: their output is quantized once, where it is produced."""
+    model = nn.Sequential(nn.Linear(6, 6), norm, nn.Linear(6, 2)).eval()
+    quantizer, qmodel = quantize(graph_config(), model)
+    plans = {p.name: p for p in quantizer.plans}
+    assert plans["1"].module_type is type(norm) and plans["1"].specs["output_tensors"] is not None
+    assert plans["2"].upstream == {"input_tensors": "1"}
+    assert not qmodel.get_submodule("2").input_quant.is_quant_enabled
+    x = torch.randn(4, 6)
+    site = qmodel.get_submodule("1")
+    out = site(qmodel.get_submodule("0")(x))
+    scale, zero_point = site.quant.act_quant.scale(), site.quant.act_quant.zero_point()
+    grid = out.value / scale + zero_point
+    torch.testing.assert_close(grid, torch.round(grid), atol=1e-4, rtol=0)  # on the output quantizer's grid
+    torch.testing.assert_close(out.value, site.quant(norm(qmodel.get_submodule("0")(x))).value)
 
 
 def test_a_layer_specific_input_spec_requantizes_the_upstream_tensor():
@@ -325,11 +343,11 @@ def test_the_extension_config_selects_graph_mode_with_backend_fx():
 
 
 def test_operations_left_float_are_named_in_a_warning(caplog):
-    model = nn.Sequential(nn.Linear(6, 6), nn.LayerNorm(6), nn.Softmax(-1), nn.Dropout(0.1), nn.Linear(6, 2)).eval()
+    model = nn.Sequential(nn.Linear(6, 6), nn.Softplus(), nn.GroupNorm(2, 6), nn.Dropout(0.1), nn.Linear(6, 2)).eval()
     with caplog.at_level(logging.WARNING, logger="quark"):
         quantize(graph_config(), model)
     # dropout is the identity where graphs are exported: it passes the quantized tensor on
-    assert "graph mode leaves these operations float (what follows quantizes its own input): 1 (LayerNorm), 2 (Softmax)\n" in caplog.text
+    assert "graph mode leaves these operations float (what follows quantizes its own input): 1 (Softplus), 2 (GroupNorm)\n" in caplog.text
 
 
 def test_a_network_input_feeding_only_an_embedding_is_not_quantized():
