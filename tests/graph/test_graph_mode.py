@@ -324,6 +324,49 @@ def test_the_extension_config_selects_graph_mode_with_backend_fx():
     assert {p.module_type for p in quantizer.plans} >= {GraphInput, Add, nn.ReLU}
 
 
+class TwoBranches(nn.Module):
+    """Two ReLU branches added and concatenated (non-negative), and one added with a signed conv output."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Conv2d(3, 4, 1), nn.Conv2d(3, 4, 1), nn.Conv2d(3, 4, 1)
+
+    def forward(self, x):
+        a, b = torch.relu(self.a(x)), torch.relu(self.b(x))
+        joined = torch.cat([a + b, F.max_pool2d(a, 1)], dim=1)
+        return joined, a + self.c(x)
+
+
+def test_the_extension_config_in_graph_mode_gives_non_negative_tensors_unsigned_grids_as_brevitas():
+    """Brevitas' graph quantization (UNSIGNED_ACT_TUPLE): ReLU outputs, and additions and concatenations
+    of non-negative tensors only (through max pooling), are unsigned; an addition with a signed operand
+    stays signed; the main API's dtype is honoured as written."""
+    spec = ext.QuantizationSpec(bit_width=4)
+    config = ext.Config(
+        global_quant_config=ext.QuantizationConfig(weight=spec, input_tensors=spec),
+        pre_quant_opt_config=[],
+        backend=ext.Backend.fx,
+    )
+    model = TwoBranches().eval()
+    data = [torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(s)) for s in range(2)]
+    quantizer, qmodel = quantize(config, model, data)
+    plans = {p.name: p for p in quantizer.plans}
+    produced = {name: plans[name].specs["output_tensors"] or plans[name].specs["input_tensors"] for name in plans}
+    assert {name: produced[name].signed for name in ("relu", "relu_1", "add", "cat", "add_1")} == {
+        "relu": False, "relu_1": False, "add": False, "cat": False, "add_1": True,
+    }  # fmt: skip
+    assert plans["add"].specs["input_tensors"].signed is False and plans["add_1"].specs["input_tensors"].signed
+    assert "Brevitas' convention" in plans["relu"].origins["output_tensors"]
+    assert qmodel.get_submodule("relu").quant.act_quant.is_signed is False  # the quantizer built: 0..15
+    codes = qmodel.get_submodule("relu").quant(torch.relu(torch.randn(64))).value / qmodel.get_submodule(
+        "relu"
+    ).quant.act_quant.scale()
+    assert codes.min() >= 0 and torch.round(codes.max()) == 15  # the whole unsigned grid is used
+    main_config = graph_config(layer=QuantizationConfig(weight=W8, input_tensors=A8))
+    main_plans = {p.name: p for p in quantize(main_config, TwoBranches().eval(), data)[0].plans}
+    assert main_plans["relu"].specs["output_tensors"].signed  # int8 as written
+
+
 def test_operations_left_float_are_named_in_a_warning(caplog):
     model = nn.Sequential(nn.Linear(6, 6), nn.LayerNorm(6), nn.Softmax(-1), nn.Dropout(0.1), nn.Linear(6, 2)).eval()
     with caplog.at_level(logging.WARNING, logger="quark"):
