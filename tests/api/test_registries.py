@@ -159,7 +159,7 @@ def test_a_registered_rewriter_is_selected_by_the_config_mode(monkeypatch):
         def sites(self, model):
             return module_sites(model, self.supported_types)[:1]
 
-        def connect(self, model, plans, sites):
+        def connect(self, model, plans, sites, view):
             pass
 
         def rewrite(self, model, plans, sites):
