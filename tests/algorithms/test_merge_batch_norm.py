@@ -116,3 +116,41 @@ def test_xint8_folds_batch_norm_into_an_integer_graph_onnx_runtime_computes_exac
 def test_xint8_without_merging_keeps_batch_norm():
     assert presets.xint8(merge_batch_norm=False).pre_quant_opt_config == []
     assert presets.xint8().pre_quant_opt_config == [MergeBatchNorm()]
+
+
+class _PaddedConvLayer(nn.Module):
+    """transformers' convolution layers compute their padding from sizes (torch.fx cannot trace
+    them), and read their children's attributes."""
+
+    def __init__(self, reuse: bool = False):
+        super().__init__()
+        self.convolution = nn.Conv2d(3, 4, 3)
+        self.normalization = nn.BatchNorm2d(4)
+        self.reuse = reuse
+
+    def forward(self, x):
+        pad = int(self.convolution.stride[0] * x.shape[-1] % 2 + 1)
+        features = self.convolution(nn.functional.pad(x, (pad, pad, pad, pad)))
+        out = torch.relu(self.normalization(features))
+        return out + features if self.reuse else out  # with reuse, the conv's output feeds the sum too
+
+
+@pytest.mark.parametrize("reuse", [False, True], ids=["alone", "reused"])
+def test_without_a_graph_batch_norm_is_folded_where_one_batch_shows_it_is_exact(reuse, caplog):
+    """No torch.fx graph: a batch of calibration data shows which layer's output each batch norm takes;
+    a fold is kept only where the outputs stay the same (not where the layer's output feeds more)."""
+    from quark.torch.extensions.brevitas._backend.algorithms.batch_norm import merge_batch_norm
+
+    model = _trained_batch_norm(nn.Sequential(_PaddedConvLayer(reuse), _PaddedConvLayer()))
+    model[1].convolution = nn.Conv2d(4, 4, 3)
+    _trained_batch_norm(model)
+    x = torch.rand(2, 3, 8, 8)
+    with torch.no_grad():
+        expected = model(x)
+    merged = merge_batch_norm(MergeBatchNorm(), model, [torch.rand(2, 3, 8, 8)])
+    folded = {name for name, m in merged.named_modules() if isinstance(m, nn.Identity)}
+    assert folded == ({"1.normalization"} if reuse else {"0.normalization", "1.normalization"})
+    assert merged[0].convolution.stride == (1, 1)  # the layers themselves stay, attributes and all
+    with torch.no_grad():
+        torch.testing.assert_close(merged(x), expected, rtol=1e-5, atol=1e-5)
+    assert ("0.normalization (BatchNorm2d)" in caplog.text) is reuse  # the one kept is named
