@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from _shared import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 BLOCKED = ("brevitas", "onnx", "onnxruntime", "qonnx")
 MODULES = (
     "quark.torch.quantization.config.config",

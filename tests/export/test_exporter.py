@@ -5,18 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _shared.configs import W8A8, W8A8_POF2
+from _shared.graphs import op_types
+from _shared.models import TwoInputs
+from _shared.quantize import assert_unchanged, quantize, quantized_mlp, snapshot
 from torch import nn
 
-from export.helpers import (
-    W8A8,
-    W8A8_POF2,
-    assert_same_state,
-    op_types,
-    quantize,
-    quantized_mlp,
-    snapshot,
-)
-from export.zoo import TwoInputs
 from quark.torch.extensions.brevitas.api import (
     ExportFailedError,
     ExportFormat,
@@ -100,7 +94,7 @@ def test_export_leaves_training_mode_parameters_and_modules_unchanged(onnx_path,
     before, out_before = snapshot(qmodel), qmodel.eval()(x)
     qmodel.train()
     getattr(ModelExporter(onnx_path), method)(qmodel, x)
-    assert_same_state(before, qmodel)
+    assert_unchanged(before, qmodel)
     torch.testing.assert_close(qmodel.eval()(x), out_before, atol=0, rtol=0)
 
 
@@ -127,10 +121,10 @@ def test_failed_export_restores_the_model_and_the_next_export_succeeds(onnx_path
         ExportFailedError, match=rf"{fmt} export with the TorchScript exporter .* failed: RuntimeError: boom"
     ):
         getattr(ModelExporter(onnx_path), method)(model, torch.randn(3, 12))
-    assert_same_state(before, model)
+    assert_unchanged(before, model)
     model.fail = False
     assert getattr(ModelExporter(onnx_path), method)(model, torch.randn(3, 12)).passed
-    assert_same_state(before, model)
+    assert_unchanged(before, model)
 
 
 def test_second_export_to_another_format_gets_that_formats_handlers(tmp_path):
@@ -170,7 +164,7 @@ def test_dynamo_qcdq_with_quantized_bias_is_refused_before_export(onnx_path):
 
 def test_torchscript_qcdq_stores_integer_weights(onnx_path):
     """The default exporter writes int8 weights + DequantizeLinear (dynamo writes float + Q + DQ)."""
-    from export.helpers import initializers
+    from _shared.graphs import initializers
 
     ModelExporter(onnx_path).export_onnx_model(quantized_mlp(W8A8), torch.randn(3, 12))
     weights = [v for k, v in initializers(onnx_path).items() if v.ndim == 2]

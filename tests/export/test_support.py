@@ -7,9 +7,11 @@ from __future__ import annotations
 import brevitas.nn as qnn
 import pytest
 import torch
+from _shared import REPO
+from _shared.configs import A8, W8, W8A8, layer_config
+from _shared.quantize import quantize
 from torch import nn
 
-from export.helpers import A8, W8, W8A8, config, quantize
 from quark.torch.extensions.brevitas._backend.export import support
 from quark.torch.extensions.brevitas._backend.inventory import quantizers
 from quark.torch.extensions.brevitas._backend.rewrite.graph import QuantConcat
@@ -105,7 +107,7 @@ def _build(row):
     if mode is not None:
         model(torch.randn(*shape))  # lazy layers take their shapes
         output = {} if row in NO_OUTPUT else {"output_tensors": A8}
-        cfg = config(weight=W8_PER_TENSOR, input_tensors=A8, **output)
+        cfg = layer_config(weight=W8_PER_TENSOR, input_tensors=A8, **output)
         cfg.quant_mode = mode
         model = quantize(cfg, model, [torch.randn(*shape) for _ in range(2)])
     return model.eval(), torch.randn(*shape)
@@ -129,10 +131,7 @@ def test_per_channel_transposed_convolution_with_quantized_input_exports_exactly
     torch.manual_seed(0)
     pof2 = {"observer_cls": PerChannelMinMaxObserver, "qscheme": QSchemeType.per_channel, "ch_axis": 1}
     model = quantize(
-        config(
-            weight=QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2, **pof2),
-            input_tensors=QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2),
-        ),
+        layer_config(weight=QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2, **pof2), input_tensors=QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2)),
         nn.Sequential(nn.ConvTranspose2d(4, 3, 3)),
         [torch.randn(2, 4, 6, 6) for _ in range(2)],
     )
@@ -144,14 +143,12 @@ def test_per_channel_transposed_convolution_with_quantized_input_exports_exactly
 def test_per_channel_transposed_convolution_with_float_input_exports(onnx_path, fmt):
     torch.manual_seed(0)
     model = quantize(
-        config(
-            weight=QuantizationSpec(
+        layer_config(weight=QuantizationSpec(
                 dtype=Dtype.int8,
                 observer_cls=PerChannelMinMaxObserver,
                 qscheme=QSchemeType.per_channel,
                 ch_axis=1,
-            )
-        ),
+            )),
         nn.Sequential(nn.ConvTranspose2d(4, 3, 3)),
         None,
     )
@@ -181,7 +178,7 @@ def test_every_offending_quantizer_is_listed_at_once(onnx_path):
     spec = QuantizationSpec(dtype=Dtype.int16, observer_cls=PerTensorMinMaxObserver)
     torch.manual_seed(0)
     model = quantize(
-        config(weight=W8, input_tensors=spec),
+        layer_config(weight=W8, input_tensors=spec),
         nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)),
         [torch.randn(4, 8)],
     )
@@ -210,7 +207,7 @@ def test_dynamo_rows_are_refused_before_export(onnx_path):
         ch_axis=1,
         group_size=4,
     )
-    model = quantize(config(weight=group), nn.Sequential(nn.Linear(8, 4)), None)
+    model = quantize(layer_config(weight=group), nn.Sequential(nn.Linear(8, 4)), None)
     with pytest.raises(
         UnsupportedExportError,
         match=r"'0.weight_quant' \(weight\): qscheme=per_group; qonnx allows per_tensor, per_channel \(or dynamo=False\)",
@@ -265,7 +262,7 @@ A8_POF2 = QuantizationSpec(dtype=Dtype.int8, observer_cls=PerTensorMinMaxObserve
 def test_dynamo_weight_rules_are_refused_and_real(onnx_path, monkeypatch, fmt, weight, match, without_check):
     torch.manual_seed(0)
     model = quantize(
-        config(weight=weight, input_tensors=A8_POF2, output_tensors=A8_POF2),
+        layer_config(weight=weight, input_tensors=A8_POF2, output_tensors=A8_POF2),
         nn.Sequential(nn.Linear(16, 8, bias=False)),
         [torch.randn(4, 16)],
     )
@@ -281,9 +278,8 @@ def test_dynamo_weight_rules_are_refused_and_real(onnx_path, monkeypatch, fmt, w
 
 
 def test_docs_embed_the_current_support_table():
-    from pathlib import Path
 
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "export.md").read_text()
+    docs = (REPO / "docs" / "export.md").read_text()
     assert support.markdown() in docs, "docs/export.md: paste the output of support.markdown()"
 
 
@@ -324,7 +320,7 @@ def test_every_spec_refusal_is_real(onnx_path, monkeypatch, roles, fmt, dynamo, 
     """Without the check, each refused spec fails in the exporter or gives a graph that differs."""
     torch.manual_seed(0)
     model = quantize(
-        config(weight=W8, **roles),
+        layer_config(weight=W8, **roles),
         nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4)),
         [torch.randn(4, 16) + 0.5 for _ in range(2)],
     )

@@ -1,0 +1,26 @@
+"""Models, data, configs and helpers shared by the test tiers (``tests/`` is on ``sys.path``).
+
+    models.py      float models and their data (torch only)
+    configs.py     specs and configs of the main API (the config layer)
+    numerics.py    the numerics tests' specs, crafted tensors and exact comparison of QuantTensors
+    strategies.py  Hypothesis strategies over specs, configs and tensors, and the suite's profile
+    quantize.py    quantize(), a model's state before and after, a few training steps (Brevitas)
+    graphs.py      readers of written ONNX graphs (onnx)
+    zoo.py         the export zoo: small networks of the shapes users export, configs, calibration
+    finn_zoo.py    whole-integer FINN-style networks built from Brevitas layers (Brevitas)
+    docstrings.py  public names of a module and whether each is documented
+
+Each module imports only what its tier has: a config test may import ``models``, ``configs``,
+``numerics``, ``strategies`` and ``docstrings``, never ``quantize`` (which needs Brevitas).
+"""
+
+import os
+from pathlib import Path
+
+#: the repository root
+REPO = Path(__file__).resolve().parents[2]
+
+
+def leftovers(directory) -> list[str]:
+    """The temporary files an atomic write left in ``directory`` (none, once it has cleaned up)."""
+    return sorted(name for name in os.listdir(directory) if ".tmp" in name)

@@ -1,0 +1,340 @@
+"""ModelQuantizer end to end: client code, data forms, model ownership, errors, training."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import pytest
+import torch
+from _shared.configs import A8, W8, W8A8, WEIGHT_ONLY
+from _shared.models import SelfAttention, TokenModel, TwoInputs, loader, mlp
+from _shared.quantize import quantize
+from torch import nn
+
+import quark.torch.extensions.brevitas.api as brevitas_api
+import quark.torch.extensions.brevitas.config as brevitas_config
+from quark.torch.quantization.config.config import Config, GPTQConfig, QuantizationConfig, QuantizationSpec
+from quark.torch.quantization.config.type import Dtype, QSchemeType, ScaleType
+
+torch.manual_seed(0)
+
+
+def test_extension_client_code_runs_unchanged():
+    """Script shape of AMD Quark's Brevitas extension, with a classification DataLoader."""
+    model = mlp((12, 32, 4))
+    config = brevitas_config.Config(
+        global_quant_config=brevitas_config.QuantizationConfig(
+            weight=brevitas_config.QuantizationSpec(), input_tensors=brevitas_config.QuantizationSpec()
+        )
+    )
+    qmodel = brevitas_api.ModelQuantizer(config).quantize_model(model, loader())
+    assert not qmodel.training
+    x = torch.randn(5, 12)
+    out, ref = qmodel(x), model(x)
+    assert out.shape == ref.shape
+    assert torch.nn.functional.cosine_similarity(out.flatten(), ref.flatten(), dim=0) > 0.99
+    assert type(getattr(qmodel, "0")).__name__ == "QuantLinear"  # Preprocess returns an fx GraphModule
+
+
+def test_callers_model_is_not_modified():
+    model = mlp((12, 32, 4))
+    before = copy.deepcopy(model.state_dict())
+    qmodel = quantize(W8A8, model, loader())
+    assert qmodel is not model
+    assert all(type(m) in (nn.Sequential, nn.Linear, nn.ReLU) for m in model.modules())
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, before[key], atol=0, rtol=0)
+
+
+def test_inplace_modifies_and_returns_the_model():
+    model = mlp((12, 32, 4))
+    qmodel = quantize(W8A8, model, loader(), inplace=True)
+    assert qmodel is model
+    assert type(model[0]).__name__ == "QuantLinear"
+
+
+def test_failed_config_leaves_model_untouched_even_inplace():
+    model = mlp((12, 32, 4))
+    before = copy.deepcopy(model)
+    bad = Config(global_quant_config=QuantizationConfig(weight=W8), layer_quant_config={"missing": QuantizationConfig()})
+    with pytest.raises(ValueError, match="'missing' matches no quantizable module"):
+        quantize(bad, model, loader(), inplace=True)
+    assert [type(m) for m in model.modules()] == [type(m) for m in before.modules()]
+
+
+def test_model_with_two_inputs_takes_leading_batch_elements():
+    model = TwoInputs(8)
+    batches = [(torch.randn(4, 6), torch.randn(4, 3), torch.zeros(4)) for _ in range(3)]
+    qmodel = quantize(W8A8, model, batches)
+    x, y = torch.randn(2, 6), torch.randn(2, 3)
+    assert qmodel(x, y).shape == (2, 2)
+
+
+def test_dict_batches_are_keyword_inputs_and_token_ids_stay_integer():
+    model = TokenModel()
+    batches = [
+        {"input_ids": torch.randint(0, 50, (2, 7)), "attention_mask": torch.ones(2, 7), "labels": torch.zeros(2)}
+        for _ in range(3)
+    ]
+    qmodel = quantize(W8A8, model, batches)  # 'labels' is not a forward argument: it is dropped
+    ids = torch.randint(0, 50, (1, 7))
+    torch.testing.assert_close(qmodel(ids), qmodel(input_ids=ids, attention_mask=None))
+
+
+def test_token_id_tensor_batches_and_one_element_tuples():
+    model = TokenModel()
+    qmodel = quantize(W8A8, model, [torch.randint(0, 50, (2, 5)) for _ in range(2)])
+    assert qmodel(torch.randint(0, 50, (1, 5))).shape == (1, 3)
+    quantize(W8A8, model, [(torch.randint(0, 50, (2, 5)),) for _ in range(2)])
+
+
+def test_num_calib_batches_caps_consumption():
+    consumed = []
+
+    def batches():
+        for i in range(10):
+            consumed.append(i)
+            yield torch.randn(4, 12)
+
+    quantize(W8A8, mlp((12, 32, 4)), batches(), num_calib_batches=3)
+    assert consumed == [0, 1, 2]
+
+
+def test_progress_bar_can_be_switched_off(capsys):
+    quantize(W8A8, mlp((12, 32, 4)), loader())
+    assert capsys.readouterr().err == ""
+    brevitas_api.ModelQuantizer(W8A8).quantize_model(mlp((12, 32, 4)), loader(), progress=True)
+    assert "calibration" in capsys.readouterr().err
+
+
+def test_weight_only_needs_no_data_and_static_activations_do():
+    assert quantize(WEIGHT_ONLY, mlp((12, 32, 4)))(torch.randn(2, 12)).shape == (2, 4)
+    with pytest.raises(ValueError, match="needs calibration data; pass calib_loader"):
+        quantize(W8A8, mlp((12, 32, 4)))
+
+
+def test_dynamic_activations_need_no_data():
+    dyn = QuantizationSpec(dtype=Dtype.int8, symmetric=False, is_dynamic=True)
+    config = Config(global_quant_config=QuantizationConfig(weight=W8, input_tensors=dyn))
+    assert quantize(config, mlp((12, 32, 4)))(torch.randn(2, 12)).shape == (2, 4)
+
+
+def test_empty_calibration_data_is_an_error():
+    with pytest.raises(ValueError, match="calibration received no batch"):
+        quantize(W8A8, mlp((12, 32, 4)), [])
+
+
+def test_layer_never_called_during_calibration_is_named():
+    class Unused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used, self.unused = nn.Linear(4, 4), nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.used(x)
+
+    with pytest.raises(ValueError, match="unused"):
+        quantize(W8A8, Unused(), [torch.randn(2, 4)])
+
+
+@pytest.mark.parametrize(
+    "config, match",
+    [
+        (
+            Config(global_quant_config=QuantizationConfig(weight=W8), algo_config=[GPTQConfig()]),
+            r"GPTQConfig\.bit=4 disagrees with the weight spec \(bit width 8\) of module",
+        ),
+        (
+            Config(
+                global_quant_config=QuantizationConfig(
+                    weight=QuantizationSpec(dtype=Dtype.int4, qscheme=QSchemeType.per_group, ch_axis=1, group_size=5)
+                )
+            ),
+            "group_size=5 does not divide axis 1",
+        ),
+        (
+            Config(global_quant_config=QuantizationConfig(weight=W8, bias=QuantizationSpec(dtype=Dtype.int8))),
+            "bias with scale = input scale x weight scale needs input_tensors and weight",
+        ),
+        (
+            Config(
+                global_quant_config=QuantizationConfig(
+                    weight=QuantizationSpec(dtype=Dtype.int8, qscheme=QSchemeType.per_channel, ch_axis=3)
+                )
+            ),
+            "ch_axis=3 is out of range",
+        ),
+        (
+            Config(
+                global_quant_config=QuantizationConfig(
+                    input_tensors=QuantizationSpec(dtype=Dtype.mx, mx_element_dtype=Dtype.fp8_e4m3, is_dynamic=True)
+                )
+            ),
+            r"input_tensors mx fp8_e4m3 blocks of 32 need the channel count to be a multiple of 32, got 12",
+        ),
+    ],
+)
+def test_impossible_configs_raise_clearly(config, match):
+    with pytest.raises((ValueError, NotImplementedError), match=match):
+        quantize(config, mlp((12, 32, 4)), loader())
+
+
+def test_model_quantizer_rejects_other_config_types():
+    with pytest.raises(TypeError, match="expected quark.torch.quantization.config.config.Config"):
+        brevitas_api.ModelQuantizer({"weight": "int8"})
+
+
+def test_quantized_model_trains_in_a_plain_loop():
+    torch.manual_seed(1)
+    x = torch.randn(64, 12)
+    y = (x[:, 0] > 0).long() + 2 * (x[:, 1] > 0).long()
+    qmodel = quantize(W8A8, mlp((12, 32, 4)), [(x, y)])
+    qmodel.train()
+    optimizer = torch.optim.Adam(qmodel.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(60):
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(qmodel(x), y)
+        loss.backward()
+        losses.append(loss.item())
+        optimizer.step()
+    assert qmodel[0].weight.grad is not None and qmodel[0].weight.grad.abs().sum() > 0
+    scale = qmodel[0].input_quant.fused_activation_quant_proxy.tensor_quant.scaling_impl.value
+    assert scale.grad is not None and torch.isfinite(scale.grad).all()
+    assert losses[-1] < 0.5 * losses[0]
+
+
+@pytest.mark.parametrize(
+    "layer, shape, out_axis",
+    [
+        (nn.Conv1d(3, 6, 3), (2, 3, 10), 0),
+        (nn.Conv2d(3, 6, 3), (2, 3, 8, 8), 0),
+        (nn.Conv3d(3, 6, 3), (2, 3, 5, 5, 5), 0),
+        (nn.ConvTranspose1d(3, 6, 3), (2, 3, 10), 1),
+        (nn.ConvTranspose2d(3, 6, 3), (2, 3, 8, 8), 1),
+        (nn.ConvTranspose3d(3, 6, 3), (2, 3, 4, 4, 4), 1),
+    ],
+)
+def test_every_conv_flavour_quantizes_weights_inputs_outputs_bias(layer, shape, out_axis):
+    bias = QuantizationSpec(dtype=Dtype.int32)  # no observer: scale = input scale x weight scale
+    weight = QuantizationSpec(dtype=Dtype.int8, qscheme=QSchemeType.per_channel, ch_axis=out_axis)
+    config = Config(global_quant_config=QuantizationConfig(weight=weight, input_tensors=A8, output_tensors=A8, bias=bias))
+    model = nn.Sequential(layer)
+    data = [torch.randn(shape) for _ in range(3)]
+    qmodel = quantize(config, model, data)
+    out, ref = qmodel(data[0]), model(data[0])
+    assert out.shape == ref.shape
+    assert (out - ref).abs().max() < 0.1 * ref.abs().max()
+    assert all(qmodel[0].__getattr__(n).is_quant_enabled for n in ("input_quant", "weight_quant", "output_quant", "bias_quant"))
+
+
+@pytest.mark.parametrize(
+    "layer, shape, axis",
+    [(nn.Conv2d(3, 4, 3), (2, 3, 6, 6), 1), (nn.Linear(8, 4), (2, 8), 1), (nn.ConvTranspose2d(4, 3, 3), (2, 4, 6, 6), 0)],
+)
+def test_per_input_channel_weight_scales_with_quantized_input_are_rejected(layer, shape, axis):
+    """Brevitas computes the output scale s_in * s_w per output channel; other axes crash it obscurely."""
+    weight = QuantizationSpec(dtype=Dtype.int8, qscheme=QSchemeType.per_channel, ch_axis=axis)
+    config = Config(global_quant_config=QuantizationConfig(weight=weight, input_tensors=A8))
+    with pytest.raises(ValueError, match=rf"per_channel weight scales along axis {axis} cannot combine with a quantized input"):
+        quantize(config, nn.Sequential(layer), [torch.randn(shape)])
+
+
+def test_product_scaled_bias_needs_per_output_channel_weight_scales():
+    weight = QuantizationSpec(dtype=Dtype.int4, qscheme=QSchemeType.per_group, ch_axis=1, group_size=16)
+    config = Config(
+        global_quant_config=QuantizationConfig(weight=weight, input_tensors=A8, bias=QuantizationSpec(dtype=Dtype.int32))
+    )
+    with pytest.raises(ValueError, match=r"'0' \(Conv2d\): a bias scaled by input scale x weight scale needs one weight scale per output channel, got .*; allowed: per_tensor, or per_channel with ch_axis=0"):
+        quantize(config, nn.Sequential(nn.Conv2d(32, 6, 3)), [torch.randn(1, 32, 4, 4)])
+
+
+def test_multihead_attention_is_quantized_as_one_layer():
+    mha = nn.MultiheadAttention(16, 4, batch_first=True)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = mha
+
+        def forward(self, x):
+            return self.attn(x, x, x, need_weights=False)[0]
+
+    model = Block()
+    data = [torch.randn(2, 5, 16) for _ in range(3)]
+    quantizer = brevitas_api.ModelQuantizer(W8A8)
+    qmodel = quantizer.quantize_model(model, data, progress=False)
+    assert type(qmodel.attn).__name__ == "QuantMultiheadAttention"
+    assert [p.name for p in quantizer.plans] == ["attn"]  # out_proj is not planned on its own
+    out, ref = qmodel(data[0]), model(data[0])
+    assert torch.nn.functional.cosine_similarity(out.flatten(), ref.flatten(), dim=0) > 0.99
+
+
+def test_summary_lists_every_layer_and_its_specs():
+    config = Config(
+        global_quant_config=QuantizationConfig(weight=W8, input_tensors=A8),
+        layer_quant_config={"2": QuantizationConfig(weight=QuantizationSpec(dtype=Dtype.int4, scale_type=ScaleType.pof2))},
+    )
+    quantizer = brevitas_api.ModelQuantizer(config)
+    quantizer.quantize_model(mlp((12, 32, 4)), loader(), progress=False)
+    lines = quantizer.summary().splitlines()
+    assert lines[0].split() == ["layer", "type", "input_tensors", "output_tensors", "weight", "bias"]
+    assert lines[2].startswith("0 ") and "int8 sym per_channel" in lines[2]
+    assert lines[3].startswith("2 ") and "int4 sym per_tensor pof2" in lines[3]
+
+
+def test_importing_the_api_prints_and_warns_nothing():
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", "import quark.torch.extensions.brevitas.api"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "" and result.stderr == ""
+
+
+#: one example per row of mapping.LAYERS: (float layer, input shape)
+LAYER_CASES = {
+    nn.Linear: (lambda: nn.Linear(8, 6), (2, 8)),
+    nn.Conv1d: (lambda: nn.Conv1d(3, 6, 3), (2, 3, 10)),
+    nn.Conv2d: (lambda: nn.Conv2d(3, 6, 3), (2, 3, 8, 8)),
+    nn.Conv3d: (lambda: nn.Conv3d(3, 6, 3), (2, 3, 5, 5, 5)),
+    nn.ConvTranspose1d: (lambda: nn.ConvTranspose1d(3, 6, 3), (2, 3, 10)),
+    nn.ConvTranspose2d: (lambda: nn.ConvTranspose2d(3, 6, 3), (2, 3, 8, 8)),
+    nn.ConvTranspose3d: (lambda: nn.ConvTranspose3d(3, 6, 3), (2, 3, 4, 4, 4)),
+    nn.MultiheadAttention: (lambda: nn.MultiheadAttention(8, 2, batch_first=True), (2, 5, 8)),
+}
+
+
+def test_every_layer_row_has_a_case():
+    from quark.torch.extensions.brevitas._backend.mapping import LAYERS
+
+    assert set(LAYER_CASES) == set(LAYERS)
+
+
+@pytest.mark.parametrize("float_type", list(LAYER_CASES), ids=lambda t: t.__name__)
+def test_every_layer_row_becomes_its_brevitas_layer_with_every_role(float_type):
+    from quark.torch.extensions.brevitas._backend.mapping import LAYERS
+
+    row = LAYERS[float_type]
+    quant_type, role_keywords = row.quant_cls, row.roles
+    make, shape = LAYER_CASES[float_type]
+    torch.manual_seed(0)
+    layer = make()
+    model = nn.Sequential(layer) if float_type is not nn.MultiheadAttention else SelfAttention(layer, "mha")
+    bias = QuantizationSpec(dtype=Dtype.int32)  # scale = input scale x weight scale
+    config = Config(QuantizationConfig(weight=QuantizationSpec(dtype=Dtype.int8), input_tensors=A8, output_tensors=A8, bias=bias))
+    data = [torch.randn(shape) for _ in range(3)]
+    qmodel = quantize(config, model, data)
+    qlayer = next(m for m in qmodel.modules() if type(m) is quant_type)
+    for role, keywords in role_keywords.items():
+        for keyword in keywords:  # MultiheadAttention's in_proj_input_quant is in_proj.input_quant
+            path = keyword.replace("in_proj_", "in_proj.").replace("out_proj_", "out_proj.")
+            assert qlayer.get_submodule(path).is_quant_enabled, (role, keyword)
+    out, ref = qmodel(data[0]), model(data[0])
+    assert (out - ref).abs().max() < 0.1 * ref.abs().max()
+
+
