@@ -15,6 +15,8 @@ Each module imports only what its tier has: a config test may import ``models``,
 """
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 #: the repository root
@@ -24,3 +26,10 @@ REPO = Path(__file__).resolve().parents[2]
 def leftovers(directory) -> list[str]:
     """The temporary files an atomic write left in ``directory`` (none, once it has cleaned up)."""
     return sorted(name for name in os.listdir(directory) if ".tmp" in name)
+
+
+def python(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``code`` run by a fresh interpreter in the repository root, warnings as errors."""
+    return subprocess.run(
+        [sys.executable, "-W", "error", "-c", code], cwd=REPO, check=False, capture_output=True, text=True, timeout=timeout
+    )

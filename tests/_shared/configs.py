@@ -18,6 +18,8 @@ W8 = QuantizationSpec(
     dtype=Dtype.int8, observer_cls=PerChannelMinMaxObserver, qscheme=QSchemeType.per_channel, ch_axis=0
 )
 W8_POF2 = QuantizationSpec(dtype=Dtype.int8, observer_cls=PerTensorMinMaxObserver, scale_type=ScaleType.pof2)
+#: uint8 asymmetric (a zero point), per tensor
+U8_ASYM = QuantizationSpec(dtype=Dtype.uint8, symmetric=False)
 #: a bias spec without an observer: scale = input scale x weight scale
 B32 = QuantizationSpec(dtype=Dtype.int32)
 

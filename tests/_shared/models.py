@@ -36,6 +36,12 @@ def batches(n: int = 4, shape: tuple[int, ...] = (8, 12), seed: int = 0) -> list
     return [torch.randn(*shape, generator=g) for _ in range(n)]
 
 
+def unit_batches(n: int = 2, shape: tuple[int, ...] = (4, 8), seed: int = 0) -> list[torch.Tensor]:
+    """``n`` batches uniform in [0, 1) (non-negative, as images are: FINN's integer input)."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.rand(*shape, generator=g) for _ in range(n)]
+
+
 def loader(n_batches: int = 4, batch: int = 8) -> DataLoader:
     """A classification DataLoader of (x, label) for ``mlp()``, drawn from the global generator."""
     x = torch.randn(n_batches * batch, 12)
@@ -251,3 +257,15 @@ def gpt2(seed: int = 0, layers: int = 2) -> nn.Module:
     torch.manual_seed(seed)
     config = GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=HIDDEN, n_layer=layers, n_head=HEADS)
     return GPT2Model(config).eval()
+
+
+def trained_batch_norm(model: nn.Module) -> nn.Module:
+    """Non-trivial running statistics and affine parameters, so a wrong fold shows."""
+    torch.manual_seed(0)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+            nn.init.uniform_(m.weight, 0.5, 1.5)
+            nn.init.uniform_(m.bias, -0.2, 0.2)
+    return model.eval()

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from _shared.configs import W8A8
-from _shared.models import batches, mlp
+from _shared.models import batches, mlp, unit_batches
 from quark.torch.extensions.brevitas.api import ModelQuantizer
 
 
@@ -31,6 +31,13 @@ def quantized_mlp(config=W8A8, seed: int = 0) -> nn.Module:
     """``mlp()`` (seeded) quantized with ``config`` on ``batches(seed=seed)``."""
     torch.manual_seed(seed)
     return quantize(config, mlp(), batches(seed=seed))
+
+
+def quantized_on_unit_batches(config, model: nn.Module | None = None) -> nn.Module:
+    """``model`` (default: ``mlp((8, 8, 3))`` built after ``torch.manual_seed(0)``) quantized with ``config``
+    on ``unit_batches()``, in eval mode."""
+    torch.manual_seed(0)
+    return quantize(config, (model or mlp((8, 8, 3))).eval(), unit_batches())
 
 
 def snapshot(model: nn.Module) -> dict:

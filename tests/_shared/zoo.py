@@ -251,3 +251,17 @@ def quantized(name: str, config: str, seed: int = 0) -> tuple[nn.Module, Any]:
     )
     example = entry.sample(torch.Generator().manual_seed(seed + 1))
     return qmodel, example
+
+
+#: the zoo networks graph mode is taken through the targets on (tests/targets/*/test_graph_zoo.py)
+GRAPH_ZOO = ("tfc", "cnv", "resnet_bn", "concat", "mobilenet")
+
+
+def with_statistics(name: str) -> torch.nn.Module:
+    """The zoo network with batch-norm statistics of its data (as a trained network has)."""
+    torch.manual_seed(0)
+    model = ZOO[name].build().train()
+    with torch.no_grad():
+        for batch in calibration(ZOO[name], batches=4, seed=5):
+            model(batch)
+    return model.eval()

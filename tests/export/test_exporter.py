@@ -250,29 +250,3 @@ def test_graph_outputs_that_do_not_match_the_model_are_named(onnx_path, monkeypa
         ModelExporter(onnx_path).export_onnx_model(quantized_mlp(), torch.randn(2, 12))
 
 
-def test_finn_handoff_without_finn_says_how_to_install(onnx_path, monkeypatch):
-    import sys
-
-    from quark.torch.extensions.brevitas.api import finn_handoff
-
-    ModelExporter(onnx_path).export_qonnx_model(quantized_mlp(), torch.randn(2, 12))
-    monkeypatch.setitem(sys.modules, "finn.transformation.qonnx.convert_qonnx_to_finn", None)
-    with pytest.raises(
-        ImportError, match=r"the FINN target needs finn-plus .*pip install --no-deps finn-plus==1.6.1"
-    ):
-        finn_handoff(onnx_path, torch.randn(2, 12))
-
-
-@pytest.mark.parametrize("target, method", [("IPU", "export_onnx_model"), ("FINN", "export_qonnx_model")])
-def test_targets_need_quantizers_built_from_quark_specs(onnx_path, target, method):
-    import brevitas.nn as qnn
-
-    from quark.torch.extensions.brevitas.api import TargetCheckError
-
-    model = nn.Sequential(qnn.QuantIdentity(return_quant_tensor=False), nn.Linear(4, 2))
-    with pytest.raises(
-        TargetCheckError,
-        match=rf"quantizer '0.act_quant' \(activation\): not built from a Quark spec; {target} allows quantizers built "
-        "by ModelQuantizer",
-    ):
-        getattr(ModelExporter(onnx_path), method)(model, torch.randn(2, 4), target_device=target)

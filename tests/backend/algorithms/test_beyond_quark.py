@@ -9,17 +9,13 @@ import logging
 import pytest
 import torch
 from _shared import models
-from _shared.configs import U4G16, W4C, W4G16, W4T, algo_config
+from _shared.configs import INT8, U4G16, U8_ASYM, W4C, W4G16, W4T, algo_config
 from _shared.models import ONE_LAYER, error, layer_data, outputs
 from _shared.quantize import quantize
 from torch import nn
 
 from quark.torch.extensions.brevitas import algos
-from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
-from quark.torch.quantization.config.type import Dtype
-
-W8_PER_TENSOR = QuantizationSpec(dtype=Dtype.int8)
-U8_ASYM = QuantizationSpec(dtype=Dtype.uint8, symmetric=False)  # per tensor
+from quark.torch.quantization.config.config import Config, QuantizationConfig
 
 
 @pytest.mark.parametrize("build", [models.bert, models.llama])
@@ -35,8 +31,8 @@ def test_hadamard_rotation_keeps_the_float_function(build):
 def test_hadamard_rotation_reduces_w8a8_per_tensor_error_on_outliers():
     model, data = models.bert(), models.token_batches(8)
     reference = outputs(model, data)
-    rtn = error(quantize(algo_config(W8_PER_TENSOR, inputs=U8_ASYM), model, data), reference, data)
-    rotated = error(quantize(algo_config(W8_PER_TENSOR, pre=[algos.HadamardRotation()], inputs=U8_ASYM), model, data), reference, data)
+    rtn = error(quantize(algo_config(INT8, inputs=U8_ASYM), model, data), reference, data)
+    rotated = error(quantize(algo_config(INT8, pre=[algos.HadamardRotation()], inputs=U8_ASYM), model, data), reference, data)
     assert rotated < 0.5 * rtn
 
 
@@ -73,7 +69,7 @@ def test_hadamard_rotation_names_the_layers_it_cannot_rotate(caplog):
 def test_hadamard_rotation_errors_leave_the_model_untouched(layers, match):
     model = _Odd()
     before = copy.deepcopy(model.state_dict())
-    config = Config(QuantizationConfig(weight=W8_PER_TENSOR), pre_quant_opt_config=[algos.HadamardRotation(layers=layers)])
+    config = Config(QuantizationConfig(weight=INT8), pre_quant_opt_config=[algos.HadamardRotation(layers=layers)])
     from quark.torch.extensions.brevitas.api import ModelQuantizer
 
     with pytest.raises(ValueError, match=match):
@@ -85,7 +81,7 @@ def test_hadamard_rotation_errors_leave_the_model_untouched(layers, match):
 def test_hadamard_rotation_config_checks_and_round_trips():
     with pytest.raises(ValueError, match=r"HadamardRotation\.layers=\[\] is not valid"):
         algos.HadamardRotation(layers=[])
-    config = Config(QuantizationConfig(weight=W8_PER_TENSOR), pre_quant_opt_config=[algos.HadamardRotation(layers=["*.fc"])])
+    config = Config(QuantizationConfig(weight=INT8), pre_quant_opt_config=[algos.HadamardRotation(layers=["*.fc"])])
     assert Config.from_dict(config.to_dict()) == config
 
 
@@ -116,15 +112,3 @@ def test_qronos_config_checks_and_needs_data():
         algos.Qronos().apply(object())
 
 
-def test_hadamard_rotation_refused_by_the_qonnx_export_before_it_runs(tmp_path):
-    from quark.torch.extensions.brevitas._backend.export.errors import UnsupportedExportError
-    from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
-
-    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8)).eval()
-    data = [torch.randn(4, 16) for _ in range(2)]
-    config = Config(QuantizationConfig(weight=W8_PER_TENSOR, input_tensors=U8_ASYM), pre_quant_opt_config=[algos.HadamardRotation()])
-    quantized = ModelQuantizer(config).quantize_model(model, data, progress=False)
-    with pytest.raises(UnsupportedExportError, match=r"module '0' \(RotatedModule\): an online Hadamard rotation"):
-        ModelExporter(str(tmp_path / "m.qonnx")).export_qonnx_model(quantized, data[0])
-    report = ModelExporter(str(tmp_path / "m.onnx")).export_onnx_model(quantized, data[0])
-    assert "PASS" in str(report)

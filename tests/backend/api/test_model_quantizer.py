@@ -8,13 +8,15 @@ import sys
 
 import pytest
 import torch
-from _shared.configs import A8, W8, W8A8, WEIGHT_ONLY
+from _shared.configs import A8, INT8, W8, W8A8, WEIGHT_ONLY
 from _shared.models import SelfAttention, TokenModel, TwoInputs, loader, mlp
 from _shared.quantize import quantize
 from torch import nn
 
 import quark.torch.extensions.brevitas.api as brevitas_api
 import quark.torch.extensions.brevitas.config as brevitas_config
+from quark.torch.extensions.brevitas import algos
+from quark.torch.extensions.brevitas.api import ModelQuantizer
 from quark.torch.quantization.config.config import Config, GPTQConfig, QuantizationConfig, QuantizationSpec
 from quark.torch.quantization.config.type import Dtype, QSchemeType, ScaleType
 
@@ -338,3 +340,50 @@ def test_every_layer_row_becomes_its_brevitas_layer_with_every_role(float_type):
     assert (out - ref).abs().max() < 0.1 * ref.abs().max()
 
 
+# -- the bug: the plan was resolved twice -------------------------------------------------------
+
+
+class ConvBN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+        self.fc = nn.Linear(64, 2)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.bn(self.conv(x))).flatten(1))
+
+
+@pytest.mark.parametrize("exclude", [["bn"], ["conv", "bn"]])
+def test_exclude_naming_a_module_preprocess_merges_away(exclude):
+    """Regression: Preprocess merged 'bn' into 'conv', then the second resolve failed with
+    "exclude pattern 'bn' matches no module". The plan is resolved once, on the pre-processed
+    model; exclude may name any module of the model the user passed."""
+    config = Config(
+        QuantizationConfig(weight=INT8, input_tensors=INT8), exclude=exclude, pre_quant_opt_config=[algos.Preprocess()]
+    )
+    quantizer = ModelQuantizer(config)
+    qmodel = quantizer.quantize_model(ConvBN(), [torch.randn(2, 1, 6, 6)], progress=False)
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in qmodel.modules())
+    assert [p.name for p in quantizer.plans] == [n for n in ("conv", "fc") if n not in exclude]
+
+
+def test_exclude_matching_nothing_anywhere_is_still_an_error():
+    config = Config(QuantizationConfig(weight=INT8), exclude=["bnn"], pre_quant_opt_config=[algos.Preprocess()])
+    with pytest.raises(ValueError, match=r"exclude pattern 'bnn' matches no module; modules: conv, bn, fc"):
+        ModelQuantizer(config).quantize_model(ConvBN(), progress=False)
+
+
+def test_a_bad_spec_fails_before_preprocess_touches_an_inplace_model():
+    model = ConvBN()
+    before = copy.deepcopy(model.state_dict())
+    bad = QuantizationSpec(dtype=Dtype.fp8_e4m3, symmetric=False)
+    config = Config(
+        QuantizationConfig(weight=INT8),
+        layer_type_quant_config={"Linear": QuantizationConfig(weight=bad)},
+        pre_quant_opt_config=[algos.Preprocess()],
+    )
+    with pytest.raises(ValueError, match=r"layer_type_quant_config\['Linear'\]\.weight: symmetric=False is not supported"):
+        ModelQuantizer(config).quantize_model(model, inplace=True, progress=False)
+    assert isinstance(model.bn, nn.BatchNorm2d)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

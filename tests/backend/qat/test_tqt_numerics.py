@@ -367,45 +367,6 @@ def test_fused_kernel_used_for_tqt_and_pof2_only():
 # -- config errors --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "kwargs,field",
-    [
-        ({"scale_type": ScaleType.float}, "scale_type"),
-        ({"scale_type": None}, "scale_type"),
-        ({"symmetric": False}, "symmetric"),
-        ({"qscheme": QSchemeType.per_channel, "ch_axis": 0}, "qscheme"),
-        ({"is_dynamic": True}, "is_dynamic"),
-    ],
-)
-def test_main_spec_rejects_tqt_that_cannot_hold(kwargs, field):
-    base = {"dtype": Dtype.int8, "symmetric": True, "scale_type": ScaleType.pof2}
-    with pytest.raises(ValueError, match=rf"qat_spec=TQTSpec needs {field}="):
-        QuantizationSpec(**{**base, **kwargs}, qat_spec=TQTSpec(TQTThresholdInitMeth._3SD))
-    QuantizationSpec(**{**base, **kwargs})  # fine without TQT
-
-
-@pytest.mark.parametrize(
-    "kwargs,field",
-    [
-        ({"scale_type": ScaleType.float}, "scale_type"),
-        ({"symmetric": False}, "symmetric"),
-        ({"qscheme": QSchemeType.per_channel}, "qscheme"),
-    ],
-)
-def test_extension_spec_rejects_tqt_that_cannot_hold(kwargs, field):
-    base = {"bit_width": 4, "scale_type": ScaleType.pof2}
-    with pytest.raises(ValueError, match=rf"qat_spec=TQTSpec needs {field}="):
-        X.QuantizationSpec(**{**base, **kwargs}, qat_spec=TQTSpec())
-    X.QuantizationSpec(**{**base, **kwargs})
-
-
-def test_qat_spec_must_be_a_qat_spec():
-    with pytest.raises(TypeError, match="qat_spec"):
-        QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2, qat_spec="TQT")
-    with pytest.raises(ValueError, match="threshold_init_meth"):
-        TQTSpec("_bogus")
-
-
 def test_tqt_on_bias_rejected_main():
     tqt = QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2, qat_spec=TQTSpec())
     bias = QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2, qat_spec=TQTSpec())
@@ -421,14 +382,6 @@ def test_tqt_on_bias_rejected_extension():
     )
     with pytest.raises(ValueError, match=r"bias.*qat_spec="):
         ModelQuantizer(cfg).quantize_model(nn.Sequential(nn.Linear(4, 2)), [torch.randn(2, 4)], progress=False)
-
-
-def test_tqt_spec_round_trips_through_dict():
-    spec = QuantizationSpec(dtype=Dtype.uint4, scale_type=ScaleType.pof2, qat_spec=TQTSpec(TQTThresholdInitMeth._LL_J))
-    cfg = Config(global_quant_config=QuantizationConfig(input_tensors=spec))
-    assert Config.from_dict(cfg.to_dict()) == cfg
-    ext = X.QuantizationSpec(bit_width=2, scale_type=ScaleType.pof2, qat_spec=TQTSpec(TQTThresholdInitMeth._3SD))
-    assert X.QuantizationSpec.from_dict(ext.to_dict()) == ext
 
 
 # -- related finding outside TQT (fixed; regression) ------------------------------------------------

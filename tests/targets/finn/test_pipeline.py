@@ -3,14 +3,30 @@ and Streamline with the outputs of the QONNX graph (which equals torch), on real
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import pytest
 import torch
+from _shared.models import unit_batches
+from _shared.quantize import quantized_on_unit_batches
 from _shared.zoo import ZOO
+from torch import nn
 
-from quark.torch.extensions.brevitas.api import FinnError, ModelExporter, ModelQuantizer, finn_handoff
+from quark.torch.extensions.brevitas._backend.targets.finn import interface as finn_interface
+from quark.torch.extensions.brevitas.api import (
+    FinnError,
+    ModelExporter,
+    ModelQuantizer,
+    finn_handoff,
+)
+from quark.torch.extensions.brevitas.presets import finn
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
-from quark.torch.quantization.config.type import Dtype, QSchemeType, RoundType, ScaleType
+from quark.torch.quantization.config.type import (
+    Dtype,
+    QSchemeType,
+    RoundType,
+    ScaleType,
+)
 from quark.torch.quantization.observer import PerChannelMinMaxObserver, PerTensorMinMaxObserver
 
 pytest.importorskip(
@@ -124,3 +140,26 @@ def test_finn_rejects_signed_relu_activations_and_names_the_step(tmp_path, digit
         match=r"FINN step 'ConvertQONNXtoFINN' failed .*unsigned and non-narrow Quant nodes for Relu",
     ):
         finn_handoff(path, x)
+
+
+def test_the_handoff_absorbs_relu6_clips_into_thresholds(tmp_path):
+    """ReLU6 + quantizer becomes Clip -> MultiThreshold in FINN; the hand-off folds the clip into
+    the thresholds, so streamlining leaves an integer dataflow that computes what torch does."""
+    pytest.importorskip("finn.transformation.qonnx.convert_qonnx_to_finn", reason="finn-plus is not installed")
+    from qonnx.core.modelwrapper import ModelWrapper
+
+    from quark.torch.extensions.brevitas._backend.export.verify import execute_qonnx
+    from quark.torch.extensions.brevitas.api import finn_handoff
+
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU6(), nn.Linear(8, 8), nn.ReLU6(), nn.Linear(8, 3))
+    qmodel = quantized_on_unit_batches(finn(unsigned=("ReLU6",)), model)
+    x = unit_batches(1)[0] * 8  # large enough to clip at 6
+    ModelExporter(tmp_path / "m.onnx").export_qonnx_model(qmodel, x)
+    integer = finn_interface.integer_input(tmp_path / "m.onnx", tmp_path / "int.onnx")
+    x_int = np.clip(np.floor(x.numpy() / integer.scale + 0.5), 0, 255).astype(np.float32)
+    report = finn_handoff(tmp_path / "int.onnx", torch.from_numpy(x_int))
+    assert "Clip" in report.steps[1].op_types and "Clip" not in report.steps[2].op_types
+    streamlined = ModelWrapper(report.path)
+    assert finn_interface.float_operations(streamlined) == []
+    out = execute_qonnx(streamlined, [x_int])[0]  # the hand-off's graph takes one sample at a time
+    np.testing.assert_array_equal(out, qmodel(x).detach().numpy())

@@ -4,19 +4,18 @@ the integer network input; the preset's arguments."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 from _shared import REPO
+from _shared.models import unit_batches
+from _shared.quantize import quantized_on_unit_batches
 from torch import nn
 
 from quark.torch.extensions.brevitas._backend.rules import FROM_A_SPEC
 from quark.torch.extensions.brevitas._backend.targets.finn import TARGET as FINN_TARGET
-from quark.torch.extensions.brevitas._backend.targets.finn import interface as finn_interface
 from quark.torch.extensions.brevitas._backend.targets.finn import rules as finn_rules
 from quark.torch.extensions.brevitas.api import (
     ModelExporter,
-    ModelQuantizer,
     TargetCheckError,
     UnsupportedExportError,
 )
@@ -24,20 +23,6 @@ from quark.torch.extensions.brevitas.presets import finn
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
 from quark.torch.quantization.config.type import DeviceType, Dtype, QuantizationMode, RoundType, ScaleType
 from quark.torch.quantization.observer import PerTensorMinMaxObserver
-
-
-def mlp() -> nn.Module:
-    return nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3))
-
-
-def data(n: int = 2) -> list[torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    return [torch.rand(4, 8, generator=g) for _ in range(n)]
-
-
-def quantized(config: Config, model: nn.Module | None = None) -> nn.Module:
-    torch.manual_seed(0)
-    return ModelQuantizer(config).quantize_model((model or mlp()).eval(), data(), progress=False)
 
 
 def preset_with(**changes) -> Config:
@@ -118,16 +103,16 @@ def test_every_requirement_row_has_a_case():
 @pytest.mark.parametrize("row", CASES)
 def test_each_requirement_is_refused_before_export_with_the_fix(tmp_path, row):
     config, message = CASES[row]
-    model = quantized(config)
+    model = quantized_on_unit_batches(config)
     path = tmp_path / "model.onnx"
     with pytest.raises(TargetCheckError, match=message):
-        ModelExporter(path).export_qonnx_model(model, data(1)[0])
+        ModelExporter(path).export_qonnx_model(model, unit_batches(1)[0])
     assert not path.exists()  # refused before anything was written
 
 
 def test_the_preset_passes_and_the_graph_checks_run(tmp_path):
-    model = quantized(finn())
-    report = ModelExporter(tmp_path / "model.onnx").export_qonnx_model(model, data(1)[0])
+    model = quantized_on_unit_batches(finn())
+    report = ModelExporter(tmp_path / "model.onnx").export_qonnx_model(model, unit_batches(1)[0])
     assert report.passed
     assert report.target_checks == ("FINN: static input/output shapes", "FINN: no shape-computing subgraph")
 
@@ -158,65 +143,8 @@ def test_shape_computing_nodes_and_dynamic_shapes_are_refused_in_the_written_gra
 def test_a_finn_target_refuses_the_qdq_exporter(tmp_path):
     with pytest.raises(UnsupportedExportError, match=r"target_device=FINN takes qonnx: use ModelExporter.export_qonnx_model"):
         ModelExporter(tmp_path / "model.onnx").export_onnx_model(
-            quantized(finn()), data(1)[0], target_device=DeviceType.FINN
+            quantized_on_unit_batches(finn()), unit_batches(1)[0], target_device=DeviceType.FINN
         )
-
-
-def test_the_integer_input_is_annotated_and_computes_the_same(tmp_path):
-    from qonnx.core.modelwrapper import ModelWrapper
-    from qonnx.core.onnx_exec import execute_onnx
-
-    model = quantized(finn())
-    x = data(1)[0]
-    path = tmp_path / "model.onnx"
-    ModelExporter(path).export_qonnx_model(model, x)
-    integer = finn_interface.integer_input(path, tmp_path / "int.onnx")
-    assert integer.datatype == "UINT8"
-    assert integer.scale == model.input_quant.act_quant.scale().item()
-    wrapper = ModelWrapper(str(tmp_path / "int.onnx"))
-    assert wrapper.graph.input[0].name == integer.name and str(wrapper.get_tensor_datatype(integer.name)) == "UINT8"
-    assert wrapper.find_consumer(integer.name).op_type == "Mul"  # the input quantizer became its scale
-    x_int = np.clip(np.floor(x.numpy() / integer.scale + 0.5), 0, 255).astype(np.float32)
-    out = execute_onnx(wrapper, {integer.name: x_int})[wrapper.graph.output[0].name]
-    np.testing.assert_array_equal(out, model(x).detach().numpy())
-    # the integers of float inputs, as the removed quantizer made them: ties up (finn()), clamped to 0..255
-    np.testing.assert_array_equal(integer.integers(x.numpy()), x_int)
-    edges = np.array([-1.0, *((np.arange(4) + 0.5) * integer.scale), 1e3], np.float32)
-    np.testing.assert_array_equal(integer.integers(edges), [0, 1, 2, 3, 4, 255])
-
-
-def test_an_unquantized_network_input_cannot_become_integer(tmp_path):
-    config = finn()
-    config.layer_type_quant_config["GraphInput"] = QuantizationConfig()
-    config.global_quant_config.target_device = None  # export without the target's refusal
-    config.global_quant_config.input_tensors = None
-    model = quantized(config)
-    path = tmp_path / "model.onnx"
-    ModelExporter(path).export_qonnx_model(model, data(1)[0])
-    with pytest.raises(TargetCheckError, match=r"integer_input: the graph input 'global_in' does not feed one Quant node; quantize the network input"):
-        finn_interface.integer_input(path)
-
-
-def test_float_operations_count_the_nodes_that_are_not_integer(tmp_path):
-    from qonnx.core.modelwrapper import ModelWrapper
-
-    model = quantized(finn())
-    path = tmp_path / "model.onnx"
-    ModelExporter(path).export_qonnx_model(model, data(1)[0])
-    # the QONNX graph before FINN: the Gemm of float Quant outputs and the Relu are float
-    floats = finn_interface.float_operations(ModelWrapper(str(path)))
-    assert floats and all(f.split()[0] in ("Gemm", "Relu", "Quant", "Mul") for f in floats)
-
-
-@pytest.mark.parametrize("argument", ["weight_bits", "act_bits", "input_bits", "add_bits"])
-def test_the_preset_names_a_bit_width_it_cannot_build(argument):
-    with pytest.raises(ValueError, match=rf"finn\({argument}=5\): allowed \[2, 3, 4, 8\]"):
-        finn(**{argument: 5})
-
-
-def test_the_preset_names_a_layer_weight_width_it_cannot_build():
-    with pytest.raises(ValueError, match=r"finn\(layer_weight_bits\['fc'\]=6\): allowed \[2, 3, 4, 8\]"):
-        finn(layer_weight_bits={"fc": 6})
 
 
 class _Residual(nn.Module):
@@ -243,7 +171,7 @@ def test_the_preset_widens_the_named_layers_and_the_addition_and_nothing_else(tm
     config = finn(2, 2, add_bits=8, layer_weight_bits={"first": 8, "last": 8})
     assert finn(2, 2, add_bits=2).layer_type_quant_config.keys() == finn(2, 2).layer_type_quant_config.keys()
     torch.manual_seed(0)
-    qmodel = quantized(config, _Residual())
+    qmodel = quantized_on_unit_batches(config, _Residual())
     bits = {
         name: int(module.quant_weight().bit_width) for name, module in qmodel.named_modules() if hasattr(module, "quant_weight")
     }
@@ -256,7 +184,7 @@ def test_the_preset_widens_the_named_layers_and_the_addition_and_nothing_else(tm
         for name, module in qmodel.named_modules()
         if type(module).__name__ in ("ActQuantProxyFromInjector",) and module.is_quant_enabled
     ]
-    x = data(1)[0]
+    x = unit_batches(1)[0]
     qmodel(x)
     for hook in hooks:
         hook.remove()
@@ -275,24 +203,3 @@ def test_docs_embed_the_current_finn_requirements():
     assert finn_rules.markdown() in docs, "docs/export.md: paste the output of finn_rules.markdown()"
 
 
-def test_the_handoff_absorbs_relu6_clips_into_thresholds(tmp_path):
-    """ReLU6 + quantizer becomes Clip -> MultiThreshold in FINN; the hand-off folds the clip into
-    the thresholds, so streamlining leaves an integer dataflow that computes what torch does."""
-    pytest.importorskip("finn.transformation.qonnx.convert_qonnx_to_finn", reason="finn-plus is not installed")
-    from qonnx.core.modelwrapper import ModelWrapper
-
-    from quark.torch.extensions.brevitas._backend.export.verify import execute_qonnx
-    from quark.torch.extensions.brevitas.api import finn_handoff
-
-    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU6(), nn.Linear(8, 8), nn.ReLU6(), nn.Linear(8, 3))
-    qmodel = quantized(finn(unsigned=("ReLU6",)), model)
-    x = data(1)[0] * 8  # large enough to clip at 6
-    ModelExporter(tmp_path / "m.onnx").export_qonnx_model(qmodel, x)
-    integer = finn_interface.integer_input(tmp_path / "m.onnx", tmp_path / "int.onnx")
-    x_int = np.clip(np.floor(x.numpy() / integer.scale + 0.5), 0, 255).astype(np.float32)
-    report = finn_handoff(tmp_path / "int.onnx", torch.from_numpy(x_int))
-    assert "Clip" in report.steps[1].op_types and "Clip" not in report.steps[2].op_types
-    streamlined = ModelWrapper(report.path)
-    assert finn_interface.float_operations(streamlined) == []
-    out = execute_qonnx(streamlined, [x_int])[0]  # the hand-off's graph takes one sample at a time
-    np.testing.assert_array_equal(out, qmodel(x).detach().numpy())

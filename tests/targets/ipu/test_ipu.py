@@ -3,14 +3,10 @@ exporter (and independently here); configs and graphs that cannot meet the targe
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import onnx
 import pytest
 import torch
-from _shared import REPO
 from _shared.configs import W8A8
 from _shared.quantize import quantize
 from _shared.zoo import ZOO, calibration
@@ -25,37 +21,8 @@ from quark.torch.extensions.brevitas.api import (
 )
 from quark.torch.extensions.brevitas.presets import xint8
 from quark.torch.quantization.config.config import QuantizationConfig, QuantizationSpec
-from quark.torch.quantization.config.type import DeviceType, Dtype, QSchemeType, RoundType, ScaleType
+from quark.torch.quantization.config.type import DeviceType, Dtype, ScaleType
 from quark.torch.quantization.observer import PerTensorMinMaxObserver
-
-
-def test_xint8_preset_is_the_documented_scheme():
-    layer = xint8().global_quant_config
-    assert layer.target_device is DeviceType.IPU
-    for spec in (layer.input_tensors, layer.weight):
-        assert (
-            spec.dtype,
-            spec.symmetric,
-            spec.scale_type,
-            spec.round_method,
-            spec.qscheme,
-            spec.is_dynamic,
-        ) == (Dtype.int8, True, ScaleType.pof2, RoundType.half_even, QSchemeType.per_tensor, False)
-    assert layer.bias.dtype is Dtype.int32 and layer.bias.observer_cls is None  # scale = s_in * s_w
-    assert layer.output_tensors is None and xint8(exclude=["head"]).exclude == ["head"]
-
-
-def test_presets_import_without_brevitas_or_onnx():
-    code = (
-        "import sys\n"
-        "for n in ('brevitas', 'onnx', 'onnxruntime', 'qonnx'): sys.modules[n] = None\n"
-        "from quark.torch.extensions.brevitas.presets import xint8\n"
-        "assert xint8().global_quant_config.weight.scale_type.name == 'pof2'\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-W", "error", "-c", code], cwd=REPO, capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0 and result.stdout == "" and result.stderr == "", result.stderr
 
 
 def _xint8(name: str):

@@ -185,31 +185,6 @@ def test_extension_algorithms_have_quarks_names_and_defaults():
     assert ext.Config.from_dict(config.to_dict()) == config
 
 
-def test_base_classes_apply_raises_not_implemented():
-    with pytest.raises(NotImplementedError, match="has no implementation"):
-        algos.AlgoConfig().apply(None)
-    with pytest.raises(NotImplementedError, match="has no implementation"):
-        algos.PreQuantOptConfig().apply(None)
-
-
-@pytest.mark.parametrize(
-    "algo",
-    [
-        algos.ActivationEqualization(),
-        algos.GPTQ(),
-        algos.GPFQ(),
-        algos.GPFA2Q(),
-        algos.BiasCorrection(),
-        algos.CalibrateBatchNorm(),
-    ],
-)
-def test_apply_without_data_raises(algo):
-    with pytest.raises(
-        ValueError, match=rf"{type(algo).__name__} \({algo.name}\) needs calibration data: pass calib_loader"
-    ):
-        algo.apply(object())
-
-
 # -- observers -----------------------------------------------------------------------------------
 
 QUARK_SPECS = {
