@@ -24,8 +24,11 @@ import itertools
 import pytest
 import torch
 import torch.nn.functional as F
+from _reference import bdr as B
+from _reference import minifloat as M
 from _reference import quant as R
-from _shared.configs import layer_config
+from _shared.configs import A8, layer_config
+from _shared.models import SelfAttention
 from _shared.numerics import (
     DTYPES,
     QSCHEMES,
@@ -43,10 +46,20 @@ from _shared.quantize import quantize
 from torch import nn
 
 from quark.torch.extensions.brevitas import config as X
-from quark.torch.quantization.config.type import QSchemeType, ScaleType
+from quark.torch.extensions.brevitas._backend.mapping import (
+    ACT_FORMATS,
+    GRANULARITY,
+    LAYERS,
+    ROUND_IMPLS,
+    SCALE_RESTRICTS,
+    WEIGHT_FORMATS,
+)
+from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
+from quark.torch.quantization.config.type import Dtype, QSchemeType, RoundType, ScaleType
 from quark.torch.quantization.observer import (
     PerTensorMinMaxObserver,
 )
+from quark.torch.quantization.tensor_quant import Format, normalise
 
 # -- 1. weights, exact -------------------------------------------------------------------------------
 
@@ -163,6 +176,7 @@ GOLDEN = {
     "half_even": [-6, -2, -2, -0, 0, 2, 2, 6],
     "floor": [-6, -3, -2, -1, 0, 1, 2, 5],
     "round": [-6, -3, -2, -1, 1, 2, 3, 6],
+    "half_up": [-5, -2, -1, 0, 1, 2, 3, 6],
 }
 
 
@@ -322,3 +336,155 @@ def test_extension_weight_bit_widths(bits, symmetric, qscheme, scale_type, layer
 # -- 7. observers -------------------------------------------------------------------------------------
 
 
+#: one example per row of mapping.LAYERS: (float layer, input shape)
+# -- the tables, row by row ---------------------------------------------------------------------------
+
+#: one example per row of mapping.LAYERS: (float layer, input shape)
+LAYER_CASES = {
+    nn.Linear: (lambda: nn.Linear(8, 6), (2, 8)),
+    nn.Conv1d: (lambda: nn.Conv1d(3, 6, 3), (2, 3, 10)),
+    nn.Conv2d: (lambda: nn.Conv2d(3, 6, 3), (2, 3, 8, 8)),
+    nn.Conv3d: (lambda: nn.Conv3d(3, 6, 3), (2, 3, 5, 5, 5)),
+    nn.ConvTranspose1d: (lambda: nn.ConvTranspose1d(3, 6, 3), (2, 3, 10)),
+    nn.ConvTranspose2d: (lambda: nn.ConvTranspose2d(3, 6, 3), (2, 3, 8, 8)),
+    nn.ConvTranspose3d: (lambda: nn.ConvTranspose3d(3, 6, 3), (2, 3, 4, 4, 4)),
+    nn.MultiheadAttention: (lambda: nn.MultiheadAttention(8, 2, batch_first=True), (2, 5, 8)),
+}
+
+
+def test_every_layer_row_has_a_case():
+    assert set(LAYER_CASES) == set(LAYERS)
+
+
+@pytest.mark.parametrize("float_type", list(LAYER_CASES), ids=lambda t: t.__name__)
+def test_every_layer_row_becomes_its_brevitas_layer_with_every_role(float_type):
+    row = LAYERS[float_type]
+    quant_type, role_keywords = row.quant_cls, row.roles
+    make, shape = LAYER_CASES[float_type]
+    torch.manual_seed(0)
+    layer = make()
+    model = nn.Sequential(layer) if float_type is not nn.MultiheadAttention else SelfAttention(layer, "mha")
+    bias = QuantizationSpec(dtype=Dtype.int32)  # scale = input scale x weight scale
+    config = Config(QuantizationConfig(weight=QuantizationSpec(dtype=Dtype.int8), input_tensors=A8, output_tensors=A8, bias=bias))
+    data = [torch.randn(shape) for _ in range(3)]
+    qmodel = quantize(config, model, data)
+    qlayer = next(m for m in qmodel.modules() if type(m) is quant_type)
+    for role, keywords in role_keywords.items():
+        for keyword in keywords:  # MultiheadAttention's in_proj_input_quant is in_proj.input_quant
+            path = keyword.replace("in_proj_", "in_proj.").replace("out_proj_", "out_proj.")
+            assert qlayer.get_submodule(path).is_quant_enabled, (role, keyword)
+    out, ref = qmodel(data[0]), model(data[0])
+    assert (out - ref).abs().max() < 0.1 * ref.abs().max()
+
+
+def test_every_round_impl_row_has_a_case():
+    """Each row of ROUND_IMPLS has its column in the golden table, run on weights and activations above."""
+    assert {RoundType[name] for name in GOLDEN} == set(ROUND_IMPLS)
+
+
+def test_every_granularity_row_has_a_case():
+    """Each row of GRANULARITY is a qscheme of the weight grids above (``test_linear_weight_exact``)."""
+    assert {QSchemeType[name] for name in QSCHEMES} == set(GRANULARITY)
+
+
+@pytest.mark.parametrize("scale_type", [s.name for s in SCALE_RESTRICTS])
+def test_every_scale_restrict_row_gives_the_reference_scale(scale_type):
+    """int8 weights per channel, and a static input, with each ScaleType: the scale of the formula
+    restricted as the row says (unchanged, cast to float32 / float16 / bfloat16, power of two)."""
+    torch.manual_seed(24)
+    model = nn.Sequential(nn.Linear(32, 16))
+    w = model[0].weight.detach().clone()
+    config = layer_config(
+        weight=spec("int8", qscheme="per_channel", ch_axis=0, scale_type=scale_type),
+        input_tensors=spec("int8", scale_type=scale_type),
+    )
+    qm = quantize(config, model, calibration_batches())
+    q, deq, s, zp = R.fake_quant(w, 8, True, True, "per_channel", 0, scale_type=scale_type)
+    check_quant_tensor(qm[0].quant_weight(), w, q, deq, s, zp)
+    x = probe_input()
+    rng = (torch.tensor(-3.0), torch.tensor(5.0))
+    q, deq, s, zp = R.fake_quant(x, 8, True, True, scale_type=scale_type, rng=rng)
+    check_quant_tensor(qm[0].input_quant(x), x, q, deq, s, zp)
+    if scale_type in ("pof2", "float16", "bfloat16"):
+        assert s != rng[1] / 127.5  # the restriction shows on this range
+
+
+def test_every_scale_restrict_row_has_a_case():
+    assert {s.name for s in SCALE_RESTRICTS} == set(ScaleType.__members__)
+
+
+def _block_weight(shape=(32, 64), seed: int = 25) -> torch.Tensor:
+    """Rows spanning three decades: every format's rounding and scaling shows."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g) * torch.logspace(-1.5, 1.5, shape[0])[:, None]
+
+
+def _minifloat_reference(x: torch.Tensor, amax: torch.Tensor) -> torch.Tensor:
+    fmt = M.FORMATS["fp8_e4m3"]
+    return M.quantize_scaled(x, fmt, M.float_scale(amax, fmt))
+
+
+#: Format -> (spec, reference of a Linear(64, 32) weight w, reference of an input x calibrated on
+#: ``calib``): one case per row of WEIGHT_FORMATS and ACT_FORMATS, each checked exactly
+FORMAT_CASES = {
+    Format.integer: (
+        QuantizationSpec(dtype=Dtype.int8, qscheme=QSchemeType.per_channel, ch_axis=0),
+        QuantizationSpec(dtype=Dtype.int8),
+        lambda w: R.fake_quant(w, 8, True, True, "per_channel", 0)[1],
+        lambda x, calib: R.fake_quant(x, 8, True, True, rng=R.minmax(calib))[1],
+    ),
+    Format.minifloat: (
+        QuantizationSpec(dtype=Dtype.fp8_e4m3),
+        QuantizationSpec(dtype=Dtype.fp8_e4m3),
+        lambda w: _minifloat_reference(w, M.absmax(w)),
+        lambda x, calib: _minifloat_reference(x, M.absmax(calib)),
+    ),
+    Format.cast: (
+        QuantizationSpec(dtype=Dtype.bfloat16),
+        QuantizationSpec(dtype=Dtype.bfloat16),
+        lambda w: w.to(torch.bfloat16).float(),
+        lambda x, calib: x.to(torch.bfloat16).float(),
+    ),
+    Format.mx: (
+        QuantizationSpec(dtype=Dtype.mx, mx_element_dtype=Dtype.fp8_e4m3),
+        QuantizationSpec(dtype=Dtype.mx, mx_element_dtype=Dtype.fp8_e4m3, is_dynamic=True),
+        lambda w: M.mx_quantize(w, "fp8_e4m3", axis=1)[0],
+        lambda x, calib: M.mx_quantize(x, "fp8_e4m3", axis=-1)[0],
+    ),
+    Format.bdr: (
+        QuantizationSpec(dtype=Dtype.mx6),
+        QuantizationSpec(dtype=Dtype.mx6),
+        lambda w: B.quantize(w, "mx6", axis=1),
+        lambda x, calib: B.quantize(x, "mx6", axis=-1),
+    ),
+}
+
+
+def test_every_format_row_has_a_case():
+    assert set(FORMAT_CASES) == set(WEIGHT_FORMATS) == set(ACT_FORMATS)
+
+
+@pytest.mark.parametrize("fmt", list(FORMAT_CASES), ids=lambda f: f.name)
+def test_every_weight_format_row_quantizes_as_its_reference(fmt):
+    weight, _, reference, _ = FORMAT_CASES[fmt]
+    layer = nn.Linear(64, 32)
+    w = _block_weight()
+    set_weight(layer, w)
+    qm = quantize(layer_config(weight=weight), nn.Sequential(layer))
+    assert normalise(weight, "weight", "w").format is fmt
+    value = qm[0].quant_weight().value
+    exact(value, reference(w))
+    assert not torch.equal(value, w)  # something was rounded
+
+
+@pytest.mark.parametrize("fmt", list(FORMAT_CASES), ids=lambda f: f.name)
+def test_every_act_format_row_quantizes_as_its_reference(fmt):
+    _, act, _, reference = FORMAT_CASES[fmt]
+    calib = [_block_weight((4, 64), seed=26 + i) for i in range(2)]
+    x = _block_weight((4, 64), seed=30)
+    qm = quantize(layer_config(input_tensors=act), nn.Sequential(nn.Linear(64, 32)), calib)
+    assert normalise(act, "input_tensors", "x").format is fmt
+    value = qm[0].input_quant(x)
+    value = getattr(value, "value", value)
+    exact(value, reference(x, torch.cat(calib)))
+    assert not torch.equal(value, x)

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 from _shared.configs import A8, INT8, W8, W8A8, WEIGHT_ONLY
-from _shared.models import SelfAttention, TokenModel, TwoInputs, loader, mlp
+from _shared.models import TokenModel, TwoInputs, loader, mlp
 from _shared.quantize import quantize
 from torch import nn
 
@@ -296,48 +296,6 @@ def test_importing_the_api_prints_and_warns_nothing():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "" and result.stderr == ""
-
-
-#: one example per row of mapping.LAYERS: (float layer, input shape)
-LAYER_CASES = {
-    nn.Linear: (lambda: nn.Linear(8, 6), (2, 8)),
-    nn.Conv1d: (lambda: nn.Conv1d(3, 6, 3), (2, 3, 10)),
-    nn.Conv2d: (lambda: nn.Conv2d(3, 6, 3), (2, 3, 8, 8)),
-    nn.Conv3d: (lambda: nn.Conv3d(3, 6, 3), (2, 3, 5, 5, 5)),
-    nn.ConvTranspose1d: (lambda: nn.ConvTranspose1d(3, 6, 3), (2, 3, 10)),
-    nn.ConvTranspose2d: (lambda: nn.ConvTranspose2d(3, 6, 3), (2, 3, 8, 8)),
-    nn.ConvTranspose3d: (lambda: nn.ConvTranspose3d(3, 6, 3), (2, 3, 4, 4, 4)),
-    nn.MultiheadAttention: (lambda: nn.MultiheadAttention(8, 2, batch_first=True), (2, 5, 8)),
-}
-
-
-def test_every_layer_row_has_a_case():
-    from quark.torch.extensions.brevitas._backend.mapping import LAYERS
-
-    assert set(LAYER_CASES) == set(LAYERS)
-
-
-@pytest.mark.parametrize("float_type", list(LAYER_CASES), ids=lambda t: t.__name__)
-def test_every_layer_row_becomes_its_brevitas_layer_with_every_role(float_type):
-    from quark.torch.extensions.brevitas._backend.mapping import LAYERS
-
-    row = LAYERS[float_type]
-    quant_type, role_keywords = row.quant_cls, row.roles
-    make, shape = LAYER_CASES[float_type]
-    torch.manual_seed(0)
-    layer = make()
-    model = nn.Sequential(layer) if float_type is not nn.MultiheadAttention else SelfAttention(layer, "mha")
-    bias = QuantizationSpec(dtype=Dtype.int32)  # scale = input scale x weight scale
-    config = Config(QuantizationConfig(weight=QuantizationSpec(dtype=Dtype.int8), input_tensors=A8, output_tensors=A8, bias=bias))
-    data = [torch.randn(shape) for _ in range(3)]
-    qmodel = quantize(config, model, data)
-    qlayer = next(m for m in qmodel.modules() if type(m) is quant_type)
-    for role, keywords in role_keywords.items():
-        for keyword in keywords:  # MultiheadAttention's in_proj_input_quant is in_proj.input_quant
-            path = keyword.replace("in_proj_", "in_proj.").replace("out_proj_", "out_proj.")
-            assert qlayer.get_submodule(path).is_quant_enabled, (role, keyword)
-    out, ref = qmodel(data[0]), model(data[0])
-    assert (out - ref).abs().max() < 0.1 * ref.abs().max()
 
 
 # -- the bug: the plan was resolved twice -------------------------------------------------------
