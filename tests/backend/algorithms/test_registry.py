@@ -7,26 +7,33 @@ Adding an algorithm is one registration: none of these tests edits api.py.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
 import pytest
 import torch
-from _shared.configs import INT8
-from _shared.models import batches, mlp
+from _shared import models
+from _shared.configs import FROM_SPEC, INT8, W4C, W4G16
+from _shared.models import ONE_LAYER, batches, layer_data, mlp, trained_batch_norm
 from torch import nn
 
 import quark.torch.extensions.brevitas.config as bcfg
 from quark.torch.extensions.brevitas import algos
+from quark.torch.extensions.brevitas._backend.algorithms import IMPLEMENTATIONS
 from quark.torch.extensions.brevitas.api import ModelQuantizer
 from quark.torch.quantization.config.algorithms import (
     AlgoConfig,
+    AWQConfig,
+    GPTQConfig,
     Phase,
     PreQuantOptConfig,
+    SmoothQuantConfig,
     register_implementation,
 )
 from quark.torch.quantization.config.algorithms import registry as registry_module
-from quark.torch.quantization.config.config import Config, QuantizationConfig
+from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
+from quark.torch.quantization.config.type import Dtype, QSchemeType
 
 
 @pytest.fixture
@@ -144,3 +151,106 @@ def test_apply_without_data_raises(algo):
         ValueError, match=rf"{type(algo).__name__} \({algo.name}\) needs calibration data: pass calib_loader"
     ):
         algo.apply(object())
+
+
+# -- the table, row by row --------------------------------------------------------------------------
+
+
+def _bn_cnn() -> nn.Module:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 36, 10))
+    return trained_batch_norm(model)
+
+
+def _images():
+    return models.image_batches(4)
+
+
+def _tokens():
+    return models.token_batches(4)
+
+
+def _one_layer():
+    torch.manual_seed(0)
+    return ONE_LAYER["linear"]().eval()
+
+
+def _changed_parameters(plain: nn.Module, tuned: nn.Module) -> bool:
+    a, b = plain.state_dict(), tuned.state_dict()
+    return a.keys() != b.keys() or any(not torch.equal(a[k], b[k]) for k in a)
+
+
+def _has(module_type: str):
+    return lambda plain, tuned: any(type(m).__name__ == module_type for m in tuned.modules())
+
+
+def _traced(model: nn.Module) -> bool:
+    """A GraphModule (torch.fx's, or Brevitas' backport of it, which Preprocess traces with)."""
+    return any(cls.__name__ == "GraphModule" for cls in type(model).__mro__)
+
+
+def _traced_and_equalized(plain: nn.Module, tuned: nn.Module) -> bool:
+    return _traced(tuned) and not _traced(plain) and _changed_parameters(plain, tuned)
+
+
+def _no_batch_norm(plain: nn.Module, tuned: nn.Module) -> bool:
+    return any(isinstance(m, nn.BatchNorm2d) for m in plain.modules()) and not any(
+        isinstance(m, nn.BatchNorm2d) for m in tuned.modules()
+    )
+
+
+def _running_stats_changed(plain: nn.Module, tuned: nn.Module) -> bool:
+    (bn_plain,), (bn_tuned,) = ([m for m in model.modules() if isinstance(m, nn.BatchNorm2d)] for model in (plain, tuned))
+    return not torch.equal(bn_plain.running_mean, bn_tuned.running_mean)
+
+
+W8C = QuantizationSpec(dtype=Dtype.int8, qscheme=QSchemeType.per_channel, ch_axis=0)
+#: algorithm config class -> (an instance, the model, its data, weight spec, input spec, what it changes
+#: compared with the same quantization without it)
+IMPLEMENTATION_CASES = {
+    algos.Preprocess: (algos.Preprocess(), models.cnn, _images, W8C, INT8, _traced_and_equalized),
+    algos.MergeBatchNorm: (algos.MergeBatchNorm(), _bn_cnn, _images, W8C, INT8, _no_batch_norm),
+    algos.HadamardRotation: (algos.HadamardRotation(), models.cnn, _images, W8C, INT8, _has("RotatedModule")),
+    algos.ActivationEqualization: (algos.ActivationEqualization(), models.cnn, _images, W8C, INT8, _changed_parameters),
+    SmoothQuantConfig: (SmoothQuantConfig(alpha=0.5), models.llama, _tokens, W8C, INT8, _changed_parameters),
+    AWQConfig: (AWQConfig(**FROM_SPEC), models.llama, _tokens, W4G16, None, _changed_parameters),
+    GPTQConfig: (GPTQConfig(**FROM_SPEC, desc_act=False), _one_layer, layer_data, W4G16, None, _changed_parameters),
+    algos.GPTQ: (algos.GPTQ(), _one_layer, layer_data, W4C, None, _changed_parameters),
+    algos.GPFQ: (algos.GPFQ(), _one_layer, layer_data, W4C, INT8, _changed_parameters),
+    algos.GPFA2Q: (algos.GPFA2Q(accumulator_bit_width=14), _one_layer, layer_data, W8C, INT8, _changed_parameters),
+    algos.Qronos: (algos.Qronos(), _one_layer, layer_data, W4C, None, _changed_parameters),
+    algos.BiasCorrection: (algos.BiasCorrection(), models.cnn, _images, W4C, INT8, _changed_parameters),
+    algos.CalibrateBatchNorm: (algos.CalibrateBatchNorm(), _bn_cnn, _images, W8C, INT8, _running_stats_changed),
+}
+
+
+def test_every_implementation_row_has_a_case():
+    assert set(IMPLEMENTATION_CASES) == set(IMPLEMENTATIONS)
+
+
+@pytest.mark.parametrize("cls", list(IMPLEMENTATION_CASES), ids=lambda c: c.__name__)
+def test_every_implementation_row_runs_in_its_phase_and_changes_the_model(registry, cls):
+    """The row's implementation runs once, on the float model before quantization or on the
+    quantized model after calibration / last, as its phase says; the result differs from the same
+    quantization without the algorithm in what the algorithm does."""
+    algo, build, data, weight, inputs, changed = IMPLEMENTATION_CASES[cls]
+    row = IMPLEMENTATIONS[cls]
+    seen = []
+
+    def recording(config, model, batches):
+        seen.append(any(type(m).__name__.startswith("Quant") for m in model.modules()))
+        return row.run(config, model, batches)
+
+    registry[cls] = dataclasses.replace(row, run=recording)
+    before = row.phase is Phase.before_quantization
+    config = Config(
+        QuantizationConfig(weight=weight, input_tensors=inputs),
+        pre_quant_opt_config=[algo] if before else [],
+        algo_config=[] if before else [algo],
+    )
+    tuned = ModelQuantizer(config).quantize_model(build(), data(), progress=False)
+    assert seen == [not before]  # once; quantized layers already there unless it runs before quantization
+    plain = ModelQuantizer(Config(QuantizationConfig(weight=weight, input_tensors=inputs))).quantize_model(
+        build(), data(), progress=False
+    )
+    assert changed(plain, tuned)
