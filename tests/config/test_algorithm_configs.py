@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from quark.torch.extensions.brevitas import algos
 from quark.torch.extensions.brevitas import config as ext
-from quark.torch.quantization.config.algorithms import AWQConfig, GPTQConfig, SmoothQuantConfig
+from quark.torch.quantization.config.algorithms import (
+    AWQConfig,
+    GPTQConfig,
+    PreQuantOptConfig,
+    SmoothQuantConfig,
+)
+from quark.torch.quantization.config.algorithms.registry import ALGO_CONFIGS
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
 from quark.torch.quantization.config.type import Dtype, QSchemeType
 from quark.torch.quantization.observer import (
@@ -280,3 +288,46 @@ def test_group_observer_needs_group_qscheme():
         ValueError, match=r"observer_cls=PerGroupMinMaxObserver observes per_group but qscheme=None"
     ):
         QuantizationSpec(dtype=Dtype.int4, observer_cls=PerGroupMinMaxObserver)
+
+
+# -- the table, row by row (ALGO_CONFIGS: the names a config file may give) --------------------------
+
+#: name -> a config of that name with a field away from its default (no field: the defaults)
+ALGO_CONFIG_CASES = {
+    "smoothquant": SmoothQuantConfig(alpha=0.3),
+    "awq": AWQConfig(group_size=64),
+    "gptq": GPTQConfig(damp_percent=0.05),
+    "Pre-Processing": algos.Preprocess(equalize_iterations=3),
+    "Merge Batch Norm": algos.MergeBatchNorm(),
+    "Activation Equalization": algos.ActivationEqualization(alpha=0.3),
+    "Hadamard Rotation": algos.HadamardRotation(layers=["*.fc"]),
+    "GPTQ": algos.GPTQ(act_order=True),
+    "GPFQ": algos.GPFQ(percentage_of_processed_inputs=0.5),
+    "GPFA2Q": algos.GPFA2Q(accumulator_bit_width=20),
+    "Qronos": algos.Qronos(alpha=1e-4),
+    "Bias Correction": algos.BiasCorrection(),
+    "Calibrate Batch Norm": algos.CalibrateBatchNorm(),
+}
+
+
+def test_every_algo_config_row_has_a_case():
+    assert set(ALGO_CONFIG_CASES) == set(ALGO_CONFIGS)
+
+
+@pytest.mark.parametrize("name", list(ALGO_CONFIG_CASES))
+def test_every_algo_config_row_round_trips_by_its_name(name):
+    """The name builds the row's class (its defaults from the name alone), and a config holding it, in
+    the field of its kind, round-trips through a dict and JSON, by that name, in both flavours."""
+    algo = ALGO_CONFIG_CASES[name]
+    cls = ALGO_CONFIGS[name]
+    assert type(algo) is cls and algo.name == name
+    field = "pre_quant_opt_config" if isinstance(algo, PreQuantOptConfig) else "algo_config"
+    for config in (
+        Config(QuantizationConfig(weight=QuantizationSpec(dtype=Dtype.int8)), **{field: [algo]}),
+        ext.Config(ext.QuantizationConfig(weight=ext.QuantizationSpec()), **{field: [algo]}),
+    ):
+        data = config.to_dict()
+        assert [a["name"] for a in data[field]] == [name]
+        assert type(config).from_dict(json.loads(json.dumps(data))) == config
+    alone = Config.from_dict({"global_quant_config": {}, field: [{"name": name}]})
+    assert getattr(alone, field) == [cls()]

@@ -9,12 +9,17 @@ import torch
 from _reference import quant as R
 from _shared.numerics import exact, near_percentile
 
+from quark.torch.quantization.config.config import QuantizationSpec
+from quark.torch.quantization.config.type import QSchemeType
 from quark.torch.quantization.observer import (
+    OBSERVERS,
     PerChannelMinMaxObserver,
     PerTensorMinMaxObserver,
     PerTensorMSEObserver,
     PerTensorPercentileObserver,
 )
+from quark.torch.quantization.observer.selectors import _SelectorObserver
+from quark.torch.quantization.tensor_quant import Format, normalise
 
 
 def _batches(seed=30):
@@ -130,3 +135,89 @@ def test_mse_observer_beats_minmax(symmetric):
     assert lo <= 0 <= hi
     assert hi - lo < mhi - mlo  # it clips the outliers
     assert mse(lo, hi) <= mse(mlo, mhi)
+
+
+# -- the table, row by row (OBSERVERS: names a config file may give) ---------------------------------
+
+_X = torch.cat([torch.randn(1000, generator=torch.Generator().manual_seed(35)), torch.tensor([-9.0, 12.0])])
+
+
+def _minmax(observer, lo, hi, x):
+    return lo == min(float(x.min()), 0.0) and hi == max(float(x.max()), 0.0)
+
+
+def _percentile(observer, lo, hi, x):
+    """The central ``percentile`` interval of x, to one histogram bin (asymmetric)."""
+    width, tail = 2 * observer.bound / observer.num_bins, (100 - observer.percentile) / 200
+    return near_percentile(lo, x, tail, width) and near_percentile(hi, x, 1 - tail, width)
+
+
+def _clipping(observer, lo, hi, x):
+    """An MSE search on the 8-bit grid: inside the data's range, clipping its two outliers."""
+    return float(x.min()) <= lo < 0 < hi < float(x.max())
+
+
+def _is(fmt: Format, statistic: str, qscheme: QSchemeType):
+    return lambda tq: (tq.format, tq.statistic, tq.qscheme) == (fmt, statistic, qscheme)
+
+
+_PER_TENSOR, _PER_CHANNEL, _PER_GROUP = QSchemeType.per_tensor, QSchemeType.per_channel, QSchemeType.per_group
+_UINT8 = {"dtype": "uint8", "symmetric": False}
+#: observer name -> (spec fields naming it, role, what the spec normalises to, the range check on
+#: ``_X`` of an observer that calibrates; None for the names selecting what a quantizer computes itself)
+OBSERVER_CASES = {
+    "PerTensorMinMaxObserver": (_UINT8, "input_tensors", _is(Format.integer, "minmax", _PER_TENSOR), _minmax),
+    "PerChannelMinMaxObserver": (
+        {"dtype": "int8", "qscheme": "per_channel", "ch_axis": 0},
+        "weight",
+        _is(Format.integer, "minmax", _PER_CHANNEL),
+        _minmax,  # one channel here; test_per_channel_minmax_observer: several
+    ),
+    "PerGroupMinMaxObserver": (
+        {"dtype": "int4", "qscheme": "per_group", "ch_axis": 1, "group_size": 8},
+        "weight",
+        _is(Format.integer, "minmax", _PER_GROUP),
+        None,
+    ),
+    "PerTensorPercentileObserver": (_UINT8, "input_tensors", _is(Format.integer, "percentile", _PER_TENSOR), _percentile),
+    "PerTensorMSEObserver": (_UINT8, "input_tensors", _is(Format.integer, "mse", _PER_TENSOR), _clipping),
+    "PerTensorHistogramObserver": (_UINT8, "input_tensors", _is(Format.integer, "mse", _PER_TENSOR), _clipping),
+    "PlaceholderObserver": ({"dtype": "bfloat16"}, "weight", lambda tq: tq.format is Format.cast, None),
+    "PerBlockMXObserver": (
+        {"dtype": "mx", "mx_element_dtype": "fp8_e4m3", "qscheme": "per_group", "ch_axis": 1, "group_size": 32},
+        "weight",
+        lambda tq: (tq.format, tq.group_size) == (Format.mx, 32),
+        None,
+    ),
+    "PerBlockBFPObserver": (
+        {"dtype": "mx6", "qscheme": "per_group", "ch_axis": 1, "group_size": 16},
+        "weight",
+        lambda tq: (tq.format, tq.group_size) == (Format.bdr, 16),
+        None,
+    ),
+}
+
+
+def test_every_observer_row_has_a_case():
+    assert set(OBSERVER_CASES) == set(OBSERVERS)
+
+
+@pytest.mark.parametrize("name", list(OBSERVER_CASES))
+def test_every_observer_row_loads_by_name_normalises_and_observes(name):
+    """The name loads (and saves) as the class; the spec normalises to the observer's statistic or
+    format; an observer that calibrates gives its range on ``_X``, one that selects refuses to."""
+    fields, role, normalises_to, check = OBSERVER_CASES[name]
+    cls = OBSERVERS[name]
+    spec = QuantizationSpec.from_dict({**fields, "observer_cls": name})
+    assert spec.observer_cls is cls and spec.to_dict()["observer_cls"] == name
+    assert normalises_to(normalise(spec, role, "x"))
+    observer = cls(symmetric=False, qmin=0, qmax=255, ch_axis=0)
+    if check is None:
+        assert issubclass(cls, _SelectorObserver)
+        with pytest.raises(TypeError, match=rf"{name} selects .* computed by the quantizer itself"):
+            observer(_X)
+        return
+    for chunk in _X[None].split(300, dim=1):  # one row: one channel for the per-channel observer
+        observer(chunk)
+    lo, hi = (float(v.squeeze()) for v in observer.calculate_range())
+    assert check(observer, lo, hi, _X), (lo, hi)

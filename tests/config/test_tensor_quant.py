@@ -9,6 +9,7 @@ import pytest
 from quark.torch.extensions.brevitas import config as ext
 from quark.torch.quantization.config.config import QuantizationConfig, QuantizationSpec
 from quark.torch.quantization.config.type import (
+    Dtype,
     QSchemeType,
     RoundType,
     ScaleType,
@@ -20,7 +21,17 @@ from quark.torch.quantization.observer import (
     PerTensorMSEObserver,
     PerTensorPercentileObserver,
 )
-from quark.torch.quantization.tensor_quant import TensorQuant, normalise
+from quark.torch.quantization.tensor_quant import (
+    BDR_BITS,
+    CAST_DTYPES,
+    DTYPE_NAMES,
+    FLOAT_DTYPES,
+    INT_DTYPES,
+    MAIN_FORMATS,
+    Format,
+    TensorQuant,
+    normalise,
+)
 
 
 def S(dtype="int8", **kw):
@@ -294,3 +305,69 @@ def test_regression_unsigned_bias_accepted(dtype):
 def test_regression_extension_asymmetric_bias_silently_symmetric():
     with pytest.raises(ValueError, match=r"a bias spec sets bit_width \(and scale_type\) only.*symmetric=False"):
         normalise(ext.QuantizationSpec(symmetric=False), "bias", "b")
+
+
+# -- the tables, row by row -------------------------------------------------------------------------
+
+#: MAIN_FORMATS row (by its normaliser) -> the format its dtypes normalise to ({dtype: format} where they differ)
+MAIN_FORMAT_CASES = {
+    "_int_from_main": {d: Format.integer for d in INT_DTYPES},
+    "_float_from_main": {d: Format.minifloat for d in FLOAT_DTYPES},
+    "_cast_from_main": {d: Format.cast for d in CAST_DTYPES},
+    "_block_from_main": {Dtype.mx: Format.mx, Dtype.mx6: Format.bdr, Dtype.mx9: Format.bdr},
+}
+
+
+def _minimal_spec(dtype: Dtype) -> tuple[QuantizationSpec, str]:
+    """The smallest spec of ``dtype`` and a role that takes it (int32: a bias)."""
+    extra = {"mx_element_dtype": Dtype.fp8_e4m3} if dtype is Dtype.mx else {}
+    return QuantizationSpec(dtype=dtype, **extra), "bias" if dtype is Dtype.int32 else "weight"
+
+
+def test_every_main_format_row_has_a_case_and_every_dtype_one_row():
+    assert [normaliser.__name__ for _, normaliser in MAIN_FORMATS] == list(MAIN_FORMAT_CASES)
+    rows_of = {d: [n.__name__ for dtypes, n in MAIN_FORMATS if d in dtypes] for d in Dtype}
+    assert all(len(rows) == 1 for rows in rows_of.values()), rows_of
+
+
+@pytest.mark.parametrize("row", list(MAIN_FORMAT_CASES))
+def test_every_main_format_row_normalises_each_of_its_dtypes(row):
+    (dtypes,) = [dtypes for dtypes, normaliser in MAIN_FORMATS if normaliser.__name__ == row]
+    assert set(MAIN_FORMAT_CASES[row]) == set(dtypes)
+    for dtype, fmt in MAIN_FORMAT_CASES[row].items():
+        spec, role = _minimal_spec(dtype)
+        tq = normalise(spec, role, "w")
+        assert tq.format is fmt, dtype
+        if fmt is Format.integer:
+            assert (tq.bit_width, tq.signed) == INT_DTYPES[dtype]
+        elif fmt is Format.minifloat:
+            exponent, mantissa, fnuz = FLOAT_DTYPES[dtype]
+            assert (tq.bit_width, tq.exponent_bit_width, tq.mantissa_bit_width, tq.fnuz) == (1 + exponent + mantissa, exponent, mantissa, fnuz)
+        elif fmt is Format.cast:
+            assert (tq.exponent_bit_width, tq.mantissa_bit_width) == CAST_DTYPES[dtype] and tq.bit_width == 16
+        elif fmt is Format.mx:
+            assert (tq.bit_width, tq.group_size) == (8, 32)  # fp8_e4m3 elements in OCP blocks of 32
+        else:
+            assert (tq.bit_width, tq.group_size) == (BDR_BITS[dtype], 16)
+
+
+#: Format -> (spec, its dtype name) per row of DTYPE_NAMES
+DTYPE_NAME_CASES = {
+    Format.integer: [(S("int8"), "int8"), (S("uint4"), "uint4"), (S("int3"), "int3")],
+    Format.minifloat: [(S("fp8_e4m3"), "fp8_e4m3"), (S("fp8_e5m2fnuz"), "fp8_e5m2_fnuz"), (S("fp4"), "fp4_e2m1")],
+    Format.cast: [(S("bfloat16"), "bfloat16"), (S("float16"), "float16")],
+    Format.mx: [(S("mx", mx_element_dtype="fp8_e4m3"), "mx fp8_e4m3"), (S("mx", mx_element_dtype="int8"), "mx int8")],
+    Format.bdr: [(S("mx6"), "mx6"), (S("mx9"), "mx9")],
+}
+
+
+def test_every_dtype_name_row_has_a_case():
+    assert set(DTYPE_NAME_CASES) == set(DTYPE_NAMES) == set(Format)
+
+
+@pytest.mark.parametrize("fmt", list(DTYPE_NAME_CASES), ids=lambda f: f.name)
+def test_every_dtype_name_row_names_its_specs(fmt):
+    for spec, name in DTYPE_NAME_CASES[fmt]:
+        tq = normalise(spec, "weight", "w")
+        assert tq.format is fmt and tq.dtype_name == name
+        assert tq.describe().split()[: len(name.split())] == name.split()  # the summary's first column
