@@ -53,7 +53,8 @@ ONE_THREAD = (
     "config/test_algorithm_configs.py",
     "export/test_algorithms.py",
     "export/test_qat_export.py",
-    "targets/test_graph_zoo.py",
+    "targets/finn/test_graph_zoo.py",
+    "targets/ipu/test_graph_zoo.py",
 )
 
 

@@ -216,7 +216,7 @@ _W8_PER_CHANNEL = QuantizationSpec(
 
 def pof2_config(head: str) -> Config:
     """Integer / power-of-two path: the XINT8 preset's numbers without its IPU target (checked in
-    test_ipu.py), and the head's output quantized too."""
+    tests/targets/ipu/test_ipu.py), and the head's output quantized too."""
     config = xint8()
     config.global_quant_config.target_device = None
     config.layer_quant_config[head] = QuantizationConfig(output_tensors=_A8_POF2)

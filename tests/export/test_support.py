@@ -330,3 +330,95 @@ def test_every_spec_refusal_is_real(onnx_path, monkeypatch, roles, fmt, dynamo, 
     monkeypatch.setattr(support, "check", lambda *args: None)
     with pytest.raises(without_check):
         getattr(ModelExporter(onnx_path, dynamo=dynamo), METHODS[fmt])(model, x)
+
+
+# -- the rules, row by row ----------------------------------------------------------------------------
+
+QCDQ, QONNX = ExportFormat.qcdq, ExportFormat.qonnx
+
+
+def _rule_key(rule) -> str:
+    return f"{rule.refuses} -> {rule.allowed}"
+
+
+def _linear(**roles):
+    """A Linear(32, 8) quantized with ``roles`` (32 input channels: an MX block)."""
+    return lambda: quantize(layer_config(**roles), nn.Sequential(nn.Linear(32, 8)), [torch.randn(4, 32)])
+
+
+def _graph_pooled():
+    cfg = layer_config(weight=W8_PER_TENSOR, input_tensors=A8)
+    cfg.quant_mode = QuantizationMode.fx_graph_mode
+    model = _pooled(nn.AvgPool2d(2))
+    model(torch.randn(2, 3, 4, 4))
+    return quantize(cfg, model, [torch.randn(2, 3, 4, 4)])
+
+
+def _rotated():
+    from quark.torch.extensions.brevitas import algos
+    from quark.torch.quantization.config.config import Config, QuantizationConfig
+
+    config = Config(QuantizationConfig(weight=W8_PER_TENSOR), pre_quant_opt_config=[algos.HadamardRotation()])
+    return quantize(config, nn.Sequential(nn.Linear(16, 8)), [torch.randn(2, 16)])
+
+
+_INT8 = QuantizationSpec(dtype=Dtype.int8)
+#: rule (refused -> allowed) -> (the model, format, dynamo, the rules its problems come from besides this one)
+RULE_CASES = {
+    "activation/weight `format` -> integer, minifloat or cast formats": (
+        _linear(weight=QuantizationSpec(dtype=Dtype.mx, mx_element_dtype=Dtype.int8)), QONNX, False, (),
+    ),
+    "activation/weight `format` -> integer formats": (_linear(weight=QuantizationSpec(dtype=Dtype.fp8_e4m3)), QCDQ, False, ()),
+    "activation `is_dynamic` -> False": (_linear(input_tensors=QuantizationSpec(dtype=Dtype.int8, is_dynamic=True)), QONNX, False, ()),
+    "activation `round_method` -> half_even": (
+        _linear(input_tensors=QuantizationSpec(dtype=Dtype.int8, round_method=RoundType.floor)), QCDQ, False, (),
+    ),
+    "activation/weight `bit_width` -> 2..8": (_linear(input_tensors=QuantizationSpec(dtype=Dtype.int16)), QCDQ, False, ()),
+    "activation/weight `zero_point_type` -> int32": (
+        _linear(input_tensors=QuantizationSpec(dtype=Dtype.uint8, symmetric=False, zero_point_type=ZeroPointType.float32)),
+        QCDQ, False, (),
+    ),
+    "bias `bias` -> float biases (or dynamo=False)": (
+        _linear(weight=_INT8, input_tensors=_INT8, bias=QuantizationSpec(dtype=Dtype.int32)), QCDQ, True, (),
+    ),
+    "weight `qscheme` -> per_tensor, per_channel (or dynamo=False)": (
+        _linear(weight=QuantizationSpec(dtype=Dtype.int4, qscheme=QSchemeType.per_group, ch_axis=1, group_size=8)),
+        QONNX, True, (),
+    ),
+    "weight `round_method` -> half_even (or dynamo=False)": (
+        _linear(weight=QuantizationSpec(dtype=Dtype.int8, round_method=RoundType.floor)), QONNX, True, (),
+    ),
+    "a layer without a qcdq export -> the layers of the table above": (
+        lambda: nn.Sequential(nn.Linear(8, 4), qnn.QuantSigmoid(return_quant_tensor=False)), QCDQ, False, (),
+    ),
+    "a layer without a qonnx export -> the layers of the table above": (
+        lambda: nn.Sequential(nn.Linear(8, 4), qnn.QuantSigmoid(return_quant_tensor=False)), QONNX, False, (),
+    ),
+    "`TruncAvgPool2d`/`TruncAdaptiveAvgPool2d`: a truncating average pool -> a requantized average (graph mode: "
+    "output_tensors of the AvgPool2d / AdaptiveAvgPool2d site)": (
+        _graph_pooled, QCDQ, False, ("a layer without a qcdq export -> the layers of the table above",),
+    ),
+    "`QuantMultiheadAttention`: dynamo=True -> dynamo=False": (
+        lambda: quantize(W8A8, Attention(), [torch.randn(2, 5, 8)]), QONNX, True, (),
+    ),
+    "`RotatedModule`: an online Hadamard rotation (HadamardRotation), a float transform -> the qcdq export, or no "
+    "HadamardRotation": (_rotated, QONNX, False, ()),
+}
+
+
+def test_every_rule_row_has_a_case():
+    assert set(RULE_CASES) == {_rule_key(r) for r in (*support.SPEC_RULES, *support.LAYER_RULES)}
+
+
+@pytest.mark.parametrize("key", list(RULE_CASES))
+def test_every_rule_row_names_its_case_and_nothing_else(key):
+    """``problems`` (what export checks first) finds the row's problem in its case, and no other row's
+    but those listed; the same model in the other format or exporter may pass this row."""
+    build, fmt, dynamo, also = RULE_CASES[key]
+    torch.manual_seed(0)
+    model = build()
+    applying = {_rule_key(r): r for r in (*support.SPEC_RULES, *support.LAYER_RULES) if r.applies({"format": fmt, "dynamo": dynamo})}
+    found = support.problems(model, fmt, dynamo)
+    rows = {k for k, r in applying.items() for line in found if line.endswith(f"({r.reason})")}
+    assert rows == {key, *also}, found
+    assert len(found) == 1 + len(also), found

@@ -1,7 +1,8 @@
-"""Point 1 of issue 11: bad input gets one clear error and changes nothing.
+"""Point 1 of issue 11: bad input gets one clear error and changes nothing (quantizing).
 
 Every case checks the message (what is wrong, where, what is allowed) and that the model the
 user passed is exactly as it was (state_dict, module tree, modes), also with ``inplace=True``.
+Construction and config files: ``tests/config/robustness/``; export paths and inputs: ``tests/export/robustness/``.
 """
 
 from __future__ import annotations

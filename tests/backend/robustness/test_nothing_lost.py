@@ -1,8 +1,8 @@
-"""Point 2 of issue 11: nothing lost.
+"""Point 2 of issue 11: nothing lost (quantizing).
 
-Ctrl-C (``KeyboardInterrupt``) during calibration, an algorithm or a QAT step leaves the user's
-model usable and says where it stopped; exports and saved configs are written atomically, so a
-failed or interrupted write leaves neither a truncated file nor a destroyed previous one.
+Ctrl-C (``KeyboardInterrupt``) during calibration or an algorithm leaves the user's model usable
+and says where it stopped. Atomic writes of configs: ``tests/config/robustness/``; a QAT step
+interrupted, and exports written atomically: ``tests/export/robustness/``.
 """
 
 from __future__ import annotations

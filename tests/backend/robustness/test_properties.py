@@ -1,15 +1,14 @@
-"""Point 4 of issue 11: property-based tests (Hypothesis) over the config space and over tensors.
+"""Point 4 of issue 11: property-based tests (Hypothesis) over the config space and over tensors (quantizing).
 
-- every spec either constructs or is refused with a ``ValueError`` / ``TypeError`` naming a field;
 - every config the dataclasses accept either quantizes a small model (finite outputs of the right
   shape) or is refused *before the model is rewritten* with a ``ValueError`` / ``TypeError`` /
   ``NotImplementedError`` naming a field, raised by this package (never from inside Brevitas),
   and the user's model is unchanged either way;
-- ``to_dict`` / ``from_dict`` (and JSON / YAML text) round-trip every accepted config, both flavours;
-- zeros, constants, huge, tiny and subnormal tensors never give a NaN, infinite or zero range in
-  the observers, nor a NaN or zero scale or a non-finite output in the quantizers.
+- zeros, constants, huge, tiny and subnormal tensors never give a NaN or zero scale or a non-finite
+  output in the quantizers.
 
-Examples are derandomized (conftest.py) and bounded per test (``EXAMPLES``) to keep the suite fast;
+Construction, round trips and the observers' ranges: ``tests/config/robustness/test_properties.py``.
+Examples are derandomized (``_shared/strategies.py``) and bounded per test (``EXAMPLES``) to keep the suite fast;
 ``HYPOTHESIS_PROFILE=explore`` draws ten times as many, fresh.
 """
 

@@ -1,9 +1,10 @@
-"""Point 5 of issue 11: under load.
+"""Point 5 of issue 11: under load (quantizing).
 
-Calibration statistics are running, not stored (the observers' state does not grow with the
-number of batches, and no batch outlives its step; ``benchmarks/calibration_memory.py`` measures
-the process's peak memory); the package works under ``torch.inference_mode`` and
-``torch.no_grad``; a quantized model runs under ``torch.compile`` with outputs equal to eager.
+Calibration statistics are running, not stored (no batch outlives its step;
+``benchmarks/calibration_memory.py`` measures the process's peak memory; the observers' state:
+``tests/config/robustness/``); the package quantizes under ``torch.inference_mode`` and
+``torch.no_grad`` (exports under them: ``tests/export/robustness/``); a quantized model runs under
+``torch.compile`` with outputs equal to eager.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""FINN's dataflow back half on whole-integer FINN-style networks (``export/finn_zoo.py``) and real
+"""FINN's dataflow back half on whole-integer FINN-style networks (``_shared/finn_zoo.py``) and real
 digits: one dataflow partition of hardware layers whose Python execution equals torch, estimates
 checked against FINN's published per-layer formulas, and refusals that name the layer."""
 

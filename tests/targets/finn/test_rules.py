@@ -97,7 +97,7 @@ CASES = {
 
 def test_every_requirement_row_has_a_case():
     rows = {r.refuses for r in (*finn_rules.QUANTIZER_RULES, *finn_rules.SITE_RULES) if r is not FROM_A_SPEC}
-    assert rows == set(CASES)  # FROM_A_SPEC, shared by the targets: test_exporter.py, one case per target
+    assert rows == set(CASES)  # FROM_A_SPEC, shared by the targets: tests/targets/test_targets.py, one case per target
 
 
 @pytest.mark.parametrize("row", CASES)
@@ -115,6 +115,17 @@ def test_the_preset_passes_and_the_graph_checks_run(tmp_path):
     report = ModelExporter(tmp_path / "model.onnx").export_qonnx_model(model, unit_batches(1)[0])
     assert report.passed
     assert report.target_checks == ("FINN: static input/output shapes", "FINN: no shape-computing subgraph")
+
+
+#: graph rule -> what it names in the graph of the test below (which holds a case of each)
+GRAPH_CASES = {
+    "dynamic shapes": "has dynamic shape ['batch', 4]; FINN allows static input/output shapes",
+    "shape-computing subgraphs": "shape-computing nodes ['shape_of_x']",
+}
+
+
+def test_every_graph_rule_row_has_a_case():
+    assert set(GRAPH_CASES) == {r.refuses for r in finn_rules.GRAPH_RULES}
 
 
 def test_shape_computing_nodes_and_dynamic_shapes_are_refused_in_the_written_graph():
@@ -138,6 +149,8 @@ def test_shape_computing_nodes_and_dynamic_shapes_are_refused_in_the_written_gra
         ("shape-computing nodes ['shape_of_x'] (e.g. x.view(x.size(0), -1)); FINN allows no shape-computing subgraph "
         "(FINN needs static shapes: use nn.Flatten)"),
     ]
+    for rule in finn_rules.GRAPH_RULES:  # each row: its problem, with its reason
+        assert any(GRAPH_CASES[rule.refuses] in p and p.endswith(f"({rule.reason})") for p in caught.value.problems), rule
 
 
 def test_a_finn_target_refuses_the_qdq_exporter(tmp_path):

@@ -3,6 +3,7 @@ exporter (and independently here); configs and graphs that cannot meet the targe
 
 from __future__ import annotations
 
+import brevitas.nn as qnn
 import numpy as np
 import onnx
 import pytest
@@ -21,7 +22,7 @@ from quark.torch.extensions.brevitas.api import (
 )
 from quark.torch.extensions.brevitas.presets import xint8
 from quark.torch.quantization.config.config import QuantizationConfig, QuantizationSpec
-from quark.torch.quantization.config.type import DeviceType, Dtype, ScaleType
+from quark.torch.quantization.config.type import DeviceType, Dtype, RoundType, ScaleType
 from quark.torch.quantization.observer import PerTensorMinMaxObserver
 
 
@@ -159,9 +160,9 @@ def _set_init(model, predicate, fn):
     raise AssertionError("no initializer matched")
 
 
-@pytest.mark.parametrize(
-    "edit, match",
-    [
+#: graph rule -> the tampered graphs it refuses: (edit of an exported conv1d graph, the problem)
+GRAPH_CASES = {
+    "Q/DQ scales that are not powers of two, non-zero zero points": [
         (
             lambda m: _set_init(
                 m, lambda n, v: v.dtype == np.float32 and v.size == 1, lambda v: v * np.float32(1.1)
@@ -172,19 +173,30 @@ def _set_init(model, predicate, fn):
             lambda m: _set_init(m, lambda n, v: v.dtype == np.int8 and v.size == 1, lambda v: np.int8(3)),
             r"zero point \[3\]; IPU allows .*zero points 0",
         ),
+    ],
+    "float operands, weights other than int8, biases other than int32 of scale s_in * s_w": [
         (
             lambda m: _set_init(
                 m, lambda n, v: v.dtype == np.int32 and np.any(v != 0), lambda v: v.astype(np.int8)
             ),
             r"bias .* is int8; IPU allows weights int8, biases int32",
         ),
+    ],  # and test_graph_check_compares_the_bias_scale_with_the_product, test_layers_with_float_operands_are_named
+    "dynamic shapes": [
         (
             lambda m: m.graph.input[0].type.tensor_type.shape.dim[0].__setattr__("dim_param", "batch"),
             r"graph input 'input' has dynamic shape \['batch', 4, 32\]",
         ),
-        (lambda m: m.opset_import[0].__setattr__("version", 18), r"opset 18; IPU allows opset 17"),
     ],
-)
+    "another opset": [(lambda m: m.opset_import[0].__setattr__("version", 18), r"opset 18; IPU allows opset 17")],
+}
+
+
+def test_every_graph_rule_row_has_a_case():
+    assert set(GRAPH_CASES) == {rule.refuses for rule in ipu.GRAPH_RULES}
+
+
+@pytest.mark.parametrize("edit, match", [case for cases in GRAPH_CASES.values() for case in cases])
 def test_graph_check_names_what_is_wrong(onnx_path, edit, match):
     _, qmodel, x = _xint8("conv1d")
     ModelExporter(onnx_path).export_onnx_model(qmodel, x, target_device=DeviceType.IPU)
@@ -223,3 +235,64 @@ def test_config_target_device_is_checked_without_passing_plans(onnx_path):
     qmodel = ModelQuantizer(xint8()).quantize_model(model, [torch.randn(4, 3, 8, 8) for _ in range(2)], progress=False)
     report = ModelExporter(onnx_path).export_onnx_model(qmodel, torch.randn(1, 3, 8, 8))
     assert report.passed and len(report.target_checks) == 4  # the IPU graph checks ran
+
+
+# -- the quantizer and layer rules, row by row -------------------------------------------------------
+
+_A8_POF2 = {"observer_cls": PerTensorMinMaxObserver, "scale_type": ScaleType.pof2}
+#: rule -> (the preset's roles changed, the problem it names[, the Linear has a bias: default True])
+RULE_CASES = {
+    "a quantizer not built from a Quark spec": (None, r"quantizer '0.act_quant' \(activation\): not built from a Quark spec"),
+    "activation/weight `dtype`": (
+        {"input_tensors": QuantizationSpec(dtype=Dtype.int16, **_A8_POF2)},
+        r"quantizer '0.input_quant' \(activation\): dtype=int16; IPU allows int8",
+    ),
+    "activation/weight `symmetric`": (
+        {"input_tensors": QuantizationSpec(dtype=Dtype.int8, symmetric=False, **_A8_POF2)},
+        r"quantizer '0.input_quant' \(activation\): symmetric=False; IPU allows True \(zero point 0\)",
+    ),
+    "activation/bias/weight `scale_type`": (
+        {"input_tensors": A8_FLOAT},
+        r"quantizer '0.input_quant' \(activation\): scale_type=float; IPU allows pof2",
+    ),
+    "activation/weight `round_method`": (
+        {"input_tensors": QuantizationSpec(dtype=Dtype.int8, round_method=RoundType.floor, **_A8_POF2)},
+        r"quantizer '0.input_quant' \(activation\): round_method=floor; IPU allows half_even",
+    ),
+    "activation/weight `is_dynamic`": (
+        {"input_tensors": QuantizationSpec(dtype=Dtype.int8, is_dynamic=True, scale_type=ScaleType.pof2)},
+        r"quantizer '0.input_quant' \(activation\): is_dynamic=True; IPU allows False",
+        False,  # a product-scaled bias needs a static input (the layer rules refuse it first)
+    ),
+    "bias `dtype`": ({"bias": QuantizationSpec(dtype=Dtype.int8)}, r"quantizer '0.bias_quant' \(bias\): dtype=int8; IPU allows int32"),
+    "bias `observer_cls`": (
+        {"bias": QuantizationSpec(dtype=Dtype.int32, **_A8_POF2)},
+        r"quantizer '0.bias_quant' \(bias\): observer_cls=PerTensorMinMaxObserver; IPU allows None",
+    ),
+    "a quantized layer with a float input, weight or bias": (
+        {"bias": None},
+        r"module '0' \(QuantLinear\): bias not quantized; IPU allows its input, weight and bias quantized",
+    ),
+}
+
+
+def test_every_quantizer_and_layer_rule_row_has_a_case():
+    assert set(RULE_CASES) == {rule.refuses for rule in (*ipu.QUANTIZER_RULES, *ipu.LAYER_RULES)}
+
+
+@pytest.mark.parametrize("row", list(RULE_CASES))
+def test_every_quantizer_and_layer_rule_refuses_its_case_alone_before_export(onnx_path, row):
+    """The XINT8 preset with one role changed: that row's problem alone, before anything is written."""
+    changes, match, *bias = RULE_CASES[row]
+    (rule,) = [r for r in (*ipu.QUANTIZER_RULES, *ipu.LAYER_RULES) if r.refuses == row]
+    torch.manual_seed(0)
+    if changes is None:  # a stock Brevitas quantizer in front of a float layer
+        model = torch.nn.Sequential(qnn.QuantIdentity(return_quant_tensor=False), torch.nn.Linear(8, 4))
+    else:
+        model = ModelQuantizer(_config_with(**changes)).quantize_model(
+            torch.nn.Sequential(torch.nn.Linear(8, 4, bias=bias[0] if bias else True)), [torch.randn(4, 8)], progress=False
+        )
+    with pytest.raises(TargetCheckError, match=match) as caught:
+        ModelExporter(onnx_path).export_onnx_model(model, torch.randn(2, 8), target_device=DeviceType.IPU)
+    assert len(caught.value.problems) == 1 and caught.value.problems[0].endswith(f"({rule.reason})"), caught.value.problems
+    assert not onnx_path.exists()
