@@ -369,12 +369,24 @@ def test_every_layer_row_becomes_its_brevitas_layer_with_every_role(float_type):
     data = [torch.randn(shape) for _ in range(3)]
     qmodel = quantize(config, model, data)
     qlayer = next(m for m in qmodel.modules() if type(m) is quant_type)
-    for role, keywords in role_keywords.items():
-        for keyword in keywords:  # MultiheadAttention's in_proj_input_quant is in_proj.input_quant
-            path = keyword.replace("in_proj_", "in_proj.").replace("out_proj_", "out_proj.")
-            assert qlayer.get_submodule(path).is_quant_enabled, (role, keyword)
+    paths = {
+        role: [k.replace("in_proj_", "in_proj.").replace("out_proj_", "out_proj.") for k in keywords]
+        for role, keywords in role_keywords.items()
+    }  # MultiheadAttention's in_proj_input_quant is in_proj.input_quant
+    for role, role_paths in paths.items():
+        for path in role_paths:
+            assert qlayer.get_submodule(path).is_quant_enabled, (role, path)
     out, ref = qmodel(data[0]), model(data[0])
     assert (out - ref).abs().max() < 0.1 * ref.abs().max()
+    # ... and quantized (the float model meets the bound above): each weight is int8's per tensor from
+    # the formula, and the output lies on the output quantizer's int8 grid
+    for path, (_, weight) in zip(paths["weight"], row.weights(layer)):
+        owner = qlayer.get_submodule(path.rpartition(".")[0]) if "." in path else qlayer
+        exact(owner.quant_weight().value, R.fake_quant(weight.detach(), 8, True, True)[1])
+    (output_path,) = paths["output_tensors"]
+    codes = out / qlayer.get_submodule(output_path).scale()
+    assert (codes - codes.round()).abs().max() < 1e-3 and codes.abs().max() <= 128
+    assert not torch.equal(out, ref)
 
 
 def test_every_round_impl_row_has_a_case():

@@ -60,6 +60,7 @@ def test_extension_script_runs_unchanged():
     reference, out = logits(model, loader(7)), logits(quant_model, loader(7))
     assert torch.isfinite(out).all() and not quant_model.training
     assert float((out - reference).abs().max()) < 0.1 * float(reference.abs().max())
+    assert not torch.equal(out, reference)  # quantized: the bound above alone a float model meets
 
 
 @pytest.mark.parametrize(
@@ -208,6 +209,11 @@ def test_token_id_dicts_with_masks_reach_the_blocks():
     )
     quant = ModelQuantizer(config).quantize_model(model, data, num_calib_batches=2, progress=False)
     assert torch.isfinite(quant(**data[0])).all()
+    # GPTQ saw the blocks' inputs: it moved weights of every block away from round-to-nearest
+    rtn = ModelQuantizer(Config(QuantizationConfig(weight=spec))).quantize_model(model, data, progress=False)
+    for block in range(len(model.layers)):
+        down = f"layers.{block}.down_proj"
+        assert not torch.equal(quant.get_submodule(down).quant_weight().value, rtn.get_submodule(down).quant_weight().value)
 
 
 # -- GPT-2 (transformers' Conv1D) ------------------------------------------------------------------
@@ -235,6 +241,7 @@ def test_gpt2_conv1d_layers_are_quantized_like_linear():
     assert type(model.h[0].attn.c_attn).__name__ == "Conv1D"  # the caller's model keeps its layers
     reference = hidden(model, data)
     assert float((hidden(quant, data) - reference).abs().max()) < 0.02 * float(reference.abs().max())
+    assert not torch.equal(hidden(quant, data), reference)  # quantized: the bound above alone a float model meets
 
 
 def test_gpt2_smoothquant_and_gptq():

@@ -5,6 +5,8 @@ import sys
 
 import pytest
 import torch
+import torch.nn.functional as F
+from _reference import quant as R
 from torch import nn
 
 import quark.torch.extensions.brevitas.config as bcfg
@@ -46,7 +48,13 @@ def test_untraceable_model_says_how_to_skip_preprocess():
     with pytest.raises(RuntimeError, match=r"Preprocess could not prepare DataDependent: .*pre_quant_opt_config=\[\]"):
         ModelQuantizer(config).quantize_model(DataDependent())
     no_pre = bcfg.Config(global_quant_config=bcfg.QuantizationConfig(weight=bcfg.QuantizationSpec()), pre_quant_opt_config=[])
-    assert ModelQuantizer(no_pre).quantize_model(DataDependent())(torch.ones(1, 4)).shape == (1, 4)
+    model = DataDependent()
+    x = torch.ones(1, 4)  # sum > 0: the fc branch
+    out = ModelQuantizer(no_pre).quantize_model(model)(x)
+    assert out.shape == (1, 4)
+    # the extension's default weight spec, from the formula: int8, symmetric, per tensor
+    weight = R.fake_quant(model.fc.weight.detach(), 8, True, True)[1]
+    torch.testing.assert_close(out, F.linear(x, weight, model.fc.bias), atol=0, rtol=0)
 
 
 def test_unsupported_brevitas_version_is_named_at_import():

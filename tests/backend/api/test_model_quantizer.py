@@ -8,8 +8,11 @@ import sys
 
 import pytest
 import torch
+import torch.nn.functional as F
+from _reference import quant as R
 from _shared.configs import A8, INT8, W8, W8A8, WEIGHT_ONLY
 from _shared.models import TokenModel, TwoInputs, loader, mlp
+from _shared.numerics import exact
 from _shared.quantize import quantize
 from torch import nn
 
@@ -21,6 +24,20 @@ from quark.torch.quantization.config.config import Config, GPTQConfig, Quantizat
 from quark.torch.quantization.config.type import Dtype, QSchemeType, ScaleType
 
 torch.manual_seed(0)
+
+
+def on_int8_grid(qt) -> bool:
+    """A symmetric int8 QuantTensor's values are integers of [-128, 127] times its scale."""
+    codes = qt.value / qt.scale
+    return bool((codes - codes.round()).abs().max() < 1e-3 and codes.min() >= -128 and codes.max() <= 127)
+
+
+def recomputed(qmodel: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """An MLP's output (layers '0' and '2', ReLU between) from what its quantizers say: each layer's
+    quantized input and weight, and its float bias."""
+    first, second = qmodel.get_submodule("0"), qmodel.get_submodule("2")
+    h = torch.relu(F.linear(first.input_quant(x).value, first.quant_weight().value, first.bias))
+    return F.linear(second.input_quant(h).value, second.quant_weight().value, second.bias)
 
 
 def test_extension_client_code_runs_unchanged():
@@ -38,6 +55,14 @@ def test_extension_client_code_runs_unchanged():
     assert out.shape == ref.shape
     assert torch.nn.functional.cosine_similarity(out.flatten(), ref.flatten(), dim=0) > 0.99
     assert type(getattr(qmodel, "0")).__name__ == "QuantLinear"  # Preprocess returns an fx GraphModule
+    # ... and quantization did something: the output is computed from int8 inputs and weights (the
+    # float model meets the cosine above too)
+    for name in ("0", "2"):
+        layer = qmodel.get_submodule(name)
+        assert on_int8_grid(layer.quant_weight()) and not torch.equal(layer.quant_weight().value, layer.weight)
+    assert on_int8_grid(qmodel.get_submodule("0").input_quant(x))
+    torch.testing.assert_close(out, recomputed(qmodel, x), atol=0, rtol=0)
+    assert not torch.equal(out, ref)
 
 
 def test_callers_model_is_not_modified():
@@ -67,11 +92,24 @@ def test_failed_config_leaves_model_untouched_even_inplace():
 
 
 def test_model_with_two_inputs_takes_leading_batch_elements():
+    """Batches (x, y, target) feed forward(x, y): the input quantizers' ranges are those of the
+    calibration x and y (the formula: max |value| / 127.5), and the output is computed from them."""
     model = TwoInputs(8)
     batches = [(torch.randn(4, 6), torch.randn(4, 3), torch.zeros(4)) for _ in range(3)]
     qmodel = quantize(W8A8, model, batches)
     x, y = torch.randn(2, 6), torch.randn(2, 3)
-    assert qmodel(x, y).shape == (2, 2)
+    out = qmodel(x, y)
+    assert out.shape == (2, 2)
+    for layer, position in ((qmodel.a, 0), (qmodel.b, 1)):
+        calibration = torch.cat([b[position] for b in batches])
+        scale = R.qparams(*R.minmax(calibration), 8, True, True)[0]
+        exact(layer.input_quant(calibration).scale, scale)
+    h = torch.relu(
+        F.linear(qmodel.a.input_quant(x).value, qmodel.a.quant_weight().value, qmodel.a.bias)
+        + F.linear(qmodel.b.input_quant(y).value, qmodel.b.quant_weight().value, qmodel.b.bias)
+    )
+    head = qmodel.head
+    torch.testing.assert_close(out, F.linear(head.input_quant(h).value, head.quant_weight().value, head.bias), atol=0, rtol=0)
 
 
 def test_dict_batches_are_keyword_inputs_and_token_ids_stay_integer():
@@ -86,10 +124,21 @@ def test_dict_batches_are_keyword_inputs_and_token_ids_stay_integer():
 
 
 def test_token_id_tensor_batches_and_one_element_tuples():
+    """Token id tensors reach the embedding as integers (the projection's input range is the
+    embedding's rows), and one-element tuples of the same ids calibrate the same model."""
     model = TokenModel()
-    qmodel = quantize(W8A8, model, [torch.randint(0, 50, (2, 5)) for _ in range(2)])
-    assert qmodel(torch.randint(0, 50, (1, 5))).shape == (1, 3)
-    quantize(W8A8, model, [(torch.randint(0, 50, (2, 5)),) for _ in range(2)])
+    ids = [torch.randint(0, 50, (2, 5)) for _ in range(2)]
+    qmodel = quantize(W8A8, model, ids)
+    probe = torch.randint(0, 50, (1, 5))
+    out = qmodel(probe)
+    assert out.shape == (1, 3)
+    embedded = torch.cat([model.embed(b) for b in ids]).detach()
+    exact(qmodel.proj.input_quant(embedded).scale, R.qparams(*R.minmax(embedded), 8, True, True)[0])
+    h = F.linear(qmodel.proj.input_quant(qmodel.embed(probe)).value, qmodel.proj.quant_weight().value, qmodel.proj.bias)
+    expected = F.linear(qmodel.out.input_quant(h.mean(dim=1)).value, qmodel.out.quant_weight().value, qmodel.out.bias)
+    torch.testing.assert_close(out, expected, atol=0, rtol=0)
+    from_tuples = quantize(W8A8, model, [(b,) for b in ids])
+    torch.testing.assert_close(from_tuples(probe), out, atol=0, rtol=0)
 
 
 def test_num_calib_batches_caps_consumption():
@@ -112,7 +161,15 @@ def test_progress_bar_can_be_switched_off(capsys):
 
 
 def test_weight_only_needs_no_data_and_static_activations_do():
-    assert quantize(WEIGHT_ONLY, mlp((12, 32, 4)))(torch.randn(2, 12)).shape == (2, 4)
+    model = mlp((12, 32, 4))
+    x = torch.randn(2, 12)
+    out = quantize(WEIGHT_ONLY, model)(x)
+    assert out.shape == (2, 4)
+    # the float model with W8's weights from the formula (per output channel, symmetric int8)
+    w0, w2 = (R.fake_quant(model[i].weight.detach(), 8, True, True, "per_channel", 0)[1] for i in (0, 2))
+    expected = F.linear(torch.relu(F.linear(x, w0, model[0].bias)), w2, model[2].bias)
+    torch.testing.assert_close(out, expected, atol=0, rtol=0)
+    assert not torch.equal(out, model(x))
     with pytest.raises(ValueError, match="needs calibration data; pass calib_loader"):
         quantize(W8A8, mlp((12, 32, 4)))
 
@@ -120,7 +177,14 @@ def test_weight_only_needs_no_data_and_static_activations_do():
 def test_dynamic_activations_need_no_data():
     dyn = QuantizationSpec(dtype=Dtype.int8, symmetric=False, is_dynamic=True)
     config = Config(global_quant_config=QuantizationConfig(weight=W8, input_tensors=dyn))
-    assert quantize(config, mlp((12, 32, 4)))(torch.randn(2, 12)).shape == (2, 4)
+    model = mlp((12, 32, 4))
+    x = torch.randn(2, 12)
+    out = quantize(config, model)(x)
+    assert out.shape == (2, 4)
+    # each layer's input quantized from its own range at this call (asymmetric, the formula), weights per channel
+    w0, w2 = (R.fake_quant(model[i].weight.detach(), 8, True, True, "per_channel", 0)[1] for i in (0, 2))
+    h = torch.relu(F.linear(R.fake_quant(x, 8, True, False)[1], w0, model[0].bias))
+    torch.testing.assert_close(out, F.linear(R.fake_quant(h, 8, True, False)[1], w2, model[2].bias), atol=0, rtol=0)
 
 
 def test_empty_calibration_data_is_an_error():
@@ -230,6 +294,12 @@ def test_every_conv_flavour_quantizes_weights_inputs_outputs_bias(layer, shape, 
     assert out.shape == ref.shape
     assert (out - ref).abs().max() < 0.1 * ref.abs().max()
     assert all(qmodel[0].__getattr__(n).is_quant_enabled for n in ("input_quant", "weight_quant", "output_quant", "bias_quant"))
+    # the weights are the formula's, per output channel; the output lies on the output quantizer's int8 grid
+    w = layer.weight.detach()
+    exact(qmodel[0].quant_weight().value, R.fake_quant(w, 8, True, True, "per_channel", out_axis)[1])
+    codes = out / qmodel[0].output_quant.scale()
+    assert (codes - codes.round()).abs().max() < 1e-3 and codes.abs().max() <= 128
+    assert not torch.equal(out, ref)
 
 
 @pytest.mark.parametrize(
@@ -272,6 +342,13 @@ def test_multihead_attention_is_quantized_as_one_layer():
     assert [p.name for p in quantizer.plans] == ["attn"]  # out_proj is not planned on its own
     out, ref = qmodel(data[0]), model(data[0])
     assert torch.nn.functional.cosine_similarity(out.flatten(), ref.flatten(), dim=0) > 0.99
+    # ... and quantization did something (the float model meets the cosine too): both projections'
+    # weights are W8's from the formula, their inputs on int8 grids, and the output moved
+    attn = qmodel.attn
+    for quantized, weight in ((attn.in_proj, mha.in_proj_weight), (attn.out_proj, mha.out_proj.weight)):
+        exact(quantized.quant_weight().value, R.fake_quant(weight.detach(), 8, True, True, "per_channel", 0)[1])
+    assert on_int8_grid(attn.in_proj.input_quant(data[0]))
+    assert not torch.equal(out, ref)
 
 
 def test_summary_lists_every_layer_and_its_specs():
