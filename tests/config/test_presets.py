@@ -42,6 +42,7 @@ def test_xint8_preset_is_the_documented_scheme():
     assert layer.output_tensors is None and xint8(exclude=["head"]).exclude == ["head"]
 
 
+@pytest.mark.slow  # a fresh interpreter importing torch
 def test_presets_import_without_brevitas_or_onnx():
     code = (
         "import sys\n"

@@ -98,6 +98,7 @@ def test_qronos_beats_round_to_nearest(weight, act_order):
     assert not hasattr(qronos[0], "weight_orig")  # Brevitas' copy of the float weight is removed
 
 
+@pytest.mark.slow  # two transformer blocks, twice: ~3 s
 def test_qronos_on_transformer_blocks_beats_round_to_nearest():
     model, data, test = models.bert(), models.token_batches(8), models.token_batches(4, seed=7)
     reference = outputs(model, test)

@@ -57,6 +57,7 @@ def test_untraceable_model_says_how_to_skip_preprocess():
     torch.testing.assert_close(out, F.linear(x, weight, model.fc.bias), atol=0, rtol=0)
 
 
+@pytest.mark.slow  # a fresh interpreter importing torch
 def test_unsupported_brevitas_version_is_named_at_import():
     code = (
         "import importlib.metadata as m; real = m.version; "

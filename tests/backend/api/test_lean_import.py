@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 from _shared import python
 
+pytestmark = pytest.mark.slow  # three fresh interpreters importing torch and Brevitas: ~15 s
+
 QUANTIZE = """
 import torch
 from torch import nn

@@ -252,6 +252,7 @@ def test_model_quantizer_rejects_other_config_types():
         brevitas_api.ModelQuantizer({"weight": "int8"})
 
 
+@pytest.mark.slow  # 60 training steps: ~4 s
 def test_quantized_model_trains_in_a_plain_loop():
     torch.manual_seed(1)
     x = torch.randn(64, 12)
@@ -364,6 +365,7 @@ def test_summary_lists_every_layer_and_its_specs():
     assert lines[3].startswith("2 ") and "int4 sym per_tensor pof2" in lines[3]
 
 
+@pytest.mark.slow  # a fresh interpreter importing torch and Brevitas
 def test_importing_the_api_prints_and_warns_nothing():
     result = subprocess.run(
         [sys.executable, "-W", "error", "-c", "import quark.torch.extensions.brevitas.api"],

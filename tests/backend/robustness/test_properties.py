@@ -49,6 +49,8 @@ from quark.torch.quantization.observer import (
     OBSERVERS,
 )
 
+pytestmark = pytest.mark.slow  # Hypothesis: hundreds of quantized models, ~15 s
+
 # -- strategies --------------------------------------------------------------------------------------
 
 

@@ -37,6 +37,7 @@ ALL_STATISTICS = Config(
 )
 
 
+@pytest.mark.slow  # a full garbage collection per batch: ~4 s
 def test_calibration_keeps_no_batch():
     """Batches made on the fly are freed as calibration goes: when the generator makes the next
     one, at most the previous one is still referenced (by the loop variable)."""

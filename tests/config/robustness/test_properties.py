@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 import yaml
 from _shared.strategies import (
@@ -36,6 +37,8 @@ from quark.torch.quantization.observer import (
     TQTJeffreysObserver,
 )
 from quark.torch.quantization.observer.selectors import _SelectorObserver
+
+pytestmark = pytest.mark.slow  # Hypothesis: hundreds of examples per property, ~15 s
 
 
 @examples("construct")
