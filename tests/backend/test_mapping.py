@@ -61,7 +61,7 @@ from quark.torch.quantization.observer import (
 )
 from quark.torch.quantization.tensor_quant import Format, normalise
 
-# -- 1. weights, exact -------------------------------------------------------------------------------
+# -- weights, exact -------------------------------------------------------------------------------------
 
 
 def _weight_grid():
@@ -166,10 +166,7 @@ def test_conv_transpose_per_channel_axis(ch_axis, symmetric):
     check_quant_tensor(qt, w, q, deq, s, zp)
 
 
-# -- discrepancies of weights, each on a tensor that isolates it --------------------------------------
-
-
-# -- 5. rounding golden table -------------------------------------------------------------------------
+# -- rounding (ROUND_IMPLS): the golden table ----------------------------------------------------------
 
 POINTS = [-5.5, -2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 5.5]
 GOLDEN = {
@@ -209,7 +206,7 @@ def test_rounding_golden_activation(round_method, is_dynamic):
     exact(codes(qt)[0], torch.tensor([127.0, *GOLDEN[round_method]]))
 
 
-# -- 2. static and dynamic activations ----------------------------------------------------------------
+# -- dynamic activations (static ones: test_calibrate.py) ----------------------------------------------
 
 
 def _dynamic_inputs() -> list[torch.Tensor]:
@@ -242,7 +239,7 @@ def test_dynamic_input(dtype, symmetric, zp_type, scale_type):
     assert scales[0] != scales[1]
 
 
-# -- 3. output quantization ---------------------------------------------------------------------------
+# -- dynamic outputs ----------------------------------------------------------------------------------
 
 
 def test_dynamic_output():
@@ -255,7 +252,7 @@ def test_dynamic_output():
         exact(qm(x), R.fake_quant(y, 8, True, False)[1])
 
 
-# -- 4. bias --------------------------------------------------------------------------------------------
+# -- bias ----------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("weight_qscheme", ["per_tensor", "per_channel"])
@@ -307,7 +304,7 @@ def test_bias_own_observer():
     check_quant_tensor(qb, b, q, deq, s, zp)
 
 
-# -- 6. the Brevitas extension flavour --------------------------------------------------------------
+# -- the Brevitas extension flavour ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("bits", [2, 3, 5, 8, 12, 16])
@@ -333,10 +330,6 @@ def test_extension_weight_bit_widths(bits, symmetric, qscheme, scale_type, layer
     assert float(qt.bit_width) == bits
 
 
-# -- 7. observers -------------------------------------------------------------------------------------
-
-
-#: one example per row of mapping.LAYERS: (float layer, input shape)
 # -- the tables, row by row ---------------------------------------------------------------------------
 
 #: one example per row of mapping.LAYERS: (float layer, input shape)

@@ -346,11 +346,3 @@ def test_resolve_extension_config(net):
     plans = resolve(net, config, SUPPORTED)
     assert [p.name for p in plans] == ALL_PLANNED
     assert all(p.specs["weight"].bit_width == 4 and p.specs["input_tensors"].bit_width == 8 for p in plans)
-
-
-# -- normalise (main flavour) --------------------------------------------------------------------------
-
-
-# -- regressions: bugs found in review, fixed -----------------------------------------------------
-
-

@@ -251,8 +251,3 @@ def test_a_config_that_quantizes_nothing_says_why(config, model, reason):
 def test_a_config_that_quantizes_something_does_not_warn(recwarn):
     quantize(W8A8_IO, mlp(seed=0), batches(3))
     assert not [w for w in recwarn if "quantizes nothing" in str(w.message)]
-
-
-# -- export paths ---------------------------------------------------------------------------------
-
-

@@ -82,8 +82,3 @@ def test_ctrl_c_after_preprocess_in_place_names_what_stays_changed():
     with pytest.raises(QuantizationInterrupted, match=r"interrupted during calibration, batch 1, index 0; inplace=True: the model's original layers are back in place, with the changes Preprocess made"):
         quantize(config, model, loader(), inplace=True)
     assert [type(m).__name__ for m in model] == ["Conv2d", "BatchNorm2d", "ReLU"]
-
-
-# -- atomic writes ----------------------------------------------------------------------------------
-
-

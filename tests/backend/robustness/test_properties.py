@@ -51,13 +51,8 @@ from quark.torch.quantization.observer import (
 
 pytestmark = pytest.mark.slow  # Hypothesis: hundreds of quantized models, ~15 s
 
-# -- strategies --------------------------------------------------------------------------------------
 
-
-# -- 1. construction --------------------------------------------------------------------------------
-
-
-# -- 2. quantize or refuse before the model is touched ---------------------------------------------
+# -- quantize or refuse before the model is touched ---------------------------------------------
 
 
 class Small(nn.Module):
@@ -154,10 +149,7 @@ def test_the_quantize_properties_saw_both_outcomes():
     assert all(OUTCOMES.get(f"{f} {o}", 0) > 0 for f in ("main", "extension") for o in ("quantized", "refused")), OUTCOMES
 
 
-# -- 3. round trips ----------------------------------------------------------------------------------
-
-
-# -- 4. tensors that break statistics ---------------------------------------------------------------
+# -- tensors that break statistics ---------------------------------------------------------------
 
 
 def _identity_linear() -> nn.Module:

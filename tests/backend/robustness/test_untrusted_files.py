@@ -34,8 +34,3 @@ def test_a_quantized_checkpoint_loads_with_weights_only():
     fresh.load_state_dict(state)
     x = torch.randn(4, 12)
     assert torch.equal(fresh(x), qmodel(x))
-
-
-# -- ONNX files ------------------------------------------------------------------------------------
-
-
