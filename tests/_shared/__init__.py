@@ -4,14 +4,17 @@
     configs.py     specs and configs of the main API (the config layer)
     numerics.py    the numerics tests' specs, crafted tensors and exact comparison of QuantTensors
     strategies.py  Hypothesis strategies over specs, configs and tensors, and the suite's profile
-    quantize.py    quantize(), a model's state before and after, a few training steps (Brevitas)
-    graphs.py      readers of written ONNX graphs (onnx)
-    zoo.py         the export zoo: small networks of the shapes users export, configs, calibration
-    finn_zoo.py    whole-integer FINN-style networks built from Brevitas layers (Brevitas)
     docstrings.py  public names of a module and whether each is documented
+    fixtures.py    fixtures a tier's conftest.py imports (quiet logs, an ONNX path)
+    quantize.py    quantize(), a model's state before and after, a few training steps (Brevitas)
+    finn_zoo.py    whole-integer FINN-style networks built from Brevitas layers (Brevitas)
+    zoo.py         the export zoo: small networks of the shapes users export, configs, calibration
+    graphs.py      readers of written ONNX graphs (onnx)
 
-Each module imports only what its tier has: a config test may import ``models``, ``configs``,
-``numerics``, ``strategies`` and ``docstrings``, never ``quantize`` (which needs Brevitas).
+and here: ``REPO``, ``python()`` (code in a fresh interpreter) and ``leftovers()`` (an atomic
+write's temporary files). Each module imports only what its tier has: a config test may import
+``models``, ``configs``, ``numerics``, ``strategies``, ``docstrings`` and ``zoo``, never
+``quantize`` (which needs Brevitas); ``tests/test_tiers.py`` checks it.
 """
 
 import os

@@ -250,6 +250,13 @@ def image_batches(count: int = 4, batch: int = 8, seed: int = 1) -> list[tuple[t
     ]
 
 
+def image_loader(seed: int = 1) -> DataLoader:
+    """A classification DataLoader of (images, targets) from ``image_batches``, as the extension's scripts use."""
+    images = torch.cat([x for x, _ in image_batches(4, seed=seed)])
+    targets = torch.randint(0, 10, (images.shape[0],))
+    return DataLoader(TensorDataset(images, targets), batch_size=8)
+
+
 def gpt2(seed: int = 0, layers: int = 2) -> nn.Module:
     """transformers' GPT-2 (Conv1D layers) with a tiny random config: no download."""
     from transformers import GPT2Config, GPT2Model

@@ -1,6 +1,7 @@
 """Every public class, function and method of the documented modules that need Brevitas (``api``,
 ``qat``) has a docstring (docs/api.md renders them; the others: ``tests/config/test_docstrings.py``).
-Here because ``api``'s public names include the exports', which import onnx on first use."""
+In the export tier: ``api``'s public names include the export functions, which import onnx when
+first looked up."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ import copy
 import pytest
 import torch
 from _shared import models
+from _shared.models import image_loader
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -18,13 +19,6 @@ from quark.torch.extensions.brevitas.api import ModelQuantizer
 from quark.torch.quantization.config.algorithms import GPTQConfig, SmoothQuantConfig
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
 from quark.torch.quantization.config.type import Dtype, QSchemeType
-
-
-def loader(seed: int = 1) -> DataLoader:
-    """A classification DataLoader of (images, targets), as the extension's scripts use."""
-    images = torch.cat([x for x, _ in models.image_batches(4, seed=seed)])
-    targets = torch.randint(0, 10, (images.shape[0],))
-    return DataLoader(TensorDataset(images, targets), batch_size=8)
 
 
 def extension_config(pre, post, bits: int = 4) -> brevitas_config.Config:
@@ -56,8 +50,8 @@ def test_extension_script_runs_unchanged():
         ],
     )
     quantizer = brevitas_api.ModelQuantizer(config)
-    quant_model = quantizer.quantize_model(model, loader())
-    reference, out = logits(model, loader(7)), logits(quant_model, loader(7))
+    quant_model = quantizer.quantize_model(model, image_loader())
+    reference, out = logits(model, image_loader(7)), logits(quant_model, image_loader(7))
     assert torch.isfinite(out).all() and not quant_model.training
     assert float((out - reference).abs().max()) < 0.1 * float(reference.abs().max())
     assert not torch.equal(out, reference)  # quantized: the bound above alone a float model meets
@@ -74,11 +68,11 @@ def test_extension_script_runs_unchanged():
 )
 def test_extension_gpxq_beats_round_to_nearest(algo):
     model = models.cnn()
-    reference = logits(model, loader(7))
-    rtn = ModelQuantizer(extension_config([], [])).quantize_model(model, loader(), progress=False)
-    tuned = ModelQuantizer(extension_config([], [algo])).quantize_model(model, loader(), progress=False)
-    assert float((logits(tuned, loader(7)) - reference).pow(2).mean()) < float(
-        (logits(rtn, loader(7)) - reference).pow(2).mean()
+    reference = logits(model, image_loader(7))
+    rtn = ModelQuantizer(extension_config([], [])).quantize_model(model, image_loader(), progress=False)
+    tuned = ModelQuantizer(extension_config([], [algo])).quantize_model(model, image_loader(), progress=False)
+    assert float((logits(tuned, image_loader(7)) - reference).pow(2).mean()) < float(
+        (logits(rtn, image_loader(7)) - reference).pow(2).mean()
     )
 
 
@@ -126,12 +120,12 @@ def test_gpfa2q_needs_integer_inputs():
 
 def test_activation_equalization_apply_keeps_the_float_function():
     model = models.cnn()
-    reference = logits(model, loader(7))
-    equalized = brevitas_algos.ActivationEqualization(alpha=0.5).apply(copy.deepcopy(model), loader())
-    assert torch.allclose(logits(equalized, loader(7)), reference, rtol=1e-4, atol=1e-5)
+    reference = logits(model, image_loader(7))
+    equalized = brevitas_algos.ActivationEqualization(alpha=0.5).apply(copy.deepcopy(model), image_loader())
+    assert torch.allclose(logits(equalized, image_loader(7)), reference, rtol=1e-4, atol=1e-5)
     traced = brevitas_algos.Preprocess().apply(copy.deepcopy(model))
-    graph = brevitas_algos.ActivationEqualization(is_layerwise=False).apply(traced, loader())
-    assert torch.allclose(logits(graph, loader(7)), reference, rtol=1e-4, atol=1e-5)
+    graph = brevitas_algos.ActivationEqualization(is_layerwise=False).apply(traced, image_loader())
+    assert torch.allclose(logits(graph, image_loader(7)), reference, rtol=1e-4, atol=1e-5)
 
 
 def test_graph_equalization_needs_the_traced_model():
@@ -139,17 +133,17 @@ def test_graph_equalization_needs_the_traced_model():
         ValueError,
         match=r"ActivationEqualization\(is_layerwise=False\) .*\(put Preprocess\(\) before it\), got Sequential",
     ):
-        brevitas_algos.ActivationEqualization(is_layerwise=False).apply(models.cnn(), loader())
+        brevitas_algos.ActivationEqualization(is_layerwise=False).apply(models.cnn(), image_loader())
 
 
 def test_bias_correction_removes_the_mean_output_shift():
     model = models.cnn()
-    reference = logits(model, loader())
-    plain = ModelQuantizer(extension_config([], [], bits=3)).quantize_model(model, loader(), progress=False)
+    reference = logits(model, image_loader())
+    plain = ModelQuantizer(extension_config([], [], bits=3)).quantize_model(model, image_loader(), progress=False)
     corrected = ModelQuantizer(
         extension_config([], [brevitas_algos.BiasCorrection()], bits=3)
-    ).quantize_model(model, loader(), progress=False)
-    shift = lambda m: float((logits(m, loader()) - reference).mean(0).abs().mean())
+    ).quantize_model(model, image_loader(), progress=False)
+    shift = lambda m: float((logits(m, image_loader()) - reference).mean(0).abs().mean())
     assert shift(corrected) < 0.5 * shift(plain)
 
 
@@ -160,16 +154,16 @@ def test_calibrate_batch_norm_updates_the_statistics():
     ).eval()
     before = model[1].running_mean.clone()
     quant = ModelQuantizer(extension_config([], [brevitas_algos.CalibrateBatchNorm()])).quantize_model(
-        model, loader(), progress=False
+        model, image_loader(), progress=False
     )
     assert not torch.equal(quant[1].running_mean, before)
     assert torch.equal(model[1].running_mean, before)  # the caller's model is untouched
 
 
 def test_apply_on_a_quantized_model_with_a_raw_loader():
-    quant = ModelQuantizer(extension_config([], [])).quantize_model(models.cnn(), loader(), progress=False)
+    quant = ModelQuantizer(extension_config([], [])).quantize_model(models.cnn(), image_loader(), progress=False)
     weight = quant[4].weight.clone()
-    out = brevitas_algos.GPTQ().apply(quant, loader())
+    out = brevitas_algos.GPTQ().apply(quant, image_loader())
     assert out is quant and not torch.equal(quant[4].weight, weight)
 
 

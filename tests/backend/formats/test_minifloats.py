@@ -26,7 +26,6 @@ from _shared.quantize import assert_trains, qat_steps, quantize
 from torch import nn
 
 from quark.torch.extensions.brevitas import config as X
-from quark.torch.extensions.brevitas.api import ModelQuantizer
 from quark.torch.quantization.config.config import QuantizationSpec
 from quark.torch.quantization.config.type import Dtype, QSchemeType, RoundType, ScaleType
 from quark.torch.quantization.observer import (
@@ -75,9 +74,9 @@ SCALE_TYPES = ("float", "pof2", "float16", "bfloat16", "float32")
 
 
 
-def quantize_ext(model: nn.Module, calib=None, **roles) -> nn.Module:
-    cfg = X.Config(global_quant_config=X.QuantizationConfig(**roles), pre_quant_opt_config=[])
-    return ModelQuantizer(cfg).quantize_model(model, calib, progress=False)
+def ext_layer_config(**roles) -> X.Config:
+    """The extension's config of one global layer config, without pre-processing."""
+    return X.Config(global_quant_config=X.QuantizationConfig(**roles), pre_quant_opt_config=[])
 
 
 def spec(fmt: str, qscheme=None, ch_axis=None, group_size=None, scale_type=None, **kw) -> QuantizationSpec:
@@ -394,7 +393,7 @@ def test_extension_float_quant_values_and_ties(e, m):
     x = torch.cat([vals, mids])
     expected = torch.cat([vals, targets])
     lin = linear_holding(x, R.max_finite(f))
-    qw = quantize_ext(nn.Sequential(lin), weight=ext_float(e, m))[0].quant_weight()
+    qw = quantize(ext_layer_config(weight=ext_float(e, m)), nn.Sequential(lin))[0].quant_weight()
     assert qw.scale.item() == 1.0
     assert (qw.exponent_bit_width.item(), qw.mantissa_bit_width.item(), qw.exponent_bias.item()) == (
         e,
@@ -413,7 +412,7 @@ def test_extension_float_quant_scales(e, m, qscheme, scale_type):
     lin = nn.Linear(64, 16)
     lin.weight.data.copy_(w)
     s_spec = ext_float(e, m, qscheme=QSchemeType[qscheme], scale_type=ScaleType[scale_type])
-    qw = quantize_ext(nn.Sequential(lin), weight=s_spec)[0].quant_weight()
+    qw = quantize(ext_layer_config(weight=s_spec), nn.Sequential(lin))[0].quant_weight()
     s = R.float_scale(R.absmax(w, qscheme, 0), f, scale_type)
     assert same(qw.scale.reshape(-1), s.reshape(-1))
     assert same(qw.value, R.quantize_scaled(w, f, s))
@@ -427,7 +426,7 @@ def test_extension_and_main_api_agree(fmt, e, m):
     lin = nn.Linear(64, 16)
     lin.weight.data.copy_(w)
     a = quantize(layer_config(weight=spec(fmt)), nn.Sequential(lin))[0].quant_weight()
-    b = quantize_ext(nn.Sequential(lin), weight=ext_float(e, m))[0].quant_weight()
+    b = quantize(ext_layer_config(weight=ext_float(e, m)), nn.Sequential(lin))[0].quant_weight()
     assert same(a.value, b.value) and same(a.scale, b.scale)
 
 
@@ -441,7 +440,7 @@ def test_qat_steps_have_finite_nonzero_weight_gradients(fmt):
 
 def test_qat_extension_float_quant():
     spec_ = ext_float(4, 3)
-    model = quantize_ext(qat_model(), [torch.randn(4, 32, 2, 2)], weight=spec_, input_tensors=spec_)
+    model = quantize(ext_layer_config(weight=spec_, input_tensors=spec_), qat_model(), [torch.randn(4, 32, 2, 2)])
     for loss, grads in qat_steps(model):
         assert math.isfinite(loss)
         assert all(bool(torch.isfinite(g).all()) and g.abs().sum() > 0 for g in grads)
@@ -539,7 +538,7 @@ FQ = X.QuantType.float_quant
 )
 def test_extension_float_quant_config_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        quantize_ext(nn.Sequential(nn.Linear(32, 4)), weight=X.QuantizationSpec(quant_type=FQ, **kwargs))
+        quantize(ext_layer_config(weight=X.QuantizationSpec(quant_type=FQ, **kwargs)), nn.Sequential(nn.Linear(32, 4)))
 
 
 def test_extension_widths_need_float_quant_and_bias_stays_integer():
@@ -548,4 +547,4 @@ def test_extension_widths_need_float_quant_and_bias_stays_integer():
     with pytest.raises(
         ValueError, match=r"bias quantization must be integer \(quant_type=QuantType\.int_quant\)"
     ):
-        quantize_ext(nn.Sequential(nn.Linear(32, 4)), bias=ext_float(4, 3))
+        quantize(ext_layer_config(bias=ext_float(4, 3)), nn.Sequential(nn.Linear(32, 4)))

@@ -8,6 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from _reference import tqt as R
+from _shared.models import batches
+from _shared.quantize import quantize
 from brevitas.proxy.quant_proxy import QuantProxyFromInjector
 from torch import nn
 
@@ -56,17 +58,8 @@ CONFIGS = {
 INPUT_QUANTIZERS = ["0.input_quant", "3.input_quant", "6.input_quant"]
 
 
-def _calib(seed: int = 100, n: int = 3):
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn(8, 3, 6, 6, generator=g) for _ in range(n)]
-
-
 def _x(seed: int = 7) -> torch.Tensor:
     return torch.randn(16, 3, 6, 6, generator=torch.Generator().manual_seed(seed))
-
-
-def _quantize(kind: str, model: nn.Module, calib=None, calibrate: bool = True) -> nn.Module:
-    return ModelQuantizer(CONFIGS[kind]()).quantize_model(model, calib, progress=False, calibrate=calibrate)
 
 
 def _train_steps(q: nn.Module, steps: int = 3) -> None:
@@ -94,13 +87,13 @@ def _assert_same_state(a: dict, b: dict) -> None:
 
 @pytest.mark.parametrize("kind", list(CONFIGS))
 def test_state_dict_roundtrip_bit_identical(kind, tmp_path):
-    q = _quantize(kind, _model(0), _calib())
+    q = quantize(CONFIGS[kind](), _model(0), batches(3, (8, 3, 6, 6), seed=100))
     if kind.startswith("tqt"):
         _train_steps(q)
     path = tmp_path / "q.pt"
     torch.save(q.state_dict(), path)
 
-    fresh = _quantize(kind, _model(1), _calib(seed=200))  # other weights, other calibration
+    fresh = quantize(CONFIGS[kind](), _model(1), batches(3, (8, 3, 6, 6), seed=200))  # other weights, other calibration
     with torch.no_grad():
         assert not torch.equal(fresh(_x()), q(_x()))
     fresh.load_state_dict(torch.load(path, weights_only=True))
@@ -114,11 +107,11 @@ def test_state_dict_roundtrip_bit_identical(kind, tmp_path):
 
 @pytest.mark.parametrize("kind", list(CONFIGS))
 def test_uncalibrated_then_load(kind, tmp_path):
-    original = _quantize(kind, _model(0), _calib())
+    original = quantize(CONFIGS[kind](), _model(0), batches(3, (8, 3, 6, 6), seed=100))
     assert uncalibrated_quantizers(original) == []
     torch.save(original.state_dict(), tmp_path / "q.pt")
 
-    empty = _quantize(kind, _model(3), calibrate=False)  # no data at all
+    empty = quantize(CONFIGS[kind](), _model(3), None, calibrate=False)  # no data at all
     assert sorted(uncalibrated_quantizers(empty)) == INPUT_QUANTIZERS
     empty.load_state_dict(torch.load(tmp_path / "q.pt", weights_only=True))
     assert uncalibrated_quantizers(empty) == []
@@ -127,24 +120,24 @@ def test_uncalibrated_then_load(kind, tmp_path):
 
 
 def test_calibrate_false_without_data_is_allowed_and_calibrate_true_needs_data():
-    _quantize("tqt", _model(0), None, calibrate=False)
+    quantize(CONFIGS["tqt"](), _model(0), None, calibrate=False)
     with pytest.raises(ValueError, match="calib"):
-        _quantize("tqt", _model(0), None, calibrate=True)
+        quantize(CONFIGS["tqt"](), _model(0), None, calibrate=True)
 
 
 @pytest.mark.parametrize("kind", ["tqt", "static"])
 def test_calibrated_flag_in_state_dict(kind):
-    q = _quantize(kind, _model(0), _calib())
+    q = quantize(CONFIGS[kind](), _model(0), batches(3, (8, 3, 6, 6), seed=100))
     flags = {k: v for k, v in q.state_dict().items() if k.endswith(CALIBRATED_FLAG)}
     assert sorted(flags) == sorted(f"{n}.{CALIBRATED_FLAG}" for n in INPUT_QUANTIZERS)
     assert all(v.dtype == torch.bool and bool(v) for v in flags.values())
 
-    empty = _quantize(kind, _model(0), calibrate=False)
+    empty = quantize(CONFIGS[kind](), _model(0), None, calibrate=False)
     flags = {k: v for k, v in empty.state_dict().items() if k.endswith(CALIBRATED_FLAG)}
     assert len(flags) == 3 and not any(bool(v) for v in flags.values())
 
     # an uncalibrated checkpoint stays uncalibrated when loaded
-    other = _quantize(kind, _model(0), calibrate=False)
+    other = quantize(CONFIGS[kind](), _model(0), None, calibrate=False)
     other.load_state_dict(empty.state_dict())
     assert sorted(uncalibrated_quantizers(other)) == INPUT_QUANTIZERS
 
@@ -182,7 +175,7 @@ def test_load_float_weights_equals_fresh_quantization(label):
 
 
 def test_load_float_weights_keeps_quantizer_state():
-    q = _quantize("tqt", _model(0), _calib())
+    q = quantize(CONFIGS["tqt"](), _model(0), batches(3, (8, 3, 6, 6), seed=100))
     _train_steps(q)
     before = {k: v.clone() for k, v in q.state_dict().items() if "_quant." in k}
     new_float = _model(6)
@@ -194,7 +187,7 @@ def test_load_float_weights_keeps_quantizer_state():
 
 
 def test_load_float_weights_rejects_unknown_keys():
-    q = _quantize("tqt", _model(0), _calib())
+    q = quantize(CONFIGS["tqt"](), _model(0), batches(3, (8, 3, 6, 6), seed=100))
     before = copy.deepcopy(q.state_dict())
     state = _model(1).state_dict()
     state["9.weight"] = torch.zeros(3)
@@ -216,7 +209,7 @@ def _quant_params(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
 
 @pytest.mark.parametrize("kind", list(CONFIGS))
 def test_freeze(kind):
-    q = _quantize(kind, _model(0), _calib())
+    q = quantize(CONFIGS[kind](), _model(0), batches(3, (8, 3, 6, 6), seed=100))
     if kind.startswith("tqt"):
         _train_steps(q)
     q.train()
@@ -245,7 +238,7 @@ def test_freeze(kind):
 
 
 def test_freeze_bakes_tqt_weights_onto_the_reference_grid():
-    q = _quantize("tqt", _model(0), _calib())
+    q = quantize(CONFIGS["tqt"](), _model(0), batches(3, (8, 3, 6, 6), seed=100))
     _train_steps(q)
     layer = q[3]
     v = layer.weight_quant.tensor_quant.scaling_impl.value.detach()

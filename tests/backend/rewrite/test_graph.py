@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from _reference import quant as ref
-from _shared.models import batches
+from _shared.models import batches, unit_batches
 from _shared.quantize import quantize_with
 from torch import fx, nn
 
@@ -200,14 +200,9 @@ class Net(nn.Module):
         return self.head(torch.flatten(self.pool(self.block(self.act(self.stem(x)))), 1))
 
 
-def images(n: int = 2, seed: int = 0) -> list[torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return [torch.rand(2, 3, 4, 4, generator=g) for _ in range(n)]
-
-
 def test_sites_are_named_by_the_module_path_and_the_summary_shows_what_is_quantized_upstream():
     torch.manual_seed(0)
-    quantizer, _ = quantize_with(graph_config(), Net().eval(), images())
+    quantizer, _ = quantize_with(graph_config(), Net().eval(), unit_batches(2, (2, 3, 4, 4), seed=0))
     plans = {p.name: p for p in quantizer.plans}
     assert list(plans) == [
         "x", "stem", "act", "block.conv1", "block.relu", "block.conv2", "block.add", "block.relu_1", "head"
@@ -232,7 +227,7 @@ def test_a_compute_layer_after_a_float_operation_quantizes_its_own_input():
 
 def test_a_layer_specific_input_spec_requantizes_the_upstream_tensor():
     config = graph_config(layer_quant_config={"block.conv1": QuantizationConfig(input_tensors=spec(Dtype.int4))})
-    quantizer, qmodel = quantize_with(config, Net().eval(), images())
+    quantizer, qmodel = quantize_with(config, Net().eval(), unit_batches(2, (2, 3, 4, 4), seed=0))
     plan = next(p for p in quantizer.plans if p.name == "block.conv1")
     assert not plan.upstream and plan.specs["input_tensors"].bit_width == 4
     assert qmodel.get_submodule("block.conv1").input_quant.bit_width() == 4
@@ -243,7 +238,7 @@ def test_output_tensors_is_preferred_over_input_tensors_at_the_same_level_and_sp
         layer=QuantizationConfig(weight=W8, input_tensors=A8, output_tensors=spec(Dtype.int4)),
         layer_type_quant_config={nn.ReLU: QuantizationConfig(input_tensors=U8)},
     )
-    quantizer, _ = quantize_with(config, Net().eval(), images())
+    quantizer, _ = quantize_with(config, Net().eval(), unit_batches(2, (2, 3, 4, 4), seed=0))
     plans = {p.name: p for p in quantizer.plans}
     assert plans["act"].specs["output_tensors"].signed is False  # type level (input_tensors) over global
     assert plans["act"].origins["output_tensors"] == "layer_type_quant_config['ReLU'].input_tensors"
@@ -255,7 +250,7 @@ def test_type_configs_for_activations_and_additions_and_exclude_of_a_block():
         layer_type_quant_config={"ReLU": QuantizationConfig(output_tensors=U8), "Add": QuantizationConfig(input_tensors=A8)},
         exclude=["block"],
     )
-    quantizer, qmodel = quantize_with(config, Net().eval(), images())
+    quantizer, qmodel = quantize_with(config, Net().eval(), unit_batches(2, (2, 3, 4, 4), seed=0))
     names = [p.name for p in quantizer.plans]
     assert names == ["x", "stem", "act", "head"]  # everything inside block stays float
     assert isinstance(qmodel.get_submodule("block.add"), Add)  # the float add module
@@ -269,7 +264,7 @@ def test_graph_site_types_are_refused_in_layerwise_mode_with_the_supported_list(
         layer_type_quant_config={"ReLU": QuantizationConfig(output_tensors=U8)},
     )
     with pytest.raises(ValueError, match=r"layer_type_quant_config\['ReLU'\]: ReLU is not a quantizable layer type"):
-        quantize_with(config, Net().eval(), images())
+        quantize_with(config, Net().eval(), unit_batches(2, (2, 3, 4, 4), seed=0))
 
 
 def test_the_extension_config_selects_graph_mode_with_backend_fx():
@@ -278,7 +273,7 @@ def test_the_extension_config_selects_graph_mode_with_backend_fx():
         pre_quant_opt_config=[],
         backend=ext.Backend.fx,
     )
-    quantizer, qmodel = quantize_with(config, Net().eval(), images())
+    quantizer, qmodel = quantize_with(config, Net().eval(), unit_batches(2, (2, 3, 4, 4), seed=0))
     assert isinstance(qmodel, fx.GraphModule) and quantizer.rewriter.name == "fx"
     assert {p.module_type for p in quantizer.plans} >= {GraphInput, Add, nn.ReLU}
 
@@ -310,11 +305,11 @@ def test_graph_mode_trains_thresholds_and_weights_and_reloads_bit_exactly():
         layer_type_quant_config={"ReLU": QuantizationConfig(output_tensors=tqt(Dtype.uint4))},
     )
     torch.manual_seed(0)
-    _, qmodel = quantize_with(config, Net(), images())
+    _, qmodel = quantize_with(config, Net(), unit_batches(2, (2, 3, 4, 4), seed=0))
     thresholds = {n: p.detach().clone() for n, p in qmodel.named_parameters() if "scaling_impl" in n}
     assert len(thresholds) >= 8  # input, 3 ReLUs, the add's input and output, ...
     optimizer = torch.optim.Adam(qmodel.parameters(), lr=1e-2)
-    x, y = images(1, seed=4)[0], torch.tensor([0, 2])
+    x, y = unit_batches(1, (2, 3, 4, 4), seed=4)[0], torch.tensor([0, 2])
     qmodel.train()
     losses = []
     for _ in range(4):

@@ -1,12 +1,13 @@
 """Models and data modules the command-line tests name on the command line (module:attribute)."""
 
 import torch
+from _shared import models
 from torch import nn
 
 
 def mlp() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Flatten(), nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    """Flatten, then the shared MLP (16 -> 32 -> 4, seeded): one Sequential of four modules."""
+    return nn.Sequential(nn.Flatten(), *models.mlp((16, 32, 4), seed=0))
 
 
 def keyword_model() -> nn.Module:
