@@ -19,6 +19,7 @@ from quark.torch.quantization.config.type import (
     ScaleType,
     TQTThresholdInitMeth,
 )
+from quark.torch.quantization.tensor_quant import TQT_OBSERVERS, normalise
 
 
 @pytest.mark.parametrize(
@@ -66,3 +67,23 @@ def test_tqt_spec_round_trips_through_dict():
     assert Config.from_dict(cfg.to_dict()) == cfg
     ext = X.QuantizationSpec(bit_width=2, scale_type=ScaleType.pof2, qat_spec=TQTSpec(TQTThresholdInitMeth._3SD))
     assert X.QuantizationSpec.from_dict(ext.to_dict()) == ext
+
+
+#: TQT_OBSERVERS row -> the statistic its observer computes (Jain et al.'s 3 SD, Settle et al.'s LL_J)
+TQT_OBSERVER_CASES = {TQTThresholdInitMeth._3SD: "3sd", TQTThresholdInitMeth._LL_J: "ll_j"}
+
+
+def test_every_tqt_observer_row_has_a_case():
+    assert set(TQT_OBSERVER_CASES) == set(TQT_OBSERVERS)
+
+
+@pytest.mark.parametrize("init", list(TQT_OBSERVER_CASES), ids=lambda i: i.name)
+def test_every_tqt_observer_row_initialises_the_threshold_of_its_spec(init):
+    """A TQT spec with this initialisation observes with the row's observer, both flavours and roles."""
+    for spec in (
+        QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2, qat_spec=TQTSpec(init)),
+        X.QuantizationSpec(bit_width=8, scale_type=ScaleType.pof2, qat_spec=TQTSpec(init)),
+    ):
+        for role in ("weight", "input_tensors"):
+            tq = normalise(spec, role, "x")
+            assert tq.tqt and tq.observer is TQT_OBSERVERS[init] and tq.statistic == TQT_OBSERVER_CASES[init]

@@ -1,6 +1,6 @@
 """Tracing for graph mode (``rewrite/tracing.py``): the functional calls of ``FUNCTIONAL_MODULES``
-become modules, one per call, taking the call's arguments, so that each can get a quantizer; the
-traced model computes exactly what the model did."""
+and the tensor methods of ``METHOD_ACTIVATIONS`` become modules, one per call, taking the call's
+arguments, so that each can get a quantizer; the traced model computes exactly what the model did."""
 
 from __future__ import annotations
 
@@ -9,7 +9,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from quark.torch.extensions.brevitas._backend.rewrite.tracing import FUNCTIONAL_MODULES, as_modules, trace
+from quark.torch.extensions.brevitas._backend.rewrite.tracing import (
+    FUNCTIONAL_MODULES,
+    METHOD_ACTIVATIONS,
+    as_modules,
+    trace,
+)
 
 #: function -> (the call as the model writes it, the module's attributes it must carry)
 FUNCTIONAL_CASES = {
@@ -59,5 +64,30 @@ def test_every_functional_row_becomes_its_module_with_the_call_arguments(functio
     assert len(made) == 1, [type(m).__name__ for m in traced.modules()]
     assert {k: getattr(made[0], k) for k in attributes} == attributes
     assert not any(n.op == "call_function" and n.target is function for n in traced.graph.nodes)
+    x = torch.randn(2, 3, 5, 5)
+    torch.testing.assert_close(traced(x), model(x), atol=0, rtol=0)
+
+
+#: tensor method -> its call as the model writes it
+METHOD_CASES = {
+    "relu": lambda x: x.relu(),
+    "relu_": lambda x: x.relu_(),
+    "sigmoid": lambda x: x.sigmoid(),
+    "tanh": lambda x: x.tanh(),
+}
+
+
+def test_every_method_row_has_a_case():
+    assert set(METHOD_CASES) == set(METHOD_ACTIVATIONS)
+
+
+@pytest.mark.parametrize("method", list(METHOD_CASES))
+def test_every_method_row_becomes_its_module(method):
+    torch.manual_seed(0)
+    model = _Calls(METHOD_CASES[method]).eval()
+    traced = as_modules(trace(model))
+    made = [m for name, m in traced.named_modules() if type(m) is METHOD_ACTIVATIONS[method]]
+    assert len(made) == 1
+    assert not any(n.op == "call_method" and n.target == method for n in traced.graph.nodes)
     x = torch.randn(2, 3, 5, 5)
     torch.testing.assert_close(traced(x), model(x), atol=0, rtol=0)

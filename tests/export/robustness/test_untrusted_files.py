@@ -146,6 +146,49 @@ def test_the_allow_list_rows_each_say_why():
     assert {row.domain for row in safe_graph.ALLOWED_OPS} == {"", "ai.onnx", "qonnx.custom_op.general", "onnx.brevitas"}
 
 
+def _quant(domain: str) -> onnx.ModelProto:
+    """A QONNX ``Quant`` node of ``domain`` (its scale, zero point and bit width as initializers)."""
+    inits = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("s", 0.5), ("z", 0.0), ("b", 8.0))]
+    node = helper.make_node("Quant", ["x", "s", "z", "b"], ["y"], domain=domain, signed=1, narrow=0, rounding_mode="ROUND")
+    return _graph([node], opsets=(("", 17), (domain, 1)), initializers=inits)
+
+
+#: allow-list row (by domain) -> (a graph of an op it allows, the graph's problems besides the allow list:
+#: onnx.checker's, for a node naming the standard domain by its full name)
+ALLOWED_CASES = {
+    "": (lambda: _graph([_relu()]), []),
+    "ai.onnx": (
+        lambda: _graph([helper.make_node("Relu", ["x"], ["y"], domain="ai.onnx")]),
+        ["onnx.checker: No opset import for domain 'ai.onnx'"],
+    ),
+    "qonnx.custom_op.general": (lambda: _quant("qonnx.custom_op.general"), []),
+    "onnx.brevitas": (lambda: _quant("onnx.brevitas"), []),
+}
+
+
+def test_every_allow_list_row_has_a_case():
+    assert set(ALLOWED_CASES) == {row.domain for row in safe_graph.ALLOWED_OPS}
+
+
+def _problems(model: onnx.ModelProto) -> list[str]:
+    try:
+        safe_graph.check(model)
+    except UnsafeGraphError as error:
+        return error.problems
+    return []
+
+
+@pytest.mark.parametrize("row", safe_graph.ALLOWED_OPS, ids=lambda row: row.domain or "standard")
+def test_every_allow_list_row_lets_its_ops_through_and_no_other(row):
+    """The row's op passes the allow list (the case's graph has no other problem than the listed
+    ones); a custom domain's row lets only its ops through."""
+    build, others = ALLOWED_CASES[row.domain]
+    assert _problems(build()) == others
+    if row.ops is not None:
+        other = _graph([helper.make_node("GenericPartition", ["x"], ["y"], domain=row.domain)], opsets=(("", 17), (row.domain, 1)))
+        assert [p.split(";")[0] for p in _problems(other)] == [f"node 'GenericPartition' of domain '{row.domain}' is not allowed"]
+
+
 def test_the_allow_list_in_the_docs_is_current():
     docs = (REPO / "docs" / "export.md").read_text()
     assert safe_graph.markdown() in docs, "docs/export.md: paste the output of safe_graph.markdown()"
