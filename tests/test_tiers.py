@@ -123,9 +123,16 @@ def skips(result: subprocess.CompletedProcess) -> dict[str, int]:
     return found
 
 
+def installed(*names: str) -> None:
+    """Skip unless every package of ``names`` is installed (the check hides one of those present)."""
+    for name in names:
+        pytest.importorskip(name, reason=f"{name} is not installed")
+
+
 def test_missing_packages_skip_each_tier_that_needs_them_naming_them():
     """One run per hidden package group: every test module of each tier needing it is one skip whose
     reason names the tier, the package and how to install it; nothing runs, nothing errors."""
+    installed("brevitas", "onnx", "onnxruntime", "qonnx")
     tiers = ["backend", "export", "targets", "integration"]
     for hidden, needing, installs in [
         (("brevitas",), tiers, "pip install 'quark-brevitas[brevitas]'"),
@@ -141,12 +148,14 @@ def test_missing_packages_skip_each_tier_that_needs_them_naming_them():
 
 
 def test_one_module_of_a_missing_tier_is_skipped_too():
+    installed("brevitas")
     result = pytest_hiding(("brevitas",), "tests/backend/test_mapping.py")
     assert result.returncode == 5 and "SKIPPED [1]" in result.stdout and "tests/backend: needs brevitas" in result.stdout
 
 
 def test_the_finn_modules_skip_themselves_without_finn_plus():
     """``tests/targets/finn`` needs the export stack; its modules that drive FINN itself skip, naming finn-plus."""
+    installed("brevitas", "onnx", "onnxruntime", "qonnx", "finn")
     driving = ["tests/targets/finn/test_pipeline.py", "tests/targets/finn/test_dataflow.py"]
     result = pytest_hiding(("finn",), *driving)
     assert result.returncode == 5, result.stdout[-3000:]
@@ -158,6 +167,7 @@ def test_the_finn_modules_skip_themselves_without_finn_plus():
     [("config", ("brevitas", *EXPORT_STACK)), ("backend", EXPORT_STACK)],
 )
 def test_a_tier_collects_without_the_packages_it_does_not_need(tier, hidden):
+    installed(*{"config": (), "backend": ("brevitas",)}[tier])
     result = pytest_hiding(hidden, "--collect-only", f"tests/{tier}")
     assert result.returncode == 0, result.stdout[-3000:]
     assert re.fullmatch(r"\d+ tests collected in .*", summary(result)), summary(result)
