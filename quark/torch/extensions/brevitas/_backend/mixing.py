@@ -46,11 +46,22 @@ METRICS: dict[str, Metric] = {"cosine": cosine, "sqnr": sqnr}
 
 
 def first_output(model: nn.Module, batch: Any) -> torch.Tensor:
-    """The model's first output tensor (a transformers ``ModelOutput``'s first field)."""
+    """The model's first output tensor (a transformers ``ModelOutput``'s first field; what follows
+    it, such as a key/value cache that is no tensor, is not read)."""
     output = run_batch(model, batch)
     if hasattr(output, "to_tuple"):
         output = output.to_tuple()
-    return flatten_outputs(output)[0]
+    found = _first_tensor(output)
+    if found is None:
+        raise TypeError(f"model output of type {type(output).__name__}: no tensor in it")
+    return found
+
+
+def _first_tensor(output: Any) -> torch.Tensor | None:
+    if isinstance(output, (tuple, list)):
+        return next((t for t in map(_first_tensor, output) if t is not None), None)
+    flat = flatten_outputs(output)  # a tensor, a QuantTensor or None (anything else: TypeError)
+    return flat[0] if flat else None
 
 
 @torch.no_grad()

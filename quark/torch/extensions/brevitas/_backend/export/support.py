@@ -77,7 +77,7 @@ SPEC_RULES: tuple[Rule, ...] = (
     spec_rule(
         ACT | WEIGHT,
         "format",
-        lambda s: s.format in (Format.integer, Format.cast) or s.element is Dtype.bfp16,
+        lambda s: s.format is not Format.minifloat,  # block formats: the row above
         "integer formats, bfloat16 / float16 casts, bfp16",
         "Brevitas 0.13.4's QCDQ minifloat export fails (FP8: NotImplementedError at opsets 17, 19 and 21; other "
         "minifloats: 'Only OCP/FNUZ Standard'); export QONNX (FloatQuant). Casts are written here as "
