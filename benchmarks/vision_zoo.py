@@ -86,6 +86,7 @@ def _npu(model, entry, directory: Path, times: dict) -> dict:
     times["export"] = time.perf_counter() - start
     return {
         "passed": report.passed,
+        "max_abs_diff": report.max_abs_diff,
         "max_lsb": report.max_diff_lsb,
         "target_checks": len(report.target_checks),
         "ort_default_lsb": report.optimized_runtime_diff,
@@ -134,10 +135,10 @@ def _cell(row: dict) -> str:
             f"outside: {', '.join(row['outside']) or '-'}, float hw: {', '.join(row['float_layers']) or '-'}, "
             f"max diff {row['max_abs_diff']:.3g}, {row['identical']} identical ({seconds} s)"
         )
-    ort = row["ort_default_lsb"]
+    ort, lsb = row["ort_default_lsb"], row["max_lsb"]
     return (
-        f"{'PASS' if row['passed'] else 'FAIL'}: {row['target_checks']} IPU checks, max {row['max_lsb']:g} LSB, "
-        f"ORT defaults {'-' if ort is None else f'{ort:g}'} LSB ({seconds} s)"
+        f"{'PASS' if row['passed'] else 'FAIL'}: {row['target_checks']} IPU checks, max diff {row['max_abs_diff']:.3g}"
+        f"{'' if lsb is None else f' ({lsb:g} LSB)'}, ORT defaults {'-' if ort is None else f'{ort:.3g}'} ({seconds} s)"
     )
 
 
