@@ -21,6 +21,7 @@ from torch import nn
 
 from quark.torch.extensions.brevitas.cli.errors import FAILED, OK, Failed, UsageError, one_line
 from quark.torch.extensions.brevitas.cli.inputs import (
+    check_model_spec,
     import_object,
     load_checkpoint,
     load_config,
@@ -117,6 +118,7 @@ def quantize(args: argparse.Namespace) -> Result:
     _checkpoint_path(args.output)
     _positive(args, "num_batches")
     device = _device(args)
+    check_model_spec(args.model)
     config = load_config(args.config, args.flavour)
     batches = load_data(args.data, args.batch_size) if args.data else None
     try:
@@ -159,6 +161,8 @@ def train(args: argparse.Namespace) -> Result:
     _checkpoint_path(args.output)
     _positive(args, "epochs", "lr")
     device = _device(args)
+    if args.model:
+        check_model_spec(args.model)
     state = read_checkpoint(args.checkpoint)
     loaders_fn = import_object(args.data_module, "--data-module")
     try:
@@ -250,6 +254,8 @@ def export(args: argparse.Namespace) -> Result:
     from quark.torch.extensions.brevitas.api import ModelExporter
 
     fpga = _check_export_flags(args)
+    if args.model:
+        check_model_spec(args.model)
     batches = load_data(args.data, args.batch_size)
     example = batches[0]
     if args.format == "finn" and not isinstance(example, torch.Tensor):
@@ -337,6 +343,8 @@ def verify(args: argparse.Namespace) -> Result:
 
     if args.tolerance_lsb is not None and args.tolerance_lsb < 0:
         raise UsageError(f"--tolerance-lsb {args.tolerance_lsb:g}: must be >= 0")
+    if args.model:
+        check_model_spec(args.model)
     load_onnx(args.onnx)
     example = load_data(args.data, args.batch_size)[0]
     qmodel, _, _ = load_checkpoint(args.checkpoint, args.model)
@@ -400,7 +408,9 @@ def init(args: argparse.Namespace) -> Result:
         if not args.output.endswith((".yaml", ".yml")):
             raise UsageError(f"-o {args.output}: init writes YAML; give a .yaml or .yml path")
         _checkpoint_path(args.output)
-    command = "quark-brevitas " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["init"] else ""
+    flags = [f"{flag} {value}" for flag, value in bits.items() if value is not None]
+    flags += [flag for flag, on in (("--tqt", args.tqt), ("--graph", args.graph)) if on]
+    command = " ".join(["quark-brevitas init --preset", shlex.quote(args.preset), *flags])
     _, text = starter(
         args.preset,
         weight_bits=args.weight_bits or args.bits,

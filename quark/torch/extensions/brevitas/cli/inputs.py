@@ -26,6 +26,7 @@ from quark.torch.quantization.files import atomic_path
 __all__ = [
     "FLAVOURS",
     "UsageError",
+    "check_model_spec",
     "import_object",
     "load_checkpoint",
     "load_config",
@@ -118,6 +119,15 @@ def import_object(spec: str, option: str) -> Any:
         raise UsageError(
             f"{option} {spec!r}: {where} has no attribute {attribute!r} (it has: {', '.join(public) or 'nothing callable'})"
         ) from None
+
+
+def check_model_spec(spec: str, option: str = "--model") -> None:
+    """The cheap checks of a model spec (its form, its file), before any work."""
+    if os.path.isdir(spec):
+        return
+    where, _ = _split(spec, option)
+    if _is_file_spec(where) and not os.path.isfile(where):
+        raise UsageError(f"{option} {spec!r}: no file {os.path.abspath(where)}")
 
 
 def origin_of(spec: str) -> dict[str, Any]:
