@@ -239,7 +239,8 @@ def _check_export_flags(args: argparse.Namespace) -> Any:
     try:
         fpga = resolve(part)
     except ValueError as error:
-        raise UsageError(f"--part {part}: {one_line(error)}") from error
+        message = one_line(error)
+        raise UsageError(f"--part {part}: {message.split(': ', 1)[1] if message.startswith('part=') else message}") from error
     out = args.output
     if os.path.exists(out) and not os.path.isdir(out):
         raise UsageError(f"-o {out}: a file; --format finn writes a directory: give a new directory's path")
