@@ -82,7 +82,7 @@ def _probe(site: Path, page: str, window: tuple[int, int]) -> dict:
     probed = site / f"_probe_{page}.html"
     probed.write_text((site / f"{page}.html").read_text().replace("</body>", PROBE + "</body>"))
     result = _browser(f"{window[0]},{window[1]}", "--dump-dom", probed.as_uri())
-    match = re.search(r'<script type="application/json" id="overflow-probe">(.*?)</script>', result.stdout, re.S)
+    match = re.search(r'<script type="application/json" id="overflow-probe">(.*?)</script>', result.stdout, re.DOTALL)
     assert match, result.stderr[-2000:]
     return json.loads(match.group(1))
 
@@ -99,7 +99,7 @@ def test_pages_render_without_overflowing_code(site, page, tmp_path):
     overflowing = [p for p in probe["pres"] if p["scroll"] > p["client"] + 1]
     assert not overflowing, f"{page}.html: code blocks wider than their box at {WINDOW}: {overflowing}"
     html = (site / f"{page}.html").read_text()
-    version = re.search(r'^version\s*=\s*"([^"]+)"', (REPO / "pyproject.toml").read_text(), re.M).group(1)
+    version = re.search(r'^version\s*=\s*"([^"]+)"', (REPO / "pyproject.toml").read_text(), re.MULTILINE).group(1)
     assert f"quark-brevitas {version}" in html and "furo" in html
     assert "&#169;." not in html and "©. |" not in html  # a copyright line with its holder
 
