@@ -84,13 +84,15 @@ def test_the_example_yamls_are_inits_output(name, tmp_path):
 def test_help_answers_in_under_a_second():
     """Lazy imports: --help imports neither torch nor the backend. The bound is generous (the
     measured figure is about 0.15 s); the best of three runs counts."""
-    timings = []
-    for _ in range(3):
-        started = time.perf_counter()
-        result = subprocess.run([*CLI, "--help"], capture_output=True, text=True, env=ENV, check=False)
-        timings.append(time.perf_counter() - started)
-        assert result.returncode == 0 and "quark-brevitas" in result.stdout
-    assert min(timings) < 1.0, timings
+    script = Path(sys.executable).parent / "quark-brevitas"  # the console script `pip install` writes
+    for command in [CLI, [str(script)]] if script.exists() else [CLI]:
+        timings = []
+        for _ in range(3):
+            started = time.perf_counter()
+            result = subprocess.run([*command, "--help"], capture_output=True, text=True, env=ENV, check=False)
+            timings.append(time.perf_counter() - started)
+            assert result.returncode == 0 and "quark-brevitas" in result.stdout
+        assert min(timings) < 1.0, (command, timings)
     probe = "import sys; from quark.torch.extensions.brevitas.cli import parser; parser(); print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=ENV, check=True).stdout.strip() == "False"
 
