@@ -266,7 +266,7 @@ def export(args: argparse.Namespace) -> Result:
     _check_accepts(qmodel, example, f"--data {args.data}")
     if args.format != "finn":
         method = {"qonnx": "export_qonnx_model", "qdq": "export_onnx_model"}[args.format]
-        with _cleaned(args, args.output):
+        with _cleaned(args, _created_root(args.output)):  # the file, and the folders it needed
             report = getattr(ModelExporter(args.output), method)(qmodel, example)
         say(args, str(report))
         say(args, f"wrote {args.output}")
