@@ -41,6 +41,7 @@ def test_init_writes_a_minimal_yaml_that_loads_back(preset, tmp_path, capsys):
     assert text == expected
     assert "null" not in text and "Type." not in text  # no nulls, enums by their names
     assert text.count("#") >= 5  # commented
+    assert max(len(line) for line in text.splitlines()) <= 100  # fits a terminal and a docs page
     assert build(FLAVOURS["quark"], yaml.safe_load(text), "init") == config
     (tmp_path / "c.yaml").write_text(text)
     from quark.torch.extensions.brevitas.cli.configs import load_config

@@ -1,6 +1,6 @@
 """The documentation as a reader sees it: built with the furo theme (warnings are errors), then
 rendered in a headless Chromium (Debian's ``chromium`` package; `.ci/run` installs it). The index,
-the FINN page and the API page are screenshotted and probed: no code block may overflow its box at
+the FINN, command-line and API pages are screenshotted and probed: no code block may overflow its box at
 1440 x 900, the title carries the version, every API entry appears once. The examples gallery lists
 every file in examples/."""
 
@@ -19,7 +19,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
-PAGES = ("index", "finn", "api")
+PAGES = ("index", "finn", "cli", "api")
 WINDOW = (1440, 900)
 #: names both config flavours define (the main API's and the Brevitas extension's), each documented once per flavour
 BOTH_FLAVOURS = {"Config", "QuantizationConfig", "QuantizationSpec"}

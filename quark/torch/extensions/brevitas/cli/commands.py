@@ -422,7 +422,7 @@ def init(args: argparse.Namespace) -> Result:
     )
     if args.output:
         write_text(args.output, text)
-        if not args.json:
+        if not (args.json or args.quiet):
             print(f"wrote {args.output}", file=sys.stderr)
     elif not args.json:
         sys.stdout.write(text)

@@ -372,8 +372,8 @@ PRESETS: dict[str, Preset] = {
 
 #: what a key means, written beside it in the starter file
 NOTES = {
-    "global_quant_config": "every supported layer (Conv, Linear, ...) unless a level below says otherwise",
-    "layer_type_quant_config": "per layer or operation type (class name); overrides global_quant_config",
+    "global_quant_config": "every supported layer, unless a level below says otherwise",
+    "layer_type_quant_config": "per layer or operation type (class name): over the global one",
     "layer_quant_config": "per module name (wildcards allowed); overrides the levels above",
     "exclude": "module names left float",
     "pre_quant_opt_config": "run on the float model first",
@@ -393,7 +393,9 @@ NOTES = {
     "threshold_init_meth": "initial threshold",
     "dtype": "the element type (all of them: quark-brevitas support formats)",
 }
-NOTE_COLUMN = 40
+NOTE_COLUMN = 32
+#: the longest line a starter file has (a terminal, a docs page)
+WIDTH = 100
 
 
 def starter(preset: str, *, weight_bits: int | None = None, act_bits: int | None = None, tqt: bool = False,
@@ -402,11 +404,13 @@ def starter(preset: str, *, weight_bits: int | None = None, act_bits: int | None
     row = PRESETS[preset]
     config = row.make(weight_bits, act_bits, tqt, graph)
     data = minimal(config)
+    import textwrap
+
     header = [
         f"# {command or 'quark-brevitas init --preset ' + preset}",
-        f"# {preset}: {row.summary}",
-        "# Fields left out take their defaults; every field: docs/config_reference.md, formats: quark-brevitas support.",
-        "# Next: quark-brevitas quantize --config THIS_FILE --model model.py:build --data calib.npz -o q.pt",
+        *textwrap.wrap(f"{preset}: {row.summary}", WIDTH - 2, initial_indent="# ", subsequent_indent="#   "),
+        "# Fields left out take their defaults (all: docs/config_reference.md; quark-brevitas support).",
+        "# Next: quark-brevitas quantize --config THIS.yaml --model model.py:build --data calib.npz -o q.pt",
     ]
     lines: list[str] = []
     _emit(data, 0, lines, path=(), noted=set())
@@ -491,4 +495,7 @@ def _emit(data: dict[str, Any], indent: int, lines: list[str], path: tuple[str, 
 
 
 def _with_note(text: str, note: str) -> str:
-    return f"{text.ljust(NOTE_COLUMN)}{note}" if note else text
+    if not note:
+        return text
+    line = f"{text.ljust(NOTE_COLUMN)}{note}"
+    return line if len(line) <= WIDTH else f"{line[: WIDTH - 3]}..."
