@@ -1,4 +1,4 @@
-"""FINN zoo: each whole-integer FINN-style network of ``tests/export/finn_zoo.py`` through FINN's
+"""FINN zoo: each whole-integer FINN-style network of ``tests/_shared/finn_zoo.py`` through FINN's
 dataflow back half, on real digits.
 
 Per network: nodes left outside the dataflow partition (host-side layout only), the largest
@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import torch
-from export.finn_zoo import FINN_ZOO, calibrated, digits_batches
+from _shared.finn_zoo import FINN_ZOO, calibrated, digits_batches
 
 from quark.torch.extensions.brevitas.api import FinnError, ModelExporter
 

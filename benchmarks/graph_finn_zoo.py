@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from export.zoo import ZOO, calibration
+from _shared.zoo import ZOO, calibration
 
 from quark.torch.extensions.brevitas._backend.targets.finn import interface as finn_interface
 from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer, finn_handoff

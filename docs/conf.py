@@ -1,5 +1,5 @@
 """Sphinx configuration: ``make docs`` builds docs/_build/html with warnings as errors (furo theme;
-tests/docs renders it in a headless Chromium and checks no code block overflows)."""
+tests/integration/docs renders it in a headless Chromium and checks no code block overflows)."""
 
 import re
 from pathlib import Path

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The command line's whole journey (docs/cli.md): a user's model file and data -> a FINN dataflow
 # directory (W4A4, trained thresholds) and a QDQ file for AMD NPUs, with configs made by `init`.
-# Run by tests/cli/test_examples_cli.py.
+# Run by tests/integration/cli/test_examples_cli.py.
 #
 #   bash examples/cli/journey.sh [WORKDIR]       (default: a new temporary directory)
 #

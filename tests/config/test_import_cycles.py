@@ -6,7 +6,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from _shared import REPO
+
+ROOT = REPO
 PACKAGE = ROOT / "quark"
 
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from _shared import REPO, python
 
-REPO = Path(__file__).resolve().parents[2]
 BLOCKED = ("brevitas", "onnx", "onnxruntime", "qonnx")
 MODULES = (
     "quark.torch.quantization.config.config",
@@ -60,19 +59,8 @@ print("OK", end="")
 """
 
 
-def _run(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-W", "error", "-c", code],
-        cwd=REPO,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def test_lean_import_is_silent_and_warning_free():
-    result = _run(BLOCK + IMPORT_ALL + USE)
+    result = python(BLOCK + IMPORT_ALL + USE)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "OK"  # the imports themselves printed nothing
     assert result.stderr == ""
@@ -81,7 +69,7 @@ def test_lean_import_is_silent_and_warning_free():
 @pytest.mark.parametrize("name", BLOCKED)
 def test_blocking_actually_blocks(name):
     """Guard for the test above: the sys.modules trick makes each package unimportable."""
-    result = _run(BLOCK + f"import {name}")
+    result = python(BLOCK + f"import {name}")
     assert result.returncode != 0
     assert "ModuleNotFoundError" in result.stderr and name in result.stderr
 
@@ -104,37 +92,3 @@ def test_type_module_needs_only_the_standard_library():
     assert (result.stdout, result.stderr) == ("int8\n", "")
 
 
-QUANTIZE = """
-import torch
-from torch import nn
-from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
-from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
-from quark.torch.quantization.observer import PerTensorMinMaxObserver
-spec = QuantizationSpec(dtype="int8", observer_cls=PerTensorMinMaxObserver)
-model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
-q = ModelQuantizer(Config(QuantizationConfig(weight=spec, input_tensors=spec)))
-qmodel = q.quantize_model(model, [torch.randn(8, 4)], progress=False)
-assert qmodel(torch.randn(2, 4)).shape == (2, 2)
-loaded = sorted(m for m in sys.modules if m.split(".")[0] == BLOCKED_NAME and sys.modules[m] is not None)
-assert not loaded, loaded
-for method in ("export_onnx_model", "export_qonnx_model"):
-    try:
-        getattr(ModelExporter(f"{OUT}/{method}.onnx"), method)(qmodel, torch.randn(2, 4))
-    except ImportError as error:
-        print(f"{method}: {error}")
-"""
-
-
-@pytest.mark.parametrize("name", ["onnx", "onnxruntime", "qonnx"])
-def test_quantizing_needs_no_export_package_and_exporting_names_the_extra(name, tmp_path):
-    """With ``name`` hidden, the API imports and quantizes without loading it; an export that needs it
-    fails before writing anything, naming the package and the extra that installs it."""
-    pytest.importorskip("brevitas", reason="Brevitas is not installed")
-    code = f"import sys\nsys.modules[{name!r}] = None\nBLOCKED_NAME, OUT = {name!r}, {str(tmp_path)!r}\n" + QUANTIZE
-    result = _run(code)
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()  # qonnx executes QONNX graphs with onnxruntime
-    needing = ["export_qonnx_model"] if name == "qonnx" else ["export_onnx_model", "export_qonnx_model"]
-    assert [line.split(":")[0] for line in lines] == needing
-    assert all(f"needs {name}" in line and "pip install 'quark-brevitas[export]'" in line for line in lines)
-    assert not any((tmp_path / f"{method}.onnx").exists() for method in needing)

@@ -1,14 +1,14 @@
 """docs/support.md is generated from the translation rules and must stay in sync with them."""
 
-from pathlib import Path
 
 import pytest
+from _shared import REPO
 
 from quark.torch.quantization.config.config import QuantizationSpec
 from quark.torch.quantization.support import DOC_HEADER, support_table
 from quark.torch.quantization.tensor_quant import normalise
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "support.md"
+DOC = REPO / "docs" / "support.md"
 
 
 def test_support_doc_is_current():

@@ -7,9 +7,11 @@ from __future__ import annotations
 import brevitas.nn as qnn
 import pytest
 import torch
+from _shared import REPO
+from _shared.configs import A8, W8, W8A8, layer_config
+from _shared.quantize import quantize
 from torch import nn
 
-from export.helpers import A8, W8, W8A8, config, quantize
 from quark.torch.extensions.brevitas._backend.export import support
 from quark.torch.extensions.brevitas._backend.inventory import quantizers
 from quark.torch.extensions.brevitas._backend.rewrite.graph import QuantConcat
@@ -23,6 +25,7 @@ from quark.torch.extensions.brevitas.api import (
 from quark.torch.extensions.brevitas.presets import finn
 from quark.torch.quantization.config.config import QuantizationSpec
 from quark.torch.quantization.config.type import (
+    DeviceType,
     Dtype,
     QSchemeType,
     QuantizationMode,
@@ -118,7 +121,7 @@ def _build(row):
     if mode is not None:
         model(torch.randn(*shape))  # lazy layers take their shapes
         output = {} if row in NO_OUTPUT else {"output_tensors": A8}
-        cfg = config(weight=W8_PER_TENSOR, input_tensors=A8, **output)
+        cfg = layer_config(weight=W8_PER_TENSOR, input_tensors=A8, **output)
         cfg.quant_mode = mode
         if mode == FINN_GRAPH:  # FINN's target truncates windowed average pools
             cfg = finn(weight_bits=8, act_bits=8)
@@ -144,10 +147,7 @@ def test_per_channel_transposed_convolution_with_quantized_input_exports_exactly
     torch.manual_seed(0)
     pof2 = {"observer_cls": PerChannelMinMaxObserver, "qscheme": QSchemeType.per_channel, "ch_axis": 1}
     model = quantize(
-        config(
-            weight=QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2, **pof2),
-            input_tensors=QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2),
-        ),
+        layer_config(weight=QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2, **pof2), input_tensors=QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2)),
         nn.Sequential(nn.ConvTranspose2d(4, 3, 3)),
         [torch.randn(2, 4, 6, 6) for _ in range(2)],
     )
@@ -159,14 +159,12 @@ def test_per_channel_transposed_convolution_with_quantized_input_exports_exactly
 def test_per_channel_transposed_convolution_with_float_input_exports(onnx_path, fmt):
     torch.manual_seed(0)
     model = quantize(
-        config(
-            weight=QuantizationSpec(
+        layer_config(weight=QuantizationSpec(
                 dtype=Dtype.int8,
                 observer_cls=PerChannelMinMaxObserver,
                 qscheme=QSchemeType.per_channel,
                 ch_axis=1,
-            )
-        ),
+            )),
         nn.Sequential(nn.ConvTranspose2d(4, 3, 3)),
         None,
     )
@@ -196,7 +194,7 @@ def test_every_offending_quantizer_is_listed_at_once(onnx_path):
     spec = QuantizationSpec(dtype=Dtype.int16, observer_cls=PerTensorMinMaxObserver)
     torch.manual_seed(0)
     model = quantize(
-        config(weight=W8, input_tensors=spec),
+        layer_config(weight=W8, input_tensors=spec),
         nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)),
         [torch.randn(4, 8)],
     )
@@ -225,7 +223,7 @@ def test_dynamo_rows_are_refused_before_export(onnx_path):
         ch_axis=1,
         group_size=4,
     )
-    model = quantize(config(weight=group), nn.Sequential(nn.Linear(8, 4)), None)
+    model = quantize(layer_config(weight=group), nn.Sequential(nn.Linear(8, 4)), None)
     with pytest.raises(
         UnsupportedExportError,
         match=r"'0.weight_quant' \(weight\): qscheme=per_group; qonnx allows per_tensor, per_channel \(or dynamo=False\)",
@@ -280,7 +278,7 @@ A8_POF2 = QuantizationSpec(dtype=Dtype.int8, observer_cls=PerTensorMinMaxObserve
 def test_dynamo_weight_rules_are_refused_and_real(onnx_path, monkeypatch, fmt, weight, match, without_check):
     torch.manual_seed(0)
     model = quantize(
-        config(weight=weight, input_tensors=A8_POF2, output_tensors=A8_POF2),
+        layer_config(weight=weight, input_tensors=A8_POF2, output_tensors=A8_POF2),
         nn.Sequential(nn.Linear(16, 8, bias=False)),
         [torch.randn(4, 16)],
     )
@@ -296,9 +294,8 @@ def test_dynamo_weight_rules_are_refused_and_real(onnx_path, monkeypatch, fmt, w
 
 
 def test_docs_embed_the_current_support_table():
-    from pathlib import Path
 
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "export.md").read_text()
+    docs = (REPO / "docs" / "export.md").read_text()
     assert support.markdown() in docs, "docs/export.md: paste the output of support.markdown()"
 
 
@@ -339,7 +336,7 @@ def test_every_spec_refusal_is_real(onnx_path, monkeypatch, roles, fmt, dynamo, 
     """Without the check, each refused spec fails in the exporter or gives a graph that differs."""
     torch.manual_seed(0)
     model = quantize(
-        config(weight=W8, **roles),
+        layer_config(weight=W8, **roles),
         nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4)),
         [torch.randn(4, 16) + 0.5 for _ in range(2)],
     )
@@ -349,3 +346,97 @@ def test_every_spec_refusal_is_real(onnx_path, monkeypatch, roles, fmt, dynamo, 
     monkeypatch.setattr(support, "check", lambda *args: None)
     with pytest.raises(without_check):
         getattr(ModelExporter(onnx_path, dynamo=dynamo), METHODS[fmt])(model, x)
+
+
+# -- the rules, row by row ----------------------------------------------------------------------------
+
+QCDQ, QONNX = ExportFormat.qcdq, ExportFormat.qonnx
+
+
+def _rule_key(rule) -> str:
+    return f"{rule.refuses} -> {rule.allowed}"
+
+
+def _linear(**roles):
+    """A Linear(32, 8) quantized with ``roles`` (32 input channels: an MX block)."""
+    return lambda: quantize(layer_config(**roles), nn.Sequential(nn.Linear(32, 8)), [torch.randn(4, 32)])
+
+
+def _graph_pooled():
+    """Graph mode for FINN: its windowed average pool is the truncating one (FINN's own)."""
+    cfg = layer_config(weight=W8_PER_TENSOR, input_tensors=A8)
+    cfg.global_quant_config.target_device = DeviceType.FINN
+    cfg.quant_mode = QuantizationMode.fx_graph_mode
+    model = _pooled(nn.AvgPool2d(2))
+    model(torch.randn(2, 3, 4, 4))
+    return quantize(cfg, model, [torch.randn(2, 3, 4, 4)])
+
+
+def _rotated():
+    from quark.torch.extensions.brevitas import algos
+    from quark.torch.quantization.config.config import Config, QuantizationConfig
+
+    config = Config(QuantizationConfig(weight=W8_PER_TENSOR), pre_quant_opt_config=[algos.HadamardRotation()])
+    return quantize(config, nn.Sequential(nn.Linear(16, 8)), [torch.randn(2, 16)])
+
+
+_INT8 = QuantizationSpec(dtype=Dtype.int8)
+#: rule (refused -> allowed) -> (the model, format, dynamo, the rules its problems come from besides this one)
+RULE_CASES = {
+    "activation/weight `format` -> integer, minifloat or cast formats": (
+        _linear(weight=QuantizationSpec(dtype=Dtype.mx, mx_element_dtype=Dtype.int8)), QONNX, False, (),
+    ),
+    "activation/weight `format` -> integer formats": (_linear(weight=QuantizationSpec(dtype=Dtype.fp8_e4m3)), QCDQ, False, ()),
+    "activation `is_dynamic` -> False": (_linear(input_tensors=QuantizationSpec(dtype=Dtype.int8, is_dynamic=True)), QONNX, False, ()),
+    "activation `round_method` -> half_even": (
+        _linear(input_tensors=QuantizationSpec(dtype=Dtype.int8, round_method=RoundType.floor)), QCDQ, False, (),
+    ),
+    "activation/weight `bit_width` -> 2..8": (_linear(input_tensors=QuantizationSpec(dtype=Dtype.int16)), QCDQ, False, ()),
+    "activation/weight `zero_point_type` -> int32": (
+        _linear(input_tensors=QuantizationSpec(dtype=Dtype.uint8, symmetric=False, zero_point_type=ZeroPointType.float32)),
+        QCDQ, False, (),
+    ),
+    "bias `bias` -> float biases (or dynamo=False)": (
+        _linear(weight=_INT8, input_tensors=_INT8, bias=QuantizationSpec(dtype=Dtype.int32)), QCDQ, True, (),
+    ),
+    "weight `qscheme` -> per_tensor, per_channel (or dynamo=False)": (
+        _linear(weight=QuantizationSpec(dtype=Dtype.int4, qscheme=QSchemeType.per_group, ch_axis=1, group_size=8)),
+        QONNX, True, (),
+    ),
+    "weight `round_method` -> half_even (or dynamo=False)": (
+        _linear(weight=QuantizationSpec(dtype=Dtype.int8, round_method=RoundType.floor)), QONNX, True, (),
+    ),
+    "a layer without a qcdq export -> the layers of the table above": (
+        lambda: nn.Sequential(nn.Linear(8, 4), qnn.QuantSigmoid(return_quant_tensor=False)), QCDQ, False, (),
+    ),
+    "a layer without a qonnx export -> the layers of the table above": (
+        lambda: nn.Sequential(nn.Linear(8, 4), qnn.QuantSigmoid(return_quant_tensor=False)), QONNX, False, (),
+    ),
+    "`TruncAvgPool2d`/`TruncAdaptiveAvgPool2d`: a truncating average pool -> a requantized average (graph mode builds one "
+    "for every target but FINN)": (
+        _graph_pooled, QCDQ, False, ("a layer without a qcdq export -> the layers of the table above",),
+    ),
+    "`QuantMultiheadAttention`: dynamo=True -> dynamo=False": (
+        lambda: quantize(W8A8, Attention(), [torch.randn(2, 5, 8)]), QONNX, True, (),
+    ),
+    "`RotatedModule`: an online Hadamard rotation (HadamardRotation), a float transform -> the qcdq export, or no "
+    "HadamardRotation": (_rotated, QONNX, False, ()),
+}
+
+
+def test_every_rule_row_has_a_case():
+    assert set(RULE_CASES) == {_rule_key(r) for r in (*support.SPEC_RULES, *support.LAYER_RULES)}
+
+
+@pytest.mark.parametrize("key", list(RULE_CASES))
+def test_every_rule_row_names_its_case_and_nothing_else(key):
+    """``problems`` (what export checks first) finds the row's problem in its case, and no other row's
+    but those listed; the same model in the other format or exporter may pass this row."""
+    build, fmt, dynamo, also = RULE_CASES[key]
+    torch.manual_seed(0)
+    model = build()
+    applying = {_rule_key(r): r for r in (*support.SPEC_RULES, *support.LAYER_RULES) if r.applies({"format": fmt, "dynamo": dynamo})}
+    found = support.problems(model, fmt, dynamo)
+    rows = {k for k, r in applying.items() for line in found if line.endswith(f"({r.reason})")}
+    assert rows == {key, *also}, found
+    assert len(found) == 1 + len(also), found

@@ -5,8 +5,8 @@ With the dynamo exporter, every failure is one the support table predicts."""
 from __future__ import annotations
 
 import pytest
+from _shared.zoo import CONFIGS, ZOO, quantized
 
-from export.zoo import CONFIGS, ZOO, quantized
 from quark.torch.extensions.brevitas.api import ModelExporter, UnsupportedExportError
 
 METHODS = {"qcdq": "export_onnx_model", "qonnx": "export_qonnx_model"}

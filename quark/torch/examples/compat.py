@@ -3,8 +3,9 @@
 transformers imports torchvision when it is installed. The registry's torchvision 0.28 is a CUDA
 build: beside the CPU torch its C operators do not load, and its import then fails registering fake
 kernels for two of them (``nms``, ``qnms``: "operator torchvision::nms does not exist"). Declaring
-those two operators first lets it import; the models used here (BERT, GPT-2) use none of
-torchvision's operators.
+those two operators first lets it import (transformers, timm and the vision zoo then import
+torchvision as usual); the model definitions used here (BERT, GPT-2, torchvision's and timm's CNNs)
+use none of torchvision's compiled operators.
 """
 
 from __future__ import annotations

@@ -82,7 +82,11 @@ class ConfigView:
     """What resolution and ``ModelQuantizer`` need from a config, whatever its flavour.
 
     ``mode`` selects the backend's rewriter (``QuantizationMode`` or the extension's ``Backend``);
-    ``algorithms`` lists ``pre_quant_opt_config`` then ``algo_config``.
+    ``algorithms`` lists ``pre_quant_opt_config`` then ``algo_config``. ``signs_from_graph``: the
+    flavour's specs say no sign (the Brevitas extension's), so graph mode follows Brevitas'
+    convention: unsigned grids for what is never negative (the outputs of ReLU, ReLU6, Sigmoid,
+    Hardsigmoid, and what only passes, pools, adds or concatenates them); the main API's dtype is
+    honoured as written.
     """
 
     global_config: Any
@@ -91,6 +95,7 @@ class ConfigView:
     exclude: list[str]
     mode: Enum
     algorithms: tuple[AlgoConfig, ...]
+    signs_from_graph: bool = False
 
 
 CONFIG_VIEWS: dict[type, Callable[[Any], ConfigView]] = {

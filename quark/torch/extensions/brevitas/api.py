@@ -171,7 +171,7 @@ class ModelQuantizer:
         plans = planning.resolve(
             self.config, sites, [*known_names, *planning.module_names(work)], self.rewriter.supported_types
         )
-        self.rewriter.connect(work, plans, sites)
+        self.rewriter.connect(work, plans, sites, self.view)
         rules.check(plans, sites, self.algorithms)
         if not any(p.quantized for p in plans):
             warnings.warn(_nothing_quantized(work, sites, plans, self.rewriter.supported_types), stacklevel=3)

@@ -117,9 +117,11 @@ def _ext_float(spec: QuantizationSpec, observer: type[ObserverBase], where: str)
 
 
 def view_ext(config: Config) -> ConfigView:
-    """The extension's Config has one global layer config; ``backend`` selects the rewriter."""
+    """The extension's Config has one global layer config; ``backend`` selects the rewriter. Its
+    spec has no sign: graph mode gives non-negative tensors unsigned grids, as Brevitas' own graph
+    quantization does."""
     algorithms = (*config.pre_quant_opt_config, *config.algo_config)
-    return ConfigView(config.global_quant_config, {}, {}, [], config.backend, algorithms)
+    return ConfigView(config.global_quant_config, {}, {}, [], config.backend, algorithms, signs_from_graph=True)
 
 
 def register() -> None:

@@ -39,10 +39,6 @@ EPILOG = """exit status: 0 done, 1 verification failed, 2 usage or input error, 
 COMMANDS = ("init", "quantize", "train", "export", "verify", "support")
 #: preset names of `init` (cli/configs.PRESETS; listed here so that --help imports nothing)
 PRESET_NAMES = ("finn", "xint8", "w8a8", "w4a8", "w8", "w4")
-#: loggers of other packages whose chatter -q and the default hide (shown with -v)
-THIRD_PARTY_LOGGERS = ("finn_logger", "finn", "qonnx", "brevitas", "onnxscript", "torch.onnx")
-#: packages whose Python warnings are hidden unless -v
-THIRD_PARTY_WARNINGS = r"(qonnx|finn|brevitas|onnx|onnxscript|onnxruntime|torch|dependencies|pydantic)(\.|$)"
 
 
 def version() -> str:

@@ -15,8 +15,10 @@ import time
 import warnings
 from collections.abc import Iterator
 
-from quark.torch.extensions.brevitas.cli import THIRD_PARTY_LOGGERS, THIRD_PARTY_WARNINGS
-
+#: loggers of other packages whose chatter -q and the default hide (shown with -v)
+THIRD_PARTY_LOGGERS = ("finn_logger", "finn", "qonnx", "brevitas", "onnxscript", "torch.onnx")
+#: packages whose Python warnings are hidden unless -v
+THIRD_PARTY_WARNINGS = r"(qonnx|finn|brevitas|onnx|onnxscript|onnxruntime|torch|dependencies|pydantic)(\.|$)"
 #: loggers whose INFO records are progress: the checked pipeline runner (one record per FINN step),
 #: the FINN dataflow directory's stages, the exporter
 PROGRESS_LOGGERS = (

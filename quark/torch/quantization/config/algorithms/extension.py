@@ -48,9 +48,12 @@ class MergeBatchNorm(PreQuantOptConfig):
     is (no tracing, so any model passes); otherwise the model is traced with ``torch.fx`` (a model
     that does not trace whole, part by part: its largest submodules that do) and every
     ``BatchNorm`` that follows a Linear / Conv / ConvTranspose (whose output feeds nothing else) is
-    folded into its weights and bias; the float function is unchanged. A batch norm that cannot be
-    folded (after an addition, or after a layer whose output forks) stays and is named in a
-    warning. Integer targets need it: the XINT8 preset folds by default, as the NPU's compiler does.
+    folded into its weights and bias; the float function is unchanged. Batch norms in code
+    ``torch.fx`` cannot trace (timm's ``BatchNormAct2d``, data-dependent ``forward``) are found by
+    running one calibration batch when calibration data is given: each follows the layer whose
+    output it alone takes, and the fold is kept only where the model's outputs are unchanged. A
+    batch norm that cannot be folded (after an addition, or after a layer whose output forks)
+    stays and is named in a warning. Integer targets need it: the XINT8 preset folds by default, as the NPU's compiler does.
     """
 
     name: str = field(default="Merge Batch Norm", kw_only=True)

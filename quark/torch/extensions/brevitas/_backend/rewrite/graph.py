@@ -33,8 +33,8 @@ from quark.torch.extensions.brevitas._backend.rewrite import tracing
 from quark.torch.extensions.brevitas._backend.targets import AveragePooling, average_pooling
 from quark.torch.extensions.brevitas.graph import ACTIVATIONS, Add, Cat, GraphInput
 from quark.torch.quantization.config.spec import ROLES
-from quark.torch.quantization.plan import LayerPlan, Site
-from quark.torch.quantization.tensor_quant import TensorQuant
+from quark.torch.quantization.plan import ConfigView, LayerPlan, Site
+from quark.torch.quantization.tensor_quant import Format, TensorQuant
 
 logger = logging.getLogger(__name__)
 
@@ -170,14 +170,17 @@ class GraphRewriter:
             return None
         return Site(node.target, type(module), KINDS[kind].roles, module, KINDS[kind].sources)
 
-    def connect(self, model: fx.GraphModule, plans: list[LayerPlan], sites: list[Site]) -> None:
+    def connect(self, model: fx.GraphModule, plans: list[LayerPlan], sites: list[Site], view: ConfigView) -> None:
         """Give each weighted layer whose input arrives quantized the spec of the site upstream.
 
         The layer then has no input quantizer of its own (the summary shows ``= site``), unless
         its own ``input_tensors`` was set for it specifically (by name or type) and differs:
-        that is a requantization the config asks for.
+        that is a requantization the config asks for. With ``view.signs_from_graph`` (the Brevitas
+        extension's config), non-negative tensors get unsigned grids first (:func:`_unsigned_where_non_negative`).
         """
         plans_by_name = {p.name: p for p in plans}
+        if view.signs_from_graph:
+            _unsigned_where_non_negative(model, plans_by_name)
         for node in model.graph.nodes:
             plan = plans_by_name.get(node.target) if node.op == "call_module" else None
             if plan is None or plan.module_type not in WEIGHTED or not node.args:
@@ -289,6 +292,47 @@ BUILDERS: dict[str, Callable[[LayerPlan, Site], nn.Module]] = {
     "pool": _pool,
     "compute": _compute,
 }
+
+
+#: activations whose output is never negative: Brevitas' graph quantization gives them unsigned
+#: quantizers (``brevitas.graph.quantize``'s ``UNSIGNED_ACT_TUPLE``)
+NON_NEGATIVE_ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.Sigmoid, nn.Hardsigmoid)
+#: sites whose output is non-negative when all their inputs are (they add, join or average them)
+SIGN_PRESERVING = (Add, Cat, *AVG_POOLS)
+
+
+def _unsigned(spec: TensorQuant | None) -> TensorQuant | None:
+    """``spec`` on the unsigned grid of its bit width (symmetric integer specs; others as they are)."""
+    if spec is None or spec.format is not Format.integer or not spec.symmetric or not spec.signed:
+        return spec
+    return replace(spec, signed=False)
+
+
+def _unsigned_where_non_negative(model: fx.GraphModule, plans: dict[str, LayerPlan]) -> None:
+    """Brevitas' sign convention, in graph order: the outputs of non-negative activations, and the
+    inputs and outputs of additions, concatenations and average pools whose inputs are all
+    non-negative (through pass-through operations), take unsigned grids."""
+    non_negative: set[str] = set()  # sites whose output is >= 0
+    for node in model.graph.nodes:
+        plan = plans.get(node.target) if node.op == "call_module" else None
+        if plan is None:
+            continue
+        if issubclass(plan.module_type, NON_NEGATIVE_ACTIVATIONS):
+            roles = ("output_tensors",)
+        elif issubclass(plan.module_type, SIGN_PRESERVING) and _all_inputs_non_negative(model, node, non_negative):
+            roles = ("input_tensors", "output_tensors")
+        else:
+            continue
+        non_negative.add(plan.name)
+        for role in roles:
+            if plan.specs.get(role) is not None and plan.specs[role] != _unsigned(plan.specs[role]):
+                plan.specs[role] = _unsigned(plan.specs[role])
+                plan.origins[role] += " (unsigned: never negative here, Brevitas' convention)"
+
+
+def _all_inputs_non_negative(model: fx.GraphModule, node: fx.Node, non_negative: set[str]) -> bool:
+    inputs = [_producer(model, arg) for arg in node.all_input_nodes]
+    return bool(inputs) and all(p is not None and _site_name(p) in non_negative for p in inputs)
 
 
 def _produced_spec(plan: LayerPlan) -> TensorQuant | None:
