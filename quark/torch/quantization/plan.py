@@ -25,6 +25,7 @@ from torch import nn
 from quark.torch.quantization.config import config as main
 from quark.torch.quantization.config.algorithms import AlgoConfig
 from quark.torch.quantization.config.spec import ROLES
+from quark.torch.quantization.flavours import load_flavours
 from quark.torch.quantization.tensor_quant import TensorQuant, normalise
 
 #: subclasses of torch layers that compute exactly what their base class computes, by qualified
@@ -127,6 +128,8 @@ def register_config_view(config_cls: type, view: Callable[[Any], ConfigView]) ->
 
 def config_view(config: Any) -> ConfigView:
     """The registered :class:`ConfigView` of ``config``'s class; an unregistered class is a ``TypeError``."""
+    if type(config) not in CONFIG_VIEWS and load_flavours():  # an announced flavour, registered on first use
+        return config_view(config)
     try:
         return CONFIG_VIEWS[type(config)](config)
     except KeyError:

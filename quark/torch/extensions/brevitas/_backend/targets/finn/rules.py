@@ -2,7 +2,7 @@
 per quantizer (what FINN's ``ConvertQONNXtoFINN`` rejects or converts into something other than
 what the model computes), per graph-mode site, and on the written QONNX graph.
 
-Measured with finn-plus 1.6.1 / qonnx 1.0.0 (tests/export/test_finn_target.py has a case per row).
+Measured with finn-plus 1.6.1 / qonnx 1.0.0 (tests/targets/finn/test_rules.py has a case per row).
 """
 
 from __future__ import annotations
