@@ -2,10 +2,12 @@
 the AMD IPU / NPU (Ryzen AI) as QDQ ONNX, checked against the IPU's requirements and verified.
 
 The network is transformers' ResNet with a small random configuration (no download): the point is
-the flow, not the accuracy. Every convolution and the classifier get int8 power-of-two weights
-and inputs with int32 biases; the export executes the written graph in ONNX Runtime and compares
-it with the torch model, then checks opset 17, static shapes, power-of-two scales, zero points 0,
-int8 weights and int32 biases of scale s_in x s_w.
+the flow, not the accuracy. In graph mode (``presets.xint8(graph=True)``) every convolution and the
+classifier get int8 power-of-two weights and inputs with int32 biases, and the residual additions
+are quantized too; the export executes the written graph in ONNX Runtime and compares it with the
+torch model, then checks opset 17, static shapes, power-of-two scales, zero points 0, int8 weights,
+int32 biases of scale s_in x s_w, and every float operation between DequantizeLinear and
+QuantizeLinear (layer by layer, the residual additions would run on float values).
 
     python examples/ipu_transformers_resnet.py [--output resnet_xint8.onnx]
 """
@@ -28,14 +30,20 @@ from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
 
 
 class Logits(nn.Module):
-    """The transformers model with a plain tensor in and out (what an ONNX graph takes)."""
+    """The transformers model with a plain tensor in and out (what an ONNX graph takes), calling its
+    modules in the model's order (the same logits): the embedder's forward checks the channel count
+    in Python, which torch.fx cannot trace for graph mode."""
 
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        return self.model(pixel_values=pixel_values).logits
+        resnet = self.model.resnet
+        hidden = resnet.embedder.pooler(resnet.embedder.embedder(pixel_values))
+        for stage in resnet.encoder.stages:
+            hidden = stage(hidden)
+        return self.model.classifier(resnet.pooler(hidden))
 
 
 def resnet() -> nn.Module:
@@ -52,7 +60,7 @@ def main(argv: list[str] | None = None) -> dict:
     model = resnet()
     images = torch.rand(64, 3, 32, 32, generator=torch.Generator().manual_seed(1))
     calib, held_out = images[:48].split(16), images[48:]
-    quantizer = ModelQuantizer(presets.xint8())
+    quantizer = ModelQuantizer(presets.xint8(graph=True))  # graph mode: the residual additions quantized too
     qmodel = quantizer.quantize_model(model, calib, progress=False)
     print(quantizer.summary(), "\n")
 

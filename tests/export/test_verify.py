@@ -183,3 +183,6 @@ def test_report_gives_the_difference_of_onnxruntime_as_deployed(onnx_path, caplo
     assert report.max_abs_diff == 0  # the graph as written
     assert report.optimized_runtime_diff > 1 and "default graph optimizations differs" in caplog.text
     assert "ONNX Runtime with its default optimizations: max |diff|" in str(report)
+    # the hint beside the number: which session option makes it exact, and why it differs
+    assert "SessionOptions.graph_optimization_level = ORT_DISABLE_ALL runs the graph as written" in str(report)
+    assert "fuse QuantizeLinear / DequantizeLinear pairs into integer kernels" in str(report)

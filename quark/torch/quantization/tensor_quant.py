@@ -24,6 +24,7 @@ from quark.torch.quantization.config.type import (
     TQTThresholdInitMeth,
     ZeroPointType,
 )
+from quark.torch.quantization.flavours import load_flavours
 from quark.torch.quantization.observer import (
     LSQObserver,
     ObserverBase,
@@ -567,6 +568,8 @@ def register_normaliser(spec_cls: type, normaliser: Normaliser) -> None:
 
 def normalise(spec: Any, role: str, where: str) -> TensorQuant:
     """Normalise a spec of any registered flavour; ``where`` names it in error messages."""
+    if type(spec) not in NORMALISERS and load_flavours():  # an announced flavour, registered on first use
+        return normalise(spec, role, where)
     try:
         normaliser = NORMALISERS[type(spec)]
     except KeyError:

@@ -75,14 +75,19 @@ def _calls(tree: ast.AST):
 
 #: calls that resolve names to code, or load objects, from data; (file, call) pairs allowed, with why
 RESOLVING_CALLS = {"importlib.import_module", "__import__", "import_module", "eval", "exec", "locate", "pydoc.locate",
-                   "yaml.load", "yaml.unsafe_load", "yaml.full_load", "pickle.load", "pickle.loads", "getattr(importlib"}  # fmt: skip
+                   "yaml.load", "yaml.unsafe_load", "yaml.full_load", "pickle.load", "pickle.loads", "getattr(importlib",
+                   "importlib.util.spec_from_file_location"}  # fmt: skip
 
 
 ALLOWED_RESOLVING = {
     # module names that backend packages register in code (add_backend), never read from a file
     ("quark/torch/quantization/config/algorithms/registry.py", "importlib.import_module"),
-    # the command line's --model / --data-module: code the user names on the command line, never a file's content
+    # module names that config flavours announce in code (add_flavour), never read from a file
+    ("quark/torch/quantization/flavours.py", "importlib.import_module"),
+    # the command line's --model / --data-module: code the user names on the command line (a module or a
+    # file.py), or the file a checkpoint recorded for the model the same user named when quantizing
     ("quark/torch/extensions/brevitas/cli/inputs.py", "importlib.import_module"),
+    ("quark/torch/extensions/brevitas/cli/inputs.py", "importlib.util.spec_from_file_location"),
 }
 
 

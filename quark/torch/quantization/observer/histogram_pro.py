@@ -17,7 +17,7 @@ from quark.torch.quantization.observer.base import ObserverBase
 #: torch's bins, as Quark configures it
 BINS = 256
 #: inputs are clamped to +-this before torch's histogram: its search squares bin widths in float32,
-#: which overflow (NaN ranges, found by tests/robustness) for ranges beyond about 2^71
+#: which overflow (NaN ranges, found by the robustness tests) for ranges beyond about 2^71
 MAX_MAGNITUDE = 2.0**60
 
 

@@ -77,7 +77,7 @@ from quark.torch.extensions.brevitas._backend.quantizers import (
 )
 from quark.torch.quantization.config.type import QSchemeType, RoundType, ScaleType, ZeroPointType
 from quark.torch.quantization.observer.lsq import lsq_initial_scale
-from quark.torch.quantization.plan import LayerPlan
+from quark.torch.quantization.plan import LayerPlan, layer_type
 from quark.torch.quantization.tensor_quant import MX_EVEN_MANTISSA_BITS, Format, TensorQuant
 
 ROUND_IMPLS: dict[RoundType, type[nn.Module]] = {
@@ -513,7 +513,7 @@ def bias_quant(tq: TensorQuant) -> Any:
 
 def weights(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
     """(name, tensor) of each weight the layer's weight quantizers see."""
-    return LAYERS[type(module)].weights(module)
+    return LAYERS[layer_type(module)].weights(module)
 
 
 ROLE_BUILDERS: dict[str, Callable[..., Any]] = {
@@ -527,7 +527,7 @@ ROLE_BUILDERS: dict[str, Callable[..., Any]] = {
 def build_layer(plan: LayerPlan, module: nn.Module, return_quant_tensor: bool = False) -> nn.Module:
     """The Brevitas layer that replaces ``module`` according to ``plan`` (``module`` is not modified);
     ``return_quant_tensor`` hands its quantized output on as a QuantTensor (graph mode)."""
-    row = LAYERS[type(module)]
+    row = LAYERS[layer_type(module)]
     quant_cls, roles = row.quant_cls, row.roles
     kwargs: dict[str, Any] = {"return_quant_tensor": return_quant_tensor, **dict.fromkeys(row.unmapped)}
     # each weight quantizer keyword, with the tensor it quantizes (MultiheadAttention has two)

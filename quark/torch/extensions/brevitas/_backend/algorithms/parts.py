@@ -1,6 +1,7 @@
 """Batch norm folded in models that ``torch.fx`` cannot trace whole (transformers' models: control
 flow on their arguments, padding computed from sizes): the batch norm is folded into the layer's
-weights, in place, and replaced by an ``nn.Identity`` where it sat. The model keeps its own
+weights, in place, and replaced by an ``nn.Identity`` where it sat (by what it computes after
+normalising, for a batch norm with an activation inside: :data:`REMAINDERS`). The model keeps its own
 ``forward`` and every module its name and attributes (a parent may read a child's ``stride``), so
 nothing but the folded batch norms changes.
 
@@ -66,6 +67,19 @@ def fold_batch_norms(model: nn.Module) -> nn.Module:
     return model
 
 
+#: batch norms that compute more after normalising, by qualified class name (no import of their
+#: library) -> what stays where one was folded: timm's BatchNormAct2d applies its dropout and activation
+REMAINDERS: dict[str, Callable[[nn.Module], nn.Module]] = {
+    "timm.layers.norm_act.BatchNormAct2d": lambda bn: nn.Sequential(bn.drop, bn.act),
+}
+
+
+def remainder(bn: nn.Module) -> nn.Module:
+    """What replaces ``bn`` once folded: ``nn.Identity``, or what its class computes after normalising."""
+    cls = type(bn)
+    return REMAINDERS.get(f"{cls.__module__}.{cls.__qualname__}", lambda _: nn.Identity())(bn)
+
+
 #: layers a batch norm folds into
 FOLDABLE = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 
@@ -94,7 +108,7 @@ def fold_by_running(model: nn.Module, run: Callable[[nn.Module], Any]) -> nn.Mod
             merge_bn(layer, bn, get_output_channel_dim(layer))
             parent, _, child = names[bn].rpartition(".")
             holder = model.get_submodule(parent) if parent else model
-            setattr(holder, child, nn.Identity())
+            setattr(holder, child, remainder(bn))
             undo.append((holder, child, bn, layer, saved, had_bias))
 
         def restore() -> None:

@@ -33,7 +33,7 @@ from quark.torch.extensions.brevitas._backend.rewrite import tracing
 from quark.torch.extensions.brevitas._backend.targets import AveragePooling, average_pooling
 from quark.torch.extensions.brevitas.graph import ACTIVATIONS, Add, Cat, GraphInput
 from quark.torch.quantization.config.spec import ROLES
-from quark.torch.quantization.plan import ConfigView, LayerPlan, Site
+from quark.torch.quantization.plan import ConfigView, LayerPlan, Site, layer_type
 from quark.torch.quantization.tensor_quant import Format, TensorQuant
 
 logger = logging.getLogger(__name__)
@@ -161,10 +161,10 @@ class GraphRewriter:
         if node.op != "call_module":
             return None
         module = model.get_submodule(node.target)
-        if type(module) in LAYERS:
+        if layer_type(module) in LAYERS:
             has_bias = any(n.endswith("bias") and p is not None for n, p in module.named_parameters())
             roles = ROLES if has_bias else tuple(r for r in ROLES if r != "bias")
-            return Site(node.target, type(module), roles, module)
+            return Site(node.target, layer_type(module), roles, module)
         kind = KIND_OF_TYPE.get(type(module))
         if kind is None or (kind == "pool" and getattr(module, "padding", 0) not in (0, (0, 0))):
             return None

@@ -24,6 +24,7 @@ from torch import fx, nn
 from torch.fx.operator_schemas import normalize_function
 
 from quark.torch.extensions.brevitas.graph import Add, Cat, QuantPoint
+from quark.torch.quantization.plan import layer_type
 
 
 class UntraceableModelError(RuntimeError):
@@ -32,11 +33,6 @@ class UntraceableModelError(RuntimeError):
 
 #: our own site modules, kept as calls in the trace (torch.fx traces through modules outside torch.nn)
 LEAVES: tuple[type[nn.Module], ...] = (QuantPoint,)
-
-
-class _Tracer(fx.Tracer):
-    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        return isinstance(m, LEAVES) or super().is_leaf_module(m, module_qualified_name)
 
 
 def trace(model: nn.Module) -> fx.GraphModule:
@@ -49,6 +45,18 @@ def trace(model: nn.Module) -> fx.GraphModule:
     except Exception as error:  # torch.fx raises many types; name the call and the way out
         raise UntraceableModelError(_untraceable_message(model, tracer, error)) from error
     return fx.GraphModule(tracer.root, graph, type(model).__name__)
+
+
+class _Tracer(fx.Tracer):
+    """torch.fx's tracer, keeping our own site modules (``LEAVES``) and equivalent subclasses of torch
+    layers (``EQUIVALENT_SUBCLASSES``) as leaves, as it keeps torch's own layers."""
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        return (
+            isinstance(m, LEAVES)
+            or layer_type(m) is not type(m)
+            or super().is_leaf_module(m, module_qualified_name)
+        )
 
 
 def _untraceable_message(model: nn.Module, tracer: fx.Tracer, error: Exception) -> str:

@@ -5,6 +5,7 @@ a pass that fails or changes the outputs raises the target's error, naming the p
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,10 +25,11 @@ class StepCheck:
     name: str
     max_abs_diff: float
     op_types: dict[str, int]
+    seconds: float = 0.0  # the pass itself, without the check's execution
 
     def describe(self) -> str:
         ops = ", ".join(f"{k} x{v}" for k, v in sorted(self.op_types.items()))
-        return f"{self.name}: max |diff| {self.max_abs_diff:.3g}; {ops}"
+        return f"{self.name} ({self.seconds:.1f} s): max |diff| {self.max_abs_diff:.3g}; {ops}"
 
 
 def op_types(model: Any) -> dict[str, int]:
@@ -61,13 +63,15 @@ def run_checked(
     records = []
     for name, step in steps:
         try:
+            start = time.perf_counter()
             model = step(model)
+            seconds = time.perf_counter() - start
             produced = execute_qonnx(model, samples)
         except Exception as failure:
             raise error(f"{label} step '{name}' failed on {source}: {type(failure).__name__}: {failure}") from failure
         reference, allowed = expected(model)
         diff = max((max_diff(p, r) for p, r in zip(produced, reference)), default=0.0)
-        records.append(StepCheck(name, diff, op_types(model)))
+        records.append(StepCheck(name, diff, op_types(model), seconds))
         logger.info("%s %s", label, records[-1].describe())
         if not diff <= allowed:
             raise error(

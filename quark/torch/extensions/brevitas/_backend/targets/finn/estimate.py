@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
 
-from quark.torch.extensions.brevitas._backend.targets.finn.origins import origin, run_transform
+from quark.torch.extensions.brevitas._backend.targets.finn.origins import layer_module, run_transform
 from quark.torch.extensions.brevitas._backend.targets.finn.parts import FpgaPart, resolve
 
 logger = logging.getLogger(__name__)
@@ -103,51 +103,87 @@ class Estimate:
             "utilization": self.utilization,
             "fits": self.fits,
             "meets_target": self.meets_target,
+            "target_cycles": self.target_cycles,
+            "layers_over_target": [layer.name for layer in self.layers if not self.within_target(layer)],
             "problems": list(self.problems),
             "folding_notes": list(self.folding_notes),
             "layers": [asdict(layer) for layer in self.layers],
         }
 
+    @property
+    def target_cycles(self) -> float | None:
+        """Cycles per frame the target allows each layer (clock / target fps)."""
+        return None if self.target_fps is None else self.clock_mhz * 1e6 / self.target_fps
+
+    def within_target(self, layer: LayerEstimate) -> bool:
+        return self.target_cycles is None or layer.cycles <= self.target_cycles * (1 + 1e-9)
+
+    def verdict(self) -> str:
+        """One sentence: the target (met or not, and by what), and the fit on the part."""
+        if self.target_fps is None:
+            speed = f"no target fps (every layer PE = SIMD = 1): {self.fps:,.0f} fps estimated"
+        else:
+            slow = [layer.name for layer in self.layers if not self.within_target(layer)]
+            speed = (
+                f"target {self.target_fps:,.0f} fps: **{'met' if self.meets_target else 'missed'}**, {self.fps:,.0f} fps "
+                f"estimated ({'every layer within' if not slow else f'{len(slow)} layer(s) over'} "
+                f"{self.target_cycles:,.0f} cycles per frame)"
+            )
+        used = ", ".join(f"{r} {100 * self.utilization[r]:.1f} %" for r in ESTIMATED)
+        return f"{speed}; fits {self.part.part}: **{'yes' if self.fits else 'no'}** ({used})"
+
     def markdown(self) -> str:
-        target = f"{self.target_fps:g} fps" if self.target_fps else "none (PE = SIMD = 1)"
+        target = self.target_cycles
         lines = [
             f"# FINN estimate: {self.part.part} at {self.clock_mhz:g} MHz",
             "",
+            self.verdict()[0].upper() + self.verdict()[1:] + ".",
+            "",
             (
-                f"Target: {target}. Estimated: **{self.fps:,.0f} fps**, latency {self.latency_ms:.4g} ms "
-                f"({self.critical_path_cycles} cycles), bottleneck {self.bottleneck} ({self.max_cycles} cycles "
-                f"per frame). Fits: **{'yes' if self.fits else 'no'}**; meets the target: "
-                f"**{'yes' if self.meets_target else 'no'}**."
+                f"Slowest layer {self.bottleneck}: {self.max_cycles:,} cycles per frame; latency {self.latency_ms:.4g} ms "
+                f"({self.critical_path_cycles:,} cycles through the pipeline)."
             ),
             "",
-            "| layer | module | folding | cycles | " + " | ".join(ESTIMATED) + " |",
-            "|---|---|---|---|" + "---|" * len(ESTIMATED),
+            "| layer | module | folding | cycles | "
+            + ("within target | " if target is not None else "")
+            + " | ".join(ESTIMATED)
+            + " |",
+            "|---|---|---|---|" + ("---|" if target is not None else "") + "---|" * len(ESTIMATED),
         ]
+        pad = "| " if target is not None else ""
         for layer in self.layers:
             folding = ", ".join(f"{k}={v}" for k, v in layer.folding.items() if k in ("PE", "SIMD"))
             figures = " | ".join(f"{layer.resources[r]:,.0f}" for r in ESTIMATED)
+            within = (("yes" if self.within_target(layer) else "**no**") + " | ") if target is not None else ""
             lines.append(
-                f"| {layer.name} | {layer.module or ''} | {folding} | {layer.cycles:,} | {figures} |"
+                f"| {layer.name} | {layer.module or ''} | {folding} | {layer.cycles:,} | {within}{figures} |"
             )
         totals = self.totals
-        lines.append("| **total** | | | | " + " | ".join(f"**{totals[r]:,.0f}**" for r in ESTIMATED) + " |")
+        lines.append(f"| **total** | | | | {pad}" + " | ".join(f"**{totals[r]:,.0f}**" for r in ESTIMATED) + " |")
         lines.append(
-            f"| **{self.part.part}** | | | | "
+            f"| **{self.part.part}** | | | | {pad}"
             + " | ".join(f"{self.part.capacity[r]:,}" for r in ESTIMATED)
             + " |"
         )
         lines.append(
-            "| **used** | | | | " + " | ".join(f"{100 * self.utilization[r]:.1f} %" for r in ESTIMATED) + " |"
+            f"| **used** | | | | {pad}" + " | ".join(f"{100 * self.utilization[r]:.1f} %" for r in ESTIMATED) + " |"
         )
         if self.problems:
             lines += ["", "## Problems", "", *(f"- {p}" for p in self.problems)]
         if self.folding_notes:
-            lines += ["", "## FINN's folding notes", "", *(f"- {n}" for n in self.folding_notes)]
+            context = (
+                "they come from its intermediate passes; the table above is the final folding, and every layer "
+                "is within the target"
+                if self.meets_target and target is not None
+                else "the table above is the final folding"
+            )
+            lines += ["", f"## FINN's folding log (SetFolding's warnings: {context})", "", *(f"- {n}" for n in self.folding_notes)]
         lines += [
             "",
             (
                 f"Capacity: {self.part.source}. Estimates: FINN's analytical models (res_estimation, "
-                "exp_cycles_per_layer, dataflow_performance); no flip-flop model."
+                "exp_cycles_per_layer, dataflow_performance); no flip-flop model. Modules: the torch module each "
+                "layer implements (padding and sliding windows with the layer they feed)."
             ),
         ]
         return "\n".join(lines) + "\n"
@@ -260,7 +296,7 @@ def _layer_estimate(model, node, resources: dict[str, Any], cycles: float) -> La
     return LayerEstimate(
         node.name,
         node.op_type,
-        origin(model, node),
+        layer_module(model, node),
         {r: float(resources.get(r, 0)) for r in ESTIMATED},
         int(cycles),
         attrs(FOLDING_ATTRIBUTES),

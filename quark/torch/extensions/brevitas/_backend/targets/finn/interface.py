@@ -49,7 +49,11 @@ def integer_input(qonnx_path: str | os.PathLike, output_path: str | os.PathLike 
     from qonnx.core.modelwrapper import ModelWrapper
     from qonnx.util.cleanup import cleanup_model
 
-    model = cleanup_model(ModelWrapper(os.fspath(qonnx_path)))
+    from quark.torch.extensions.brevitas._backend.targets.finn.origins import tag_origins
+
+    model = ModelWrapper(os.fspath(qonnx_path))
+    tag_origins(model)  # the torch modules, before cleanup renames the nodes (origins.py)
+    model = cleanup_model(model)
     name = model.graph.input[0].name
     consumers = model.find_consumers(name)
     quant = consumers[0] if consumers and len(consumers) == 1 else None

@@ -17,7 +17,18 @@ logger = logging.getLogger(__name__)
 ORIGIN = "quark_module"
 
 #: scopes Brevitas adds below a layer in exported node names ('/conv1/weight_quant/export_handler/Quant')
-_QUANT_SCOPES = ("export_handler", "activation_impl", "act_quant", "weight_quant", "bias_quant")
+#: (graph mode wraps an activation's quantizer as ``quant``, an addition's as ``input_quant`` /
+#: ``output_quant``: the module a user knows is the one above them)
+_QUANT_SCOPES = (
+    "export_handler",
+    "activation_impl",
+    "act_quant",
+    "weight_quant",
+    "bias_quant",
+    "quant",
+    "input_quant",
+    "output_quant",
+)
 
 
 def module_of(node_name: str) -> str | None:
@@ -95,6 +106,39 @@ def origin(model, node, hops: int = 6) -> str | None:
                     following.append(n)
         frontier = following
     return None
+
+
+#: FINN layers that move or reshape a stream for the layer they feed (padding, sliding windows,
+#: width converters, FIFOs): they are reported with the module of that layer
+_FEEDERS = ("FMPadding", "ConvolutionInputGenerator", "StreamingDataWidthConverter", "StreamingFIFO")
+#: FINN layers that scale or shift a layer's output by constants (its float scale and bias)
+_ELEMENTWISE = ("ElementwiseMul", "ElementwiseAdd", "ChannelwiseOp")
+
+
+def _base(op_type: str) -> str:
+    return op_type.split("_")[0]  # 'ConvolutionInputGenerator_rtl' -> 'ConvolutionInputGenerator'
+
+
+def layer_module(model, node, hops: int = 8) -> str | None:
+    """The torch module a hardware layer implements (for the estimate report).
+
+    A padding, sliding-window, width-converter or FIFO layer is reported with the module of the
+    layer it feeds (a pool's window belongs to the pool); a constant scale or bias of a layer's
+    output with that layer; every other layer with its own origin (:func:`origin`).
+    """
+    base = _base(node.op_type)
+    if base in _FEEDERS and hops:
+        consumers = [c for t in node.output for c in (model.find_consumers(t) or [])]
+        if len(consumers) == 1:
+            return layer_module(model, consumers[0], hops - 1)
+    if base in _ELEMENTWISE:
+        constants = [t for t in node.input if model.get_initializer(t) is not None]
+        streams = [t for t in node.input if model.get_initializer(t) is None]
+        if constants and len(streams) == 1:
+            producer = model.find_producer(streams[0])
+            if producer is not None and _base(producer.op_type) in ("MVAU", "VVAU"):
+                return layer_module(model, producer, hops - 1 if hops else 0)
+    return origin(model, node)
 
 
 def named(model, node) -> str:
