@@ -276,3 +276,53 @@ def test_unknown_part_is_refused_before_anything_is_written(tmp_path):
 )
 def test_module_of_reads_torchscript_node_names(node, module):
     assert module_of(node) == module
+
+
+class _ResidualStem(nn.Module):
+    """A ResNet's stem and first block: the max pool's output feeds the block and its shortcut."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+        self.block = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1))
+        self.head = nn.Sequential(nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+
+    def forward(self, x):
+        x = self.stem(x)
+        return self.head(self.block(x) + x)
+
+
+def test_max_pool_feeding_a_fork_reaches_one_partition(digits, tmp_path):
+    """FINN's MakeMaxPoolNHWC rewires only the first consumer of a pool whose output forks (the
+    stem of torchvision's ResNets); the pipeline gives it one consumer first (ForkAfterNhwcTranspose)."""
+    from quark.torch.extensions.brevitas.api import ModelQuantizer
+    from quark.torch.extensions.brevitas.presets import finn
+
+    train, test = digits
+    torch.manual_seed(0)
+    qmodel = ModelQuantizer(finn()).quantize_model(_ResidualStem().eval(), train[:4], progress=False)
+    result = ModelExporter(tmp_path).export_finn_dataflow(qmodel, test[:16], integer_input=True)
+    assert result.verification.passed and result.verification.max_abs_diff == 0.0
+    assert {"Pool", "DuplicateStreams", "ElementwiseAdd"} <= {  # a padded max pool: FMPadding + Pool
+        _op(n) for n in onnx.load(result.files["partition"]).graph.node
+    }
+
+
+def test_convolution_over_a_one_pixel_image_reaches_one_partition(digits, tmp_path):
+    """A 3x3 (and a 1x3) convolution with padding over a 1x1 image (ResNet-18's last stage at 32x32,
+    SqueezeNet's last fire modules): only the centre tap sees data; FINN refuses the kernel until the
+    pipeline crops it (CropKernelsToOnePixel), exactly."""
+    from quark.torch.extensions.brevitas.api import ModelQuantizer
+    from quark.torch.extensions.brevitas.presets import finn
+
+    train, test = digits
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), *(nn.MaxPool2d(2) for _ in range(3)),  # 8x8 -> 1x1
+        nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, (1, 3), padding=(0, 1)), nn.ReLU(),
+        nn.Flatten(), nn.Linear(8, 10),
+    ).eval()
+    qmodel = ModelQuantizer(finn()).quantize_model(model, train[:4], progress=False)
+    result = ModelExporter(tmp_path).export_finn_dataflow(qmodel, test[:16], integer_input=True)
+    assert result.verification.passed and result.verification.max_abs_diff == 0.0
+    assert len(result.outside) <= 3  # the input's transpose, the output's scale and bias

@@ -33,3 +33,96 @@ class AbsorbClipIntoMultiThreshold(Transformation):
             model.graph.node.remove(node)
             return model, True
         return model, False
+
+
+#: ONNX Transpose permutations between FINN's layouts
+TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
+
+
+class ForkAfterNhwcTranspose(Transformation):
+    """A MaxPool whose output forks to a Transpose into NHWC and to other nodes (a residual
+    network's stem: the pool feeds the first block and its shortcut) gets one consumer, the
+    Transpose: the other nodes read its output transposed back to NCHW, and identical Transposes
+    of the output become one. Exact (transposes only).
+
+    FINN's ``MakeMaxPoolNHWC`` swaps a MaxPool with the Transpose it finds first among the
+    consumers and leaves the others reading the pool's former output, which then holds the pool's
+    input: the graph computes something else (FINN 1.6.1). After this pass it applies; the
+    Transpose back to NCHW is absorbed into the MultiThreshold it feeds by FINN's streamlining.
+    """
+
+    def apply(self, model):
+        from onnx import helper
+
+        for pool in model.get_nodes_by_op_type("MaxPool"):
+            consumers = model.find_consumers(pool.output[0]) or []
+            to_nhwc = [c for c in consumers if c.op_type == "Transpose" and _perm(c) == TO_NHWC]
+            if len(consumers) < 2 or not to_nhwc:
+                continue
+            kept, nhwc = to_nhwc[0], to_nhwc[0].output[0]
+            back = None
+            for node in consumers[1:] if consumers[0] is kept else [c for c in consumers if c is not kept]:
+                if node in to_nhwc:  # the same transpose again: its readers read the kept one's output
+                    for reader in model.find_consumers(node.output[0]) or []:
+                        reader.input[:] = [nhwc if t == node.output[0] else t for t in reader.input]
+                    model.graph.node.remove(node)
+                    continue
+                if back is None:
+                    back = model.make_new_valueinfo_name()
+                    model.set_tensor_shape(back, model.get_tensor_shape(pool.output[0]))
+                    transpose = helper.make_node("Transpose", [nhwc], [back], perm=TO_NCHW, name=f"{pool.name}_to_nchw")
+                    model.graph.node.insert(list(model.graph.node).index(kept) + 1, transpose)  # kept sorted
+                node.input[:] = [back if t == pool.output[0] else t for t in node.input]
+            return model, True
+        return model, False
+
+
+def _perm(node) -> list[int]:
+    return next((list(a.ints) for a in node.attribute if a.name == "perm"), [])
+
+
+class CropKernelsToOnePixel(Transformation):
+    """A convolution over an image one pixel high or wide (a 3x3 convolution with padding 1 in the
+    last stage of torchvision's ResNet-18 at 32x32) whose output is one pixel there too: only the
+    kernel's tap that meets the pixel sees data, the others see padding (zero). The kernel is cropped
+    to that tap and the padding along that axis dropped. Exact.
+
+    FINN's ``LowerConvsToMatMul`` refuses a kernel taller than a one-pixel-high image ("Unexpected
+    kernel shape and padding for input image of dimensions (N, 1, W, C)", FINN 1.6.1).
+    """
+
+    def apply(self, model):
+        from qonnx.util.basic import get_by_name
+
+        for conv in model.get_nodes_by_op_type("Conv"):
+            weight = model.get_initializer(conv.input[1])
+            shape = model.get_tensor_shape(conv.input[0])
+            if weight is None or shape is None or len(shape) != 4:
+                continue
+            kernel = list(weight.shape[2:])
+            pads = _ints(get_by_name(conv.attribute, "pads"), [0, 0, 0, 0])
+            strides = _ints(get_by_name(conv.attribute, "strides"), [1, 1])
+            dilations = _ints(get_by_name(conv.attribute, "dilations"), [1, 1])
+            for axis in (0, 1):
+                begin, end, k = pads[axis], pads[axis + 2], kernel[axis]
+                one_out = (1 + begin + end - k) // strides[axis] + 1 == 1
+                if shape[2 + axis] == 1 and k > 1 and dilations[axis] == 1 and one_out and 0 <= begin < k:
+                    weight = np.take(weight, [begin], axis=2 + axis)
+                    kernel[axis], pads[axis], pads[axis + 2] = 1, 0, 0
+            if list(weight.shape[2:]) != list(model.get_initializer(conv.input[1]).shape[2:]):
+                model.set_initializer(conv.input[1], weight)
+                _set_ints(conv, "kernel_shape", kernel)
+                _set_ints(conv, "pads", pads)
+        return model, False  # one sweep crops every kernel
+
+
+def _ints(attribute, default: list[int]) -> list[int]:
+    return list(attribute.ints) if attribute is not None else list(default)
+
+
+def _set_ints(node, name: str, values: list[int]) -> None:
+    from onnx import helper
+
+    kept = [a for a in node.attribute if a.name != name]
+    del node.attribute[:]
+    node.attribute.extend([*kept, helper.make_attribute(name, values)])

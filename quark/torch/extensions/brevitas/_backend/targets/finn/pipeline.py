@@ -92,13 +92,20 @@ def _streamline(model):
     from qonnx.transformation.infer_data_layouts import InferDataLayouts
     from qonnx.transformation.lower_convs_to_matmul import LowerConvsToMatMul
 
+    from quark.torch.extensions.brevitas._backend.targets.finn.passes import (
+        CropKernelsToOnePixel,
+        ForkAfterNhwcTranspose,
+    )
+
     branches = _branches(model)
     passes: list[Any] = [absorb.AbsorbScalarBiasIntoMultiThreshold(), Streamline()]
     if branches:  # before MaxPool becomes MaxPoolNHWC, which scales cannot pass
         passes += [_scales_past_branches(), Streamline()]
     if model.get_nodes_by_op_type("Conv"):
         passes += [
+            CropKernelsToOnePixel(),
             LowerConvsToMatMul(),
+            ForkAfterNhwcTranspose(),
             MakeMaxPoolNHWC(),
             absorb.AbsorbTransposeIntoMultiThreshold(),
             MakeMaxPoolNHWC(),
