@@ -158,7 +158,11 @@ def _mutations(model: ModelWrapper) -> list:
         lambda: model.set_tensor_datatype("b", DataType["INT8"]),  # a new annotation
         lambda: model.set_tensor_datatype("a", DataType["UINT2"]),  # an existing one
         lambda: model.set_tensor_datatype("a", None),
-        lambda: model.set_tensor_layout("x", ["N", "C"]),
+        lambda: model.set_tensor_layout("x", ["N", "C"]),  # a new annotation
+        lambda: model.set_tensor_layout("a", ["N", "H"]),  # an existing layout
+        lambda: model.set_tensor_layout("b", ["N", "C"]),  # an annotation without a layout
+        lambda: model.set_tensor_layout("b", ("N", "C")),  # not a list: qonnx's assertion
+        lambda: model.set_tensor_datatype("c", DataType["INT2"]),  # annotated twice: qonnx raises
         lambda: model.rename_tensor("a", "a_renamed"),  # indexed rename
         lambda: model.rename_tensor("x", "b"),  # onto an existing name: qonnx's own
         lambda: model.rename_tensor("b", "b2"),  # a name given twice: qonnx's own
@@ -220,6 +224,26 @@ def test_outside_regions_in_place_writes_are_seen():
         assert model.find_producer("renamed") is relu
         model.graph.value_info[0].name = "a2"
         assert model.get_tensor_shape("a2") == [1, 4] and model.get_tensor_valueinfo("a") is None
+
+
+def test_a_transformation_called_in_a_region_is_not_trusted():
+    """An audited routine may call ``model.transform``; the transformation runs untrusted, and the
+    enclosing region's indexes are rebuilt afterwards."""
+    from qonnx.transformation.base import Transformation
+
+    class RenameInPlace(Transformation):
+        def apply(self, model):
+            node = model.find_producer("a")
+            node.output[0] = "a_new"
+            assert model.find_producer("a_new") is node
+            return model, False
+
+    model = _graph()
+    with indexed_lookups(), region(ALL_KINDS):
+        assert model.find_producer("a") is not None  # the region's index is built
+        model.transform(RenameInPlace(), make_deepcopy=False, cleanup=False)
+        assert model.find_producer("a") is None
+        assert model.find_producer("a_new").name == "twice"
 
 
 def test_restored_on_exit_and_on_exceptions():

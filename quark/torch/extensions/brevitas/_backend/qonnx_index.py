@@ -1,22 +1,43 @@
 """Dict-indexed lookups for qonnx's ``ModelWrapper`` (qonnx 1.0.0) inside audited bulk routines.
 
+Why this is hand-written: qonnx has no index. ``ModelWrapper`` keeps nothing but the ``ModelProto``,
+and every ``find_producer`` / ``find_consumers`` / ``get_initializer`` / ``get_tensor_shape`` /
+``get_tensor_datatype`` ... scans the graph's nodes, value infos, initializers or annotations anew
+(qonnx 1.0.0 has no cache, option or hook for it; neither has FINN). The routines that call them once
+per tensor, after every transformation, are quadratic in the graph's size, which is most of FINN's
+front-end time on 50+ layer networks.
+
+Invariant: an index is used only inside a *region*, is built at the region's first lookup and is
+thrown away when the region ends; while it lives, it equals what qonnx's scan would find. It stays
+equal because (1) every write the region's code makes between lookups either goes through one of
+``ModelWrapper``'s patched mutators, which update or drop the indexes they touch, or leaves the
+fields the region's trusted indexes read (``TRUSTS``) untouched, as audited in qonnx's source; (2) a
+container whose length differs from the one the index was built at is rebuilt (a write nobody
+foresaw that adds or removes items is caught); (3) ``transform`` runs its transformation in a region
+that trusts nothing, and leaving any inner region drops the enclosing regions' indexes; (4) a
+mutator that raises drops every index of the graph. Outside regions, and in threads that did not
+open ``indexed_lookups()``, every lookup is qonnx's own scan. So graphs come out byte-identical
+with and without it (``test_qonnx_index.py`` compares them after every step of FINN's front end
+on real networks).
+
 What it patches, while ``with indexed_lookups():`` is open (restored on exit, also on exceptions):
 
 * the lookups ``get_tensor_valueinfo``, ``get_tensor_shape``, ``get_initializer``, ``find_producer``,
   ``find_consumers`` (and so ``find_consumer``, ``find_direct_predecessors`` / ``successors``),
-  ``get_tensor_datatype`` and ``get_tensor_layout``: answered from dicts built once per graph, with
+  ``get_tensor_datatype`` and ``get_tensor_layout``: answered from dicts built once per region, with
   qonnx's results (the same protobuf objects, fresh arrays and lists, the same ``None``, the same
   first match and the same ``AssertionError`` / ``Exception`` when names repeat);
 * the mutators ``set_tensor_shape``, ``set_initializer``, ``del_initializer``, ``rename_tensor``,
-  ``set_tensor_datatype`` / ``layout`` / ``sparsity`` and ``transform``: unchanged, then the
-  indexes they affect are updated or dropped;
+  ``set_tensor_datatype`` / ``layout`` / ``sparsity``: qonnx's writes (found through the indexes
+  for ``rename_tensor`` and the annotation setters), then the indexes they affect are updated or
+  dropped; ``transform`` runs its transformation in a region that trusts nothing;
 * the *regions*, the only places an index is used (``TRUSTS``): ``ModelWrapper``'s
   ``check_all_tensor_shapes_specified`` (run by every ``ModelWrapper(...)``, so by every
   ``InferShapes``), ``InferShapes``' ``_hide_finn_ops``, the transformations ``transform`` runs after
   every transformation (``SortGraph``, ``SortCommutativeInputsInitializerLast``,
-  ``GiveUniqueParameterTensors``, ``RemoveStaticGraphInputs``), ``InferDataTypes`` and the renaming
-  passes (``GiveUniqueTensorNames``, ``GiveReadableTensorNames``, where ``rename_tensor`` itself
-  runs from the indexes). Outside them every lookup is qonnx's own linear scan.
+  ``GiveUniqueParameterTensors``, ``RemoveStaticGraphInputs``), ``InferDataTypes``,
+  ``InferDataLayouts`` and the renaming passes (``GiveUniqueTensorNames``,
+  ``GiveReadableTensorNames``, where ``rename_tensor`` itself runs from the indexes).
 
 Why regions, not a cache validated per call: transformations mutate the protobuf directly
 (``node.input[0] = name``, ``graph.node.remove(n)``), and with protobuf's upb runtime no such write
@@ -36,8 +57,8 @@ MobileNetV2; the lookups FINN's passes make themselves took under 1 % of it).
 Thread-agnostic: the class patch is installed by the first ``indexed_lookups()`` of the process and
 removed by the last one to exit; indexes are used only in the thread that opened the context (other
 threads, and code outside regions, get qonnx's own methods' behaviour). Written against qonnx 1.0.0
-(``qonnx/core/modelwrapper.py``); the patched functions must keep their qonnx semantics, which
-``tests/test_qonnx_index.py`` checks by comparing graphs transformed with and without it byte for byte.
+(``qonnx/core/modelwrapper.py``; any other version patches nothing); the patched functions must
+keep their qonnx semantics, which the tests check answer by answer and graph by graph.
 """
 
 from __future__ import annotations
@@ -74,6 +95,8 @@ TRUSTS: dict[str, frozenset[str]] = {
     # writes: set_tensor_datatype (patched); custom ops' infer_node_datatype: set_tensor_datatype,
     # set_nodeattr (node attributes, which no index reads)
     "InferDataTypes.apply": frozenset({QA, VI, INIT}),
+    # writes: set_tensor_layout (patched)
+    "InferDataLayouts.apply": frozenset({QA, VI, INIT}),
     # writes: rename_tensor (patched, indexed itself when every kind is trusted)
     "GiveUniqueTensorNames.apply": ALL_KINDS,
     # writes: rename_tensor; its nested transform(GiveUniqueTensorNames()) works on a copy
@@ -93,10 +116,7 @@ _MUTATORS = (
     "set_tensor_shape",
     "set_initializer",
     "del_initializer",
-    "set_tensor_datatype",
-    "set_tensor_layout",
     "set_tensor_sparsity",
-    "transform",
 )
 
 #: qonnx versions whose source the regions were audited against
@@ -446,6 +466,55 @@ def _after_annotation(model, tensor_name, *_args, **_kwargs) -> None:
             index.drop(QA)
 
 
+def _annotation_setter(function, key: str):
+    """qonnx's ``set_tensor_datatype`` (``key`` "finn_datatype") or ``set_tensor_layout``
+    ("tensor_layout"); in a region trusting the annotation index, the same writes with the
+    annotation found through it (qonnx's own when the name is annotated twice: it raises)."""
+    import onnx
+    from qonnx.util import basic as util
+
+    def value_of(argument):
+        return argument.name if key == "finn_datatype" else str(argument)
+
+    @functools.wraps(function)
+    def setter(self, tensor_name, argument):
+        table = _table(self, QA, tensor_name) if getattr(_local, "regions", None) else None
+        entry = None if table is None else table.get(tensor_name)
+        if table is None or (entry is not None and entry[1] > 1):
+            return _mutator_call(function, _after_annotation, self, tensor_name, argument)
+        if key == "tensor_layout":
+            assert type(argument) is list, "data_layout must be a list"
+        if entry is not None:
+            found = util.get_by_name(entry[0].quant_parameter_tensor_names, key, "key")
+            if found is not None:
+                if argument is None:  # set_tensor_datatype(name, None)
+                    found.Clear()
+                else:
+                    found.value = value_of(argument)
+            elif argument is not None:
+                item = onnx.StringStringEntryProto()
+                item.key = key
+                item.value = value_of(argument)
+                entry[0].quant_parameter_tensor_names.append(item)
+        elif argument is not None:
+            annotation = onnx.TensorAnnotation()
+            item = onnx.StringStringEntryProto()
+            item.key = key
+            item.value = value_of(argument)
+            annotation.tensor_name = tensor_name
+            annotation.quant_parameter_tensor_names.append(item)
+            annotations = self._model_proto.graph.quantization_annotation
+            annotations.append(annotation)
+            table[tensor_name] = [annotations[len(annotations) - 1], 1]
+            for index in _indexes_of(self):
+                if index.kinds.get(QA, (None, None))[1] is table:
+                    index.refresh_lengths(QA)
+        return None
+
+    setter.__qonnx_index_original__ = function
+    return setter
+
+
 def _drop(*kinds: str):
     def after(model, *_args, **_kwargs) -> None:
         for index in _indexes_of(model):
@@ -458,11 +527,20 @@ _AFTER = {
     "set_tensor_shape": _after_set_tensor_shape,
     "set_initializer": _after_set_initializer,
     "del_initializer": _drop(INIT),
-    "set_tensor_datatype": _after_annotation,
-    "set_tensor_layout": _after_annotation,
     "set_tensor_sparsity": _after_annotation,
-    "transform": _drop(),  # make_deepcopy=False runs a transformation on this very graph
 }
+
+
+def _mutator_call(function, after, self, *args, **kwargs):
+    """``function`` (a qonnx mutator), then ``after`` on the indexes; all dropped if it raises."""
+    try:
+        result = function(self, *args, **kwargs)
+    except BaseException:  # qonnx may have written part of it: nothing indexed is trusted
+        for index in _indexes_of(self):
+            index.drop()
+        raise
+    after(self, *args, **kwargs)
+    return result
 
 
 def _mutator(name: str, function):
@@ -472,17 +550,25 @@ def _mutator(name: str, function):
     def run(self, *args, **kwargs):
         if not getattr(_local, "regions", None):
             return function(self, *args, **kwargs)
-        try:
-            result = function(self, *args, **kwargs)
-        except BaseException:  # qonnx may have written part of it: nothing indexed is trusted
-            for index in _indexes_of(self):
-                index.drop()
-            raise
-        after(self, *args, **kwargs)
-        return result
+        return _mutator_call(function, after, self, *args, **kwargs)
 
     run.__qonnx_index_original__ = function
     return run
+
+
+def _transform(function):
+    """``ModelWrapper.transform`` as a region trusting nothing: the transformation it runs was not
+    audited, even when an audited routine calls it (the audited ones inside open their own)."""
+
+    @functools.wraps(function)
+    def transform(self, *args, **kwargs):
+        if not _enabled():
+            return function(self, *args, **kwargs)
+        with region(frozenset()):
+            return function(self, *args, **kwargs)
+
+    transform.__qonnx_index_original__ = function
+    return transform
 
 
 def _rename_tensor(function):
@@ -537,7 +623,7 @@ def _rename_indexed(tables: dict, old: str, new: str) -> bool:
 def _targets() -> list[tuple[object, str, object]]:
     """(owner, attribute, replacement) for every patched function."""
     from qonnx.core.modelwrapper import ModelWrapper
-    from qonnx.transformation import general, infer_datatypes, infer_shapes
+    from qonnx.transformation import general, infer_data_layouts, infer_datatypes, infer_shapes
 
     original = {name: getattr(ModelWrapper, name) for name in _LOOKUPS}
     targets: list[tuple[object, str, object]] = [
@@ -545,6 +631,9 @@ def _targets() -> list[tuple[object, str, object]]:
     ]
     targets += [(ModelWrapper, name, _mutator(name, getattr(ModelWrapper, name))) for name in _MUTATORS]
     targets.append((ModelWrapper, "rename_tensor", _rename_tensor(ModelWrapper.rename_tensor)))
+    targets.append((ModelWrapper, "transform", _transform(ModelWrapper.transform)))
+    for name, key in (("set_tensor_datatype", "finn_datatype"), ("set_tensor_layout", "tensor_layout")):
+        targets.append((ModelWrapper, name, _annotation_setter(getattr(ModelWrapper, name), key)))
     for key in TRUSTS:
         owner_name, attribute = key.split(".")
         owner = {
@@ -554,6 +643,7 @@ def _targets() -> list[tuple[object, str, object]]:
             "SortCommutativeInputsInitializerLast": general.SortCommutativeInputsInitializerLast,
             "RemoveStaticGraphInputs": general.RemoveStaticGraphInputs,
             "InferDataTypes": infer_datatypes.InferDataTypes,
+            "InferDataLayouts": infer_data_layouts.InferDataLayouts,
             "GiveUniqueTensorNames": general.GiveUniqueTensorNames,
             "GiveReadableTensorNames": general.GiveReadableTensorNames,
             "infer_shapes": infer_shapes,
