@@ -37,10 +37,9 @@ import torch
 from torch import nn
 
 from quark.torch.examples import digits
-from quark.torch.extensions.brevitas._backend.export import finn_target
-from quark.torch.extensions.brevitas._backend.export.finn import finn_handoff
+from quark.torch.extensions.brevitas._backend.targets.finn import interface as finn_interface
 from quark.torch.extensions.brevitas.algos import Preprocess
-from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
+from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer, finn_handoff
 from quark.torch.extensions.brevitas.presets import finn
 from quark.torch.quantization.config.config import Config, TQTSpec
 from quark.torch.quantization.config.type import TQTThresholdInitMeth
@@ -49,20 +48,19 @@ from quark.torch.quantization.config.type import TQTThresholdInitMeth
 def predictions_through_finn(qmodel: nn.Module, x: torch.Tensor, directory: Path) -> dict:
     """Export, integer input, FINN; FINN's and torch's predictions on ``x`` and the graph sizes."""
     from qonnx.core.modelwrapper import ModelWrapper
-    from qonnx.core.onnx_exec import execute_onnx
+
+    from quark.torch.extensions.brevitas._backend.export.verify import execute_qonnx
 
     path = directory / "model.onnx"
     report = ModelExporter(path).export_qonnx_model(qmodel, x)
     exported_nodes = len(onnx.load(str(path)).graph.node)
-    integer = finn_target.integer_input(path, directory / "model_int.onnx")
+    integer = finn_interface.integer_input(path, directory / "model_int.onnx")
     x_int = torch.clamp(torch.floor(x / integer.scale + 0.5), 0, 255)
     start = time.perf_counter()
-    handoff = finn_handoff(directory / "model_int.onnx", x_int, streamline="StreamlinePlus")
+    handoff = finn_handoff(directory / "model_int.onnx", x_int)
     seconds = time.perf_counter() - start
     streamlined = ModelWrapper(handoff.path)
-    finn_logits = execute_onnx(streamlined, {streamlined.graph.input[0].name: x_int.numpy()})[
-        streamlined.graph.output[0].name
-    ]
+    finn_logits = execute_qonnx(streamlined, [x_int.numpy()])[0]
     with torch.no_grad():
         torch_logits = qmodel(x).numpy()
     return {
@@ -70,7 +68,7 @@ def predictions_through_finn(qmodel: nn.Module, x: torch.Tensor, directory: Path
         "input": integer.datatype,
         "nodes": (exported_nodes, len(streamlined.graph.node)),
         "ops": sorted({n.op_type for n in streamlined.graph.node}),
-        "float ops": finn_target.float_operations(streamlined),
+        "float ops": finn_interface.float_operations(streamlined),
         "max |finn - torch|": float(np.max(np.abs(finn_logits - torch_logits))),
         "identical predictions": int((finn_logits.argmax(1) == torch_logits.argmax(1)).sum()),
         "finn seconds": seconds,

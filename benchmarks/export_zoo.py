@@ -1,6 +1,6 @@
 """Export zoo: every zoo model x config x format x exporter, exported, executed and compared.
 
-Each model of ``tests/export/zoo.py`` is quantized with ModelQuantizer (main-API configs:
+Each model of ``tests/_shared/zoo.py`` is quantized with ModelQuantizer (main-API configs:
 ``int8-pof2`` = the XINT8 preset, ``int8-float`` = float scales) and exported to QCDQ (executed in
 ONNX Runtime, optimizations off) and QONNX (executed with qonnx after cleanup). One row per export:
 whether it was written, whether the graph is exact (power-of-two scales, exact operations only),
@@ -23,14 +23,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from export.zoo import CONFIGS, ZOO, quantized
+from _shared.zoo import CONFIGS, ZOO, quantized
 
-from quark.torch.extensions.brevitas._backend.export import (
+from quark.torch.extensions.brevitas.api import (
     ExportFailedError,
     ExportVerificationError,
+    ModelExporter,
     UnsupportedExportError,
 )
-from quark.torch.extensions.brevitas.api import ModelExporter
 
 METHODS = {"qcdq": "export_onnx_model", "qonnx": "export_qonnx_model"}
 HEADERS = (

@@ -5,13 +5,14 @@ For each network: export to QONNX once, then run the same pipeline ``--repeats``
 change of load on a shared machine hits both alike, with Python's and numpy's random generators
 reseeded before each run. The pipeline is what the FINN dataflow export runs: the preparation
 (module tags, qonnx's ``cleanup_model``, batch 1, shapes, datatypes), then FINN's front-end steps in
-order (ConvertQONNXtoFINN, clip absorption, streamlining, hardware layers) and
-CreateDataflowPartition. Printed per stage and for the whole pipeline: the median wall-clock and
-process-CPU seconds of the plain and the indexed runs and their ratio, and whether the graphs after
-the stage serialize to the same bytes in every run (the index must change nothing). A stage that
-fails (a network FINN cannot map) is recorded with its first error line and ends that run.
+order (``targets/finn/pipeline.FRONT_END``: ConvertQONNXtoFINN, clip absorption, streamlining,
+accumulating pools, hardware layers) and CreateDataflowPartition. Printed per stage and for the
+whole pipeline: the median wall-clock and process-CPU seconds of the plain and the indexed runs and
+their ratio, and whether the graphs after the stage serialize to the same bytes in every run (the
+index must change nothing). A stage that fails (a network FINN cannot map) is recorded with its
+first error line and ends that run.
 
-Networks: ``--finn-zoo`` names FINN-style Brevitas networks of ``tests/export/finn_zoo.py``
+Networks: ``--finn-zoo`` names FINN-style Brevitas networks of ``tests/_shared/finn_zoo.py``
 (digits, 1x8x8); ``--vision`` names torchvision / timm networks of ``quark.torch.examples.vision_zoo``
 (random weights, 3x32x32, W4A4 ``presets.finn()`` graph mode), where ``--vision-stages K`` stops
 after the first K stages (the full front end of resnet18 takes minutes per run on two cores).
@@ -53,16 +54,16 @@ Seconds = tuple[float, float]  # (wall, process CPU)
 
 
 def _prepare(path: str):
-    """``dataflow_from_qonnx``'s preparation: the checked load, module tags, cleanup, batch 1,
-    shapes, datatypes."""
+    """The FINN pipeline's ``prepare`` without its reference run: the checked load, module tags,
+    cleanup, batch 1, shapes, datatypes."""
     from qonnx.core.modelwrapper import ModelWrapper
     from qonnx.transformation.change_batchsize import ChangeBatchSize
     from qonnx.transformation.infer_datatypes import InferDataTypes
     from qonnx.transformation.infer_shapes import InferShapes
     from qonnx.util.cleanup import cleanup_model
 
-    from quark.torch.extensions.brevitas._backend.export.finn_dataflow.origins import tag_origins
     from quark.torch.extensions.brevitas._backend.export.safe_graph import load_checked
+    from quark.torch.extensions.brevitas._backend.targets.finn.origins import tag_origins
 
     model = ModelWrapper(load_checked(path))
     tag_origins(model)
@@ -71,10 +72,9 @@ def _prepare(path: str):
 
 
 def stages(work_dir: str) -> list[tuple[str, Callable]]:
-    from quark.torch.extensions.brevitas._backend.export.finn_dataflow import front_end
-    from quark.torch.extensions.brevitas._backend.export.finn_dataflow.steps import FRONT_END
+    from quark.torch.extensions.brevitas._backend.targets.finn import pipeline
 
-    return [("prepare", _prepare), *FRONT_END, ("partition", lambda m: front_end._partition(m, work_dir)[0])]
+    return [("prepare", _prepare), *pipeline.FRONT_END, ("partition", lambda m: pipeline._partition(m, work_dir)[0])]
 
 
 def _clock() -> Seconds:
@@ -106,7 +106,7 @@ def run_pipeline(qonnx_path: str, work_dir: str, indexed: bool, limit: int | Non
 
 
 def _finn_zoo_export(name: str, path: str) -> None:
-    import export.finn_zoo as zoo
+    from _shared import finn_zoo as zoo
 
     train, test = zoo.digits_batches()
     ModelExporter(path).export_qonnx_model(zoo.calibrated(name, train[:2]), test[:2], verify=False)

@@ -1,4 +1,4 @@
-"""FINN zoo: each whole-integer FINN-style network of ``tests/export/finn_zoo.py`` through FINN's
+"""FINN zoo: each whole-integer FINN-style network of ``tests/_shared/finn_zoo.py`` through FINN's
 dataflow back half, on real digits.
 
 Per network: nodes left outside the dataflow partition (host-side layout only), the largest
@@ -23,12 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import torch
-from export.finn_zoo import FINN_ZOO, calibrated, digits_batches
+from _shared.finn_zoo import FINN_ZOO, calibrated, digits_batches
 
-from quark.torch.extensions.brevitas._backend.export.finn_dataflow import (
-    FinnDataflowError,
-    export_finn_dataflow_model,
-)
+from quark.torch.extensions.brevitas.api import FinnError, ModelExporter
 
 HEADERS = (
     "network",
@@ -64,10 +61,10 @@ def main() -> None:
         model = calibrated(name, train[:4])
         with tempfile.TemporaryDirectory() as out:
             try:
-                r = export_finn_dataflow_model(
-                    model, test, out, part=args.part, target_fps=args.target_fps, clock_mhz=args.clock_mhz
+                r = ModelExporter(out).export_finn_dataflow(
+                    model, test, part=args.part, target_fps=args.target_fps, clock_mhz=args.clock_mhz
                 )
-            except FinnDataflowError as error:
+            except FinnError as error:
                 rows.append((name, f"refused: {error}".splitlines()[0], "", "", "", "", "", "", "", ""))
                 continue
         e, v = r.estimate, r.verification

@@ -27,11 +27,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from export.zoo import ZOO, calibration
+from _shared.zoo import ZOO, calibration
 
-from quark.torch.extensions.brevitas._backend.export import finn_target
-from quark.torch.extensions.brevitas._backend.export.finn import finn_handoff
-from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
+from quark.torch.extensions.brevitas._backend.targets.finn import interface as finn_interface
+from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer, finn_handoff
 from quark.torch.extensions.brevitas.presets import finn
 
 NETWORKS = {"tfc": ("ReLU",), "cnv": ("ReLU",), "resnet_bn": ("ReLU",), "concat": ("ReLU",), "mobilenet": ("ReLU6",)}
@@ -60,16 +59,17 @@ def main() -> None:
             path = Path(directory) / f"{name}.onnx"
             assert ModelExporter(path).export_qonnx_model(qmodel, x).passed
             exported = len(onnx.load(str(path)).graph.node)
-            integer = finn_target.integer_input(path, Path(directory) / "int.onnx")
+            integer = finn_interface.integer_input(path, Path(directory) / "int.onnx")
             x_int = torch.clamp(torch.floor(x / integer.scale + 0.5), 0, 255)
-            report = finn_handoff(Path(directory) / "int.onnx", x_int, streamline="StreamlinePlus")
+            report = finn_handoff(Path(directory) / "int.onnx", x_int)
             from qonnx.core.modelwrapper import ModelWrapper
-            from qonnx.core.onnx_exec import execute_onnx
+
+            from quark.torch.extensions.brevitas._backend.export.verify import execute_qonnx
 
             streamlined = ModelWrapper(report.path)
-            out = execute_onnx(streamlined, {streamlined.graph.input[0].name: x_int.numpy()})
-            diff = float(np.max(np.abs(out[streamlined.graph.output[0].name] - qmodel(x).detach().numpy())))
-            floats = finn_target.float_operations(streamlined)
+            out = execute_qonnx(streamlined, [x_int.numpy()])[0]
+            diff = float(np.max(np.abs(out - qmodel(x).detach().numpy())))
+            floats = finn_interface.float_operations(streamlined)
             dataflow = ModelExporter(Path(directory) / "dataflow").export_finn_dataflow(
                 qmodel, x, part="xc7z020clg400-1", clock_mhz=100.0, target_fps=50_000, integer_input=True
             )

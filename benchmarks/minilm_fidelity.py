@@ -22,7 +22,13 @@ import torch
 from quark.torch.examples import minilm
 from quark.torch.extensions.brevitas.algos import ActivationEqualization, HadamardRotation
 from quark.torch.extensions.brevitas.api import ModelQuantizer
-from quark.torch.quantization.config.algorithms import AWQConfig, GPTQConfig, SmoothQuantConfig
+from quark.torch.quantization.config.algorithms import (
+    AWQConfig,
+    GPTQConfig,
+    QronosConfig,
+    RotationConfig,
+    SmoothQuantConfig,
+)
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
 from quark.torch.quantization.config.type import Dtype, QSchemeType
 
@@ -43,6 +49,22 @@ SMOOTH = SmoothQuantConfig(
 )  # folds only where the function is kept: v -> out in BERT's post-norm blocks
 EQUALIZE = ActivationEqualization(alpha=0.5)  # the extension's: a scale in front of every Linear
 ROTATE = HadamardRotation()  # beyond Quark: an online (float) Hadamard transform in front of every Linear
+#: AMD Quark 0.13's configs as Quark's documentation writes them, on MiniLM's encoder layers
+MINILM_LINEARS = [
+    "attention.self.query",
+    "attention.self.key",
+    "attention.self.value",
+    "attention.output.dense",
+    "intermediate.dense",
+    "output.dense",
+]
+_R1 = {"target_modules": [f"encoder.layer.layer_id.{name}" for name in MINILM_LINEARS]}
+ROTATION = RotationConfig(  # online R1: a Hadamard rotation in front of every Linear of the encoder layers
+    scaling_layers={"first_layer": [_R1], "middle_layers": [_R1]},
+    model_decoder_layers="encoder.layer",
+    online_r1_rotation=True,
+)
+QRONOS = QronosConfig(inside_layer_modules=MINILM_LINEARS, model_decoder_layers="encoder.layer")  # Quark's defaults
 
 #: row name -> (configuration, pre_quant_opt_config, algo_config)
 ROWS = {
@@ -57,6 +79,9 @@ ROWS = {
             "ActivationEqualization+GPTQ": ([EQUALIZE], [GPTQ]),
             "HadamardRotation": ([ROTATE], None),
             "HadamardRotation+GPTQ": ([ROTATE], [GPTQ]),
+            "RotationConfig (online R1)": ([ROTATION], None),
+            "QronosConfig": ([], [QRONOS]),
+            "RotationConfig+QronosConfig": ([ROTATION], [QRONOS]),
         },
         "W4 g32 sym": {
             "RTN": ([], None),
@@ -65,6 +90,8 @@ ROWS = {
             "AWQ+GPTQ": ([], [AWQ, GPTQ]),
             "HadamardRotation+GPTQ": ([ROTATE], [GPTQ]),
             "HadamardRotation+GPTQ act-order": ([ROTATE], [GPTQ_ACT_ORDER]),
+            "QronosConfig": ([], [QRONOS]),
+            "RotationConfig+QronosConfig": ([ROTATION], [QRONOS]),
         },
         "W4 g32 asym": {
             "RTN": ([], None),
@@ -73,6 +100,8 @@ ROWS = {
             "AWQ": ([], [AWQ]),
             "HadamardRotation+GPTQ": ([ROTATE], [GPTQ]),
             "HadamardRotation+GPTQ act-order": ([ROTATE], [GPTQ_ACT_ORDER]),
+            "QronosConfig": ([], [QRONOS]),
+            "RotationConfig+QronosConfig": ([ROTATION], [QRONOS]),
         },
     }.items()
     for algo, (pre, post) in algos.items()

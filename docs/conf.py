@@ -1,7 +1,22 @@
-"""Sphinx configuration: ``make docs`` builds docs/_build/html with warnings as errors."""
+"""Sphinx configuration: ``make docs`` builds docs/_build/html with warnings as errors (furo theme;
+tests/integration/docs renders it in a headless Chromium and checks no code block overflows)."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _version() -> str:
+    """The version pyproject.toml declares (the docs are built from the checkout, installed or not)."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    return re.search(r'^version\s*=\s*"([^"]+)"', text, re.MULTILINE).group(1)
+
 
 project = "quark-brevitas"
 author = "quark-brevitas contributors"
+copyright = "2026, quark-brevitas contributors"  # noqa: A001  Sphinx's name
+release = version = _version()
 extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon"]
 source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build"]
@@ -10,16 +25,19 @@ autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": True}
 napoleon_google_docstring = True
-html_theme = "alabaster"
-html_title = "quark-brevitas"
+html_theme = "furo"
+html_title = f"quark-brevitas {release}"
+html_static_path = ["_static"]
+html_css_files = ["wide.css"]
+html_theme_options = {"navigation_with_keys": True}
+pygments_style = "friendly"
+pygments_dark_style = "monokai"
 suppress_warnings = ["myst.xref_missing"]  # links to source files of the repository, outside the docs
 
 
 def _literal_absolute_values(app, what, name, obj, options, lines):
     """Docstrings write absolute values as |x| (plain text reads best); reST would take them for
     substitutions, so they are shown as literals."""
-    import re
-
     pattern = re.compile(r"(?<![`\w])\|([^|`\s][^|`]*?)\|(?![`\w])")
     lines[:] = [pattern.sub(r"``|\1|``", line) for line in lines]
 

@@ -17,6 +17,10 @@ import os
 
 import torch
 from torch import nn
+
+from quark.torch.examples.compat import declare_missing_torchvision_ops
+
+declare_missing_torchvision_ops()  # transformers imports torchvision where installed
 from transformers import ResNetConfig, ResNetForImageClassification
 
 from quark.torch.extensions.brevitas import presets

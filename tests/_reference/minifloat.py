@@ -242,11 +242,32 @@ def floor_log2(x: torch.Tensor) -> torch.Tensor:
     return (e - 1).to(torch.int64)
 
 
-def mx_quantize(x: torch.Tensor, element: str, axis: int, block: int = MX_BLOCK, int8_min: int = -128):
+#: AMD Quark's "even" shared exponent: the block maximum rounded (half up) at this many mantissa
+#: bits of the element before its exponent is taken (Quark's get_dtype_params)
+MX_EVEN_MANTISSA_BITS = {"int8": 8, "fp8_e4m3": 3, "fp8_e5m2": 2, "fp6_e3m2": 2, "fp6_e2m3": 3, "fp4": 1}
+
+
+def mx_block_exponent(amax: torch.Tensor, element: str, mode: str = "floor") -> torch.Tensor:
+    """The exponent e of a block maximum amax > 0 (float64, exact) before emax is subtracted:
+    floor: floor(log2 amax) (the OCP MX spec); ceil: ceil(log2 amax); even (AMD Quark 0.13's default):
+    floor(log2(amax rounded half up to MX_EVEN_MANTISSA_BITS mantissa bits))."""
+    e = floor_log2(amax)
+    if mode == "floor":
+        return e
+    if mode == "ceil":
+        return e + (amax != torch.exp2(e.to(torch.float64))).to(torch.int64)
+    half_ulp = torch.exp2((e - MX_EVEN_MANTISSA_BITS[element] - 1).to(torch.float64))
+    return floor_log2(amax + half_ulp)
+
+
+def mx_quantize(
+    x: torch.Tensor, element: str, axis: int, block: int = MX_BLOCK, int8_min: int = -128, mode: str = "floor"
+):
     """OCP MX quantize-dequantize of ``x`` in blocks of ``block`` along ``axis``.
 
     Returns (dequantized values in x's dtype, per-element shared scale X as float64, broadcast to x).
-    A block whose max|x| is 0 takes X = 2^-127 (any scale represents it) and stays 0.
+    A block whose max|x| is 0 takes X = 2^-127 (any scale represents it) and stays 0. ``mode``: how
+    the shared exponent comes from the block maximum (see :func:`mx_block_exponent`).
     """
     x64 = x.detach().to(torch.float64).movedim(axis, -1)
     shape = x64.shape
@@ -255,7 +276,7 @@ def mx_quantize(x: torch.Tensor, element: str, axis: int, block: int = MX_BLOCK,
     g = x64.reshape(*shape[:-1], -1, block)
     amax = g.abs().amax(-1, keepdim=True)
     exp = torch.where(
-        amax > 0, floor_log2(torch.where(amax > 0, amax, torch.ones_like(amax))) - MX_EMAX[element], -127
+        amax > 0, mx_block_exponent(torch.where(amax > 0, amax, torch.ones_like(amax)), element, mode) - MX_EMAX[element], -127
     )
     exp = exp.clamp(-127, 127)
     X = torch.exp2(exp.to(torch.float64))

@@ -181,8 +181,15 @@ def test_saved_files_are_plain_json_and_yaml(tmp_path):
     assert from_json["global_quant_config"]["input_tensors"]["dtype"] == "uint8"
     assert from_json["global_quant_config"]["input_tensors"]["zero_point_type"] == "float32"
     assert from_json["global_quant_config"]["input_tensors"]["observer_cls"] == "PerTensorMinMaxObserver"
-    assert from_json["global_quant_config"]["input_tensors"]["round_method"] == RoundType.floor.value
+    assert from_json["global_quant_config"]["input_tensors"]["round_method"] == "floor"  # enums by name
     assert from_json["quant_mode"] == "eager_mode"
+
+
+def test_files_that_wrote_enum_values_still_load():
+    """Before enums were written by name, files held their values (round_method: 3)."""
+    data = CONFIGS["uint8_asym_float_zp"].to_dict()
+    data["global_quant_config"]["input_tensors"]["round_method"] = RoundType.floor.value
+    assert Config.from_dict(data) == CONFIGS["uint8_asym_float_zp"]
 
 
 def test_to_dict_serialises_algo_names():
@@ -301,9 +308,9 @@ def test_role_given_as_dict_is_converted():
     [
         ({"dtype": "int7"}, "dtype", "'int7'", "Dtype.int8, Dtype.uint8"),
         (
-            {"dtype": "int8", "qscheme": "per_block"},
+            {"dtype": "int8", "qscheme": "per_row"},
             "qscheme",
-            "'per_block'",
+            "'per_row'",
             "QSchemeType.per_tensor, QSchemeType.per_channel",
         ),
         (
@@ -414,7 +421,7 @@ def test_quantization_config_role_type_error():
         ({"exclude": ["fc1", 2]}, r"Config\.exclude=\['fc1', 2\]: expected a list"),
         (
             {"algo_config": ["gptq"]},
-            r"Config\.algo_config entry 'gptq': expected an algorithm config, one of \[.*'awq', 'gptq', 'smoothquant'\]",
+            r"Config\.algo_config entry 'gptq': expected an algorithm config, one of \[.*'awq', .*'gptq', .*'smoothquant'",
         ),
     ],
 )
@@ -503,7 +510,7 @@ def test_from_dict_unknown_layer_key():
 
 def test_from_dict_unknown_spec_key():
     with pytest.raises(
-        ValueError, match=r"QuantizationSpec: unknown keys \['bits'\]; allowed: \['ch_axis', 'dtype'"
+        ValueError, match=r"QuantizationSpec: unknown keys \['bits'\]; allowed: \['block_size', 'ch_axis', 'dtype'"
     ):
         QuantizationSpec.from_dict({"dtype": "int8", "bits": 8})
 
@@ -511,9 +518,9 @@ def test_from_dict_unknown_spec_key():
 def test_from_dict_unknown_algo_name_and_key():
     base = {"global_quant_config": {}}
     with pytest.raises(
-        ValueError, match=r"algo_config name='rotation' is not known; allowed: \[.*'awq', 'gptq', 'smoothquant'\]"
+        ValueError, match=r"algo_config name='osscar' is not known; allowed: \[.*'awq', .*'gptq', .*'smoothquant'"
     ):
-        Config.from_dict({**base, "algo_config": [{"name": "rotation"}]})
+        Config.from_dict({**base, "algo_config": [{"name": "osscar"}]})
     with pytest.raises(ValueError, match=r"GPTQConfig: unknown keys \['damp'\]; allowed: .*'damp_percent'"):
         Config.from_dict({**base, "algo_config": [{"name": "gptq", "damp": 0.1}]})
 

@@ -13,8 +13,9 @@ import ast
 from pathlib import Path
 
 import pytest
+from _shared import REPO
 
-PACKAGE = Path(__file__).resolve().parents[2] / "quark"
+PACKAGE = REPO / "quark"
 ENGINE = ("brevitas", "onnx", "onnxruntime", "qonnx", "finn", "onnxoptimizer")
 BACKEND = PACKAGE / "torch" / "extensions" / "brevitas" / "_backend"
 CONFIG_LAYER = PACKAGE / "torch" / "quantization"

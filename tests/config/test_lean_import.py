@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from _shared import REPO, python
 
-REPO = Path(__file__).resolve().parents[2]
 BLOCKED = ("brevitas", "onnx", "onnxruntime", "qonnx")
 MODULES = (
     "quark.torch.quantization.config.config",
@@ -21,6 +20,8 @@ MODULES = (
     "quark.torch.quantization.tensor_quant",
     "quark.torch.quantization.config.algorithms",
     "quark.torch.extensions.brevitas.normalise",
+    "quark.torch.quantization.config.datatype_specs",
+    "quark.torch.quantization.quark013",
 )
 
 BLOCK = f"""
@@ -58,19 +59,8 @@ print("OK", end="")
 """
 
 
-def _run(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-W", "error", "-c", code],
-        cwd=REPO,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def test_lean_import_is_silent_and_warning_free():
-    result = _run(BLOCK + IMPORT_ALL + USE)
+    result = python(BLOCK + IMPORT_ALL + USE)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "OK"  # the imports themselves printed nothing
     assert result.stderr == ""
@@ -79,7 +69,7 @@ def test_lean_import_is_silent_and_warning_free():
 @pytest.mark.parametrize("name", BLOCKED)
 def test_blocking_actually_blocks(name):
     """Guard for the test above: the sys.modules trick makes each package unimportable."""
-    result = _run(BLOCK + f"import {name}")
+    result = python(BLOCK + f"import {name}")
     assert result.returncode != 0
     assert "ModuleNotFoundError" in result.stderr and name in result.stderr
 
@@ -100,3 +90,5 @@ def test_type_module_needs_only_the_standard_library():
     )
     assert result.returncode == 0, result.stderr
     assert (result.stdout, result.stderr) == ("int8\n", "")
+
+

@@ -1,14 +1,14 @@
 """docs/support.md is generated from the translation rules and must stay in sync with them."""
 
-from pathlib import Path
 
 import pytest
+from _shared import REPO
 
 from quark.torch.quantization.config.config import QuantizationSpec
 from quark.torch.quantization.support import DOC_HEADER, support_table
 from quark.torch.quantization.tensor_quant import normalise
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "support.md"
+DOC = REPO / "docs" / "support.md"
 
 
 def test_support_doc_is_current():
@@ -20,7 +20,10 @@ def test_table_reflects_rules():
     table = support_table()
     assert "| `int32` | - | - | per_tensor; scales: float, pof2 |" in table  # 32 bits: bias only
     assert "| `bfloat16` | round-to-nearest-even cast, no scale |" in table
-    assert "| `mx` | per_group (block 32); scales: pof2 |" in table
+    # the e8m0 shared scale is a power of two: Quark's ScaleType.float form and pof2 both name it
+    assert "| `mx` | per_group (block 32); scales: float, pof2, float8_e8m0fnu |" in table
+    assert "| `bfp16` | per_group (block 8); scales: float, pof2, float8_e8m0fnu |" in table
+    assert "| `fp8_e5m3` | - | - | - |" in table
 
 
 @pytest.mark.parametrize(

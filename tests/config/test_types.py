@@ -18,7 +18,7 @@ from quark.torch.quantization.config.type import (
 
 # enum -> {name: value}; the full, ordered member list (aliases excluded).
 EXPECTED = {
-    QSchemeType: {"per_tensor": "per_tensor", "per_channel": "per_channel", "per_group": "per_group"},
+    QSchemeType: {"per_tensor": "per_tensor", "per_channel": "per_channel", "per_group": "per_group", "per_block": "per_block"},
     ZeroPointType: {"int32": "int32", "float32": "float32"},
     Dtype: {
         n: n
@@ -46,6 +46,8 @@ EXPECTED = {
             "mx",
             "mx6",
             "mx9",
+            "bfp16",
+            "fp8_e5m3",
         )
     },
     ScaleType: {
@@ -54,6 +56,8 @@ EXPECTED = {
         "float32": "float32",
         "float16": "float16",
         "bfloat16": "bfloat16",
+        "float8_e5m3": "float8_e5m3",
+        "float8_e8m0fnu": "float8_e8m0fnu",
     },
     RoundType: {"round": 2, "floor": 3, "half_even": 8, "half_up": 9},
     DeviceType: {"CPU": "cpu", "IPU": "ipu", "FINN": "finn"},
@@ -105,7 +109,7 @@ def test_tqt_threshold_members_and_alias():
 
 def test_dtype_no_duplicate_values():
     values = [m.value for m in Dtype]
-    assert len(values) == len(set(values)) == 23
+    assert len(values) == len(set(values)) == 25
 
 
 @pytest.mark.parametrize(

@@ -1,18 +1,3 @@
 """Fixtures of the export tests."""
 
-from __future__ import annotations
-
-import logging
-
-import pytest
-
-
-@pytest.fixture(autouse=True)
-def _quiet_logs():
-    logging.getLogger("quark").setLevel(logging.WARNING)
-    yield
-
-
-@pytest.fixture
-def onnx_path(tmp_path):
-    return tmp_path / "model.onnx"
+from _shared.fixtures import onnx_path, quiet_logs  # noqa: F401  (fixtures, found by name)

@@ -5,24 +5,18 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _shared.configs import W8A8, W8A8_POF2
+from _shared.graphs import op_types
+from _shared.models import TwoInputs
+from _shared.quantize import assert_unchanged, quantize, quantized_mlp, snapshot
 from torch import nn
 
-from export.helpers import (
-    W8A8,
-    W8A8_POF2,
-    assert_same_state,
-    op_types,
-    quantize,
-    quantized_mlp,
-    snapshot,
-)
-from export.zoo import TwoInputs
-from quark.torch.extensions.brevitas._backend.export import (
+from quark.torch.extensions.brevitas.api import (
     ExportFailedError,
     ExportFormat,
+    ModelExporter,
     UnsupportedExportError,
 )
-from quark.torch.extensions.brevitas.api import ModelExporter
 
 QDQ_OPS = {"QuantizeLinear", "DequantizeLinear"}
 
@@ -100,7 +94,7 @@ def test_export_leaves_training_mode_parameters_and_modules_unchanged(onnx_path,
     before, out_before = snapshot(qmodel), qmodel.eval()(x)
     qmodel.train()
     getattr(ModelExporter(onnx_path), method)(qmodel, x)
-    assert_same_state(before, qmodel)
+    assert_unchanged(before, qmodel)
     torch.testing.assert_close(qmodel.eval()(x), out_before, atol=0, rtol=0)
 
 
@@ -127,10 +121,10 @@ def test_failed_export_restores_the_model_and_the_next_export_succeeds(onnx_path
         ExportFailedError, match=rf"{fmt} export with the TorchScript exporter .* failed: RuntimeError: boom"
     ):
         getattr(ModelExporter(onnx_path), method)(model, torch.randn(3, 12))
-    assert_same_state(before, model)
+    assert_unchanged(before, model)
     model.fail = False
     assert getattr(ModelExporter(onnx_path), method)(model, torch.randn(3, 12)).passed
-    assert_same_state(before, model)
+    assert_unchanged(before, model)
 
 
 def test_second_export_to_another_format_gets_that_formats_handlers(tmp_path):
@@ -170,7 +164,7 @@ def test_dynamo_qcdq_with_quantized_bias_is_refused_before_export(onnx_path):
 
 def test_torchscript_qcdq_stores_integer_weights(onnx_path):
     """The default exporter writes int8 weights + DequantizeLinear (dynamo writes float + Q + DQ)."""
-    from export.helpers import initializers
+    from _shared.graphs import initializers
 
     ModelExporter(onnx_path).export_onnx_model(quantized_mlp(W8A8), torch.randn(3, 12))
     weights = [v for k, v in initializers(onnx_path).items() if v.ndim == 2]
@@ -256,26 +250,3 @@ def test_graph_outputs_that_do_not_match_the_model_are_named(onnx_path, monkeypa
         ModelExporter(onnx_path).export_onnx_model(quantized_mlp(), torch.randn(2, 12))
 
 
-def test_finn_handoff_without_finn_says_how_to_install(onnx_path, monkeypatch):
-    import sys
-
-    from quark.torch.extensions.brevitas._backend.export.finn import finn_handoff
-
-    ModelExporter(onnx_path).export_qonnx_model(quantized_mlp(), torch.randn(2, 12))
-    monkeypatch.setitem(sys.modules, "finn.transformation.qonnx.convert_qonnx_to_finn", None)
-    with pytest.raises(
-        ImportError, match=r"the FINN hand-off needs finn-plus .*pip install --no-deps finn-plus==1.6.1"
-    ):
-        finn_handoff(onnx_path, torch.randn(2, 12))
-
-
-def test_ipu_target_needs_quantizers_built_from_quark_specs(onnx_path):
-    import brevitas.nn as qnn
-
-    from quark.torch.extensions.brevitas._backend.export import TargetCheckError
-
-    model = nn.Sequential(qnn.QuantIdentity(return_quant_tensor=False), nn.Linear(4, 2))
-    with pytest.raises(
-        TargetCheckError, match=r"quantizer '0.act_quant' \(activation\): not built from a Quark spec"
-    ):
-        ModelExporter(onnx_path).export_onnx_model(model, torch.randn(2, 4), target_device="IPU")

@@ -7,20 +7,25 @@ from __future__ import annotations
 import brevitas.nn as qnn
 import pytest
 import torch
+from _shared import REPO
+from _shared.configs import A8, W8, W8A8, layer_config
+from _shared.quantize import quantize
 from torch import nn
 
-from export.helpers import A8, W8, W8A8, config, quantize
-from quark.torch.extensions.brevitas._backend.export import (
+from quark.torch.extensions.brevitas._backend.export import support
+from quark.torch.extensions.brevitas._backend.inventory import quantizers
+from quark.torch.extensions.brevitas._backend.rewrite.graph import QuantConcat
+from quark.torch.extensions.brevitas.api import (
     ExportFailedError,
     ExportFormat,
     ExportVerificationError,
+    ModelExporter,
     UnsupportedExportError,
-    support,
 )
-from quark.torch.extensions.brevitas._backend.rewrite.graph import QuantConcat
-from quark.torch.extensions.brevitas.api import ModelExporter
+from quark.torch.extensions.brevitas.presets import finn
 from quark.torch.quantization.config.config import QuantizationSpec
 from quark.torch.quantization.config.type import (
+    DeviceType,
     Dtype,
     QSchemeType,
     QuantizationMode,
@@ -70,9 +75,21 @@ def _stock(layer_cls):
     return lambda: nn.Sequential(layer_cls(return_quant_tensor=False), nn.Linear(8, 4))
 
 
+def _stock_global_pool() -> nn.Module:
+    """Brevitas' truncating global pool as a user builds it (graph mode requantizes a global mean)."""
+    from brevitas.quant.scaled_int import TruncTo8bit
+
+    return nn.Sequential(
+        qnn.QuantReLU(return_quant_tensor=True),
+        qnn.TruncAdaptiveAvgPool2d(output_size=1, trunc_quant=TruncTo8bit, return_quant_tensor=False),
+        nn.Flatten(),
+        nn.Linear(3, 2),
+    )
+
+
 #: table row -> (model builder, example input shape, quantized by ModelQuantizer in: QuantizationMode
-#: or None for a stock Brevitas model)
-EAGER, GRAPH = QuantizationMode.eager_mode, QuantizationMode.fx_graph_mode
+#: or None for a stock Brevitas model; FINN_GRAPH: graph mode for the FINN target)
+EAGER, GRAPH, FINN_GRAPH = QuantizationMode.eager_mode, QuantizationMode.fx_graph_mode, "finn-graph"
 ROWS = {
     qnn.QuantLinear: (lambda: nn.Sequential(nn.Linear(8, 4)), (2, 8), EAGER),
     qnn.QuantConv1d: (lambda: nn.Sequential(nn.Conv1d(3, 4, 3)), (2, 3, 8), EAGER),
@@ -86,11 +103,11 @@ ROWS = {
     qnn.QuantReLU: (_stock(qnn.QuantReLU), (2, 8), None),
     qnn.QuantEltwiseAdd: (Residual, (2, 8), GRAPH),
     QuantConcat: (Concat, (2, 8), GRAPH),
-    qnn.TruncAvgPool2d: (lambda: _pooled(nn.AvgPool2d(2)), (2, 3, 4, 4), GRAPH),
-    qnn.TruncAdaptiveAvgPool2d: (lambda: _pooled(nn.AdaptiveAvgPool2d(1)), (2, 3, 4, 4), GRAPH),
+    qnn.TruncAvgPool2d: (lambda: _pooled(nn.AvgPool2d(2)), (2, 3, 4, 4), FINN_GRAPH),
+    qnn.TruncAdaptiveAvgPool2d: (_stock_global_pool, (2, 3, 4, 4), None),
 }
 #: rows whose layer exists only without an output spec (an average pool with one is requantized)
-NO_OUTPUT = {qnn.TruncAvgPool2d, qnn.TruncAdaptiveAvgPool2d}
+NO_OUTPUT = {qnn.TruncAvgPool2d}
 
 
 def test_every_row_of_the_table_has_a_case():
@@ -104,8 +121,10 @@ def _build(row):
     if mode is not None:
         model(torch.randn(*shape))  # lazy layers take their shapes
         output = {} if row in NO_OUTPUT else {"output_tensors": A8}
-        cfg = config(weight=W8_PER_TENSOR, input_tensors=A8, **output)
+        cfg = layer_config(weight=W8_PER_TENSOR, input_tensors=A8, **output)
         cfg.quant_mode = mode
+        if mode == FINN_GRAPH:  # FINN's target truncates windowed average pools
+            cfg = finn(weight_bits=8, act_bits=8)
         model = quantize(cfg, model, [torch.randn(*shape) for _ in range(2)])
     return model.eval(), torch.randn(*shape)
 
@@ -128,10 +147,7 @@ def test_per_channel_transposed_convolution_with_quantized_input_exports_exactly
     torch.manual_seed(0)
     pof2 = {"observer_cls": PerChannelMinMaxObserver, "qscheme": QSchemeType.per_channel, "ch_axis": 1}
     model = quantize(
-        config(
-            weight=QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2, **pof2),
-            input_tensors=QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2),
-        ),
+        layer_config(weight=QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2, **pof2), input_tensors=QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2)),
         nn.Sequential(nn.ConvTranspose2d(4, 3, 3)),
         [torch.randn(2, 4, 6, 6) for _ in range(2)],
     )
@@ -143,14 +159,12 @@ def test_per_channel_transposed_convolution_with_quantized_input_exports_exactly
 def test_per_channel_transposed_convolution_with_float_input_exports(onnx_path, fmt):
     torch.manual_seed(0)
     model = quantize(
-        config(
-            weight=QuantizationSpec(
+        layer_config(weight=QuantizationSpec(
                 dtype=Dtype.int8,
                 observer_cls=PerChannelMinMaxObserver,
                 qscheme=QSchemeType.per_channel,
                 ch_axis=1,
-            )
-        ),
+            )),
         nn.Sequential(nn.ConvTranspose2d(4, 3, 3)),
         None,
     )
@@ -161,8 +175,8 @@ def test_a_truncating_average_pool_is_refused_by_qcdq_with_the_fix(onnx_path):
     model, x = _build(qnn.TruncAvgPool2d)
     with pytest.raises(
         UnsupportedExportError,
-        match=r"module '2' \(TruncAvgPool2d\): a truncating average pool; allowed: a requantized average "
-        r"\(graph mode: output_tensors of the AvgPool2d / AdaptiveAvgPool2d site\)",
+        match=r"module '2' \(TruncAvgPool2d\): a truncating average pool; qcdq allows a requantized average "
+        r"\(graph mode builds one for every target but FINN\)",
     ):
         ModelExporter(onnx_path).export_onnx_model(model, x)
 
@@ -171,7 +185,7 @@ def test_a_layer_outside_the_table_is_refused_with_the_exportable_list(onnx_path
     model = nn.Sequential(nn.Linear(8, 4), qnn.QuantSigmoid(return_quant_tensor=False))
     with pytest.raises(
         UnsupportedExportError,
-        match=r"module '1' \(QuantSigmoid\): no qcdq export; exportable layers: \[.*'QuantConv1d'",
+        match=r"module '1' \(QuantSigmoid\): no qcdq export; qcdq allows the exportable layers \[.*'QuantConv1d'",
     ):
         ModelExporter(onnx_path).export_onnx_model(model, torch.randn(2, 8))
 
@@ -180,7 +194,7 @@ def test_every_offending_quantizer_is_listed_at_once(onnx_path):
     spec = QuantizationSpec(dtype=Dtype.int16, observer_cls=PerTensorMinMaxObserver)
     torch.manual_seed(0)
     model = quantize(
-        config(weight=W8, input_tensors=spec),
+        layer_config(weight=W8, input_tensors=spec),
         nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)),
         [torch.randn(4, 8)],
     )
@@ -199,7 +213,7 @@ def test_dynamo_rows_are_refused_before_export(onnx_path):
     for method in METHODS.values():
         with pytest.raises(
             UnsupportedExportError,
-            match=r"module 'attn' \(QuantMultiheadAttention\): dynamo=True; allowed: dynamo=False",
+            match=r"module 'attn' \(QuantMultiheadAttention\): dynamo=True; (qcdq|qonnx) allows dynamo=False",
         ):
             getattr(ModelExporter(onnx_path, dynamo=True), method)(model, torch.randn(2, 5, 8))
     group = QuantizationSpec(
@@ -209,7 +223,7 @@ def test_dynamo_rows_are_refused_before_export(onnx_path):
         ch_axis=1,
         group_size=4,
     )
-    model = quantize(config(weight=group), nn.Sequential(nn.Linear(8, 4)), None)
+    model = quantize(layer_config(weight=group), nn.Sequential(nn.Linear(8, 4)), None)
     with pytest.raises(
         UnsupportedExportError,
         match=r"'0.weight_quant' \(weight\): qscheme=per_group; qonnx allows per_tensor, per_channel \(or dynamo=False\)",
@@ -221,7 +235,7 @@ def test_problems_of_a_supported_model_are_empty():
     torch.manual_seed(0)
     model = quantize(W8A8, nn.Sequential(nn.Linear(8, 4)), [torch.randn(2, 8)])
     assert all(support.problems(model, fmt, dynamo=False) == [] for fmt in ExportFormat)
-    assert [(n, r) for n, r, _, spec in support.quantizers(model) if spec is not None] == [
+    assert [(q.name, q.role) for q in quantizers(model) if q.spec is not None] == [
         ("0.input_quant", "activation"),
         ("0.weight_quant", "weight"),
     ]
@@ -264,7 +278,7 @@ A8_POF2 = QuantizationSpec(dtype=Dtype.int8, observer_cls=PerTensorMinMaxObserve
 def test_dynamo_weight_rules_are_refused_and_real(onnx_path, monkeypatch, fmt, weight, match, without_check):
     torch.manual_seed(0)
     model = quantize(
-        config(weight=weight, input_tensors=A8_POF2, output_tensors=A8_POF2),
+        layer_config(weight=weight, input_tensors=A8_POF2, output_tensors=A8_POF2),
         nn.Sequential(nn.Linear(16, 8, bias=False)),
         [torch.randn(4, 16)],
     )
@@ -280,9 +294,8 @@ def test_dynamo_weight_rules_are_refused_and_real(onnx_path, monkeypatch, fmt, w
 
 
 def test_docs_embed_the_current_support_table():
-    from pathlib import Path
 
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "export.md").read_text()
+    docs = (REPO / "docs" / "export.md").read_text()
     assert support.markdown() in docs, "docs/export.md: paste the output of support.markdown()"
 
 
@@ -323,7 +336,7 @@ def test_every_spec_refusal_is_real(onnx_path, monkeypatch, roles, fmt, dynamo, 
     """Without the check, each refused spec fails in the exporter or gives a graph that differs."""
     torch.manual_seed(0)
     model = quantize(
-        config(weight=W8, **roles),
+        layer_config(weight=W8, **roles),
         nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 4)),
         [torch.randn(4, 16) + 0.5 for _ in range(2)],
     )
@@ -333,3 +346,97 @@ def test_every_spec_refusal_is_real(onnx_path, monkeypatch, roles, fmt, dynamo, 
     monkeypatch.setattr(support, "check", lambda *args: None)
     with pytest.raises(without_check):
         getattr(ModelExporter(onnx_path, dynamo=dynamo), METHODS[fmt])(model, x)
+
+
+# -- the rules, row by row ----------------------------------------------------------------------------
+
+QCDQ, QONNX = ExportFormat.qcdq, ExportFormat.qonnx
+
+
+def _rule_key(rule) -> str:
+    return f"{rule.refuses} -> {rule.allowed}"
+
+
+def _linear(**roles):
+    """A Linear(32, 8) quantized with ``roles`` (32 input channels: an MX block)."""
+    return lambda: quantize(layer_config(**roles), nn.Sequential(nn.Linear(32, 8)), [torch.randn(4, 32)])
+
+
+def _graph_pooled():
+    """Graph mode for FINN: its windowed average pool is the truncating one (FINN's own)."""
+    cfg = layer_config(weight=W8_PER_TENSOR, input_tensors=A8)
+    cfg.global_quant_config.target_device = DeviceType.FINN
+    cfg.quant_mode = QuantizationMode.fx_graph_mode
+    model = _pooled(nn.AvgPool2d(2))
+    model(torch.randn(2, 3, 4, 4))
+    return quantize(cfg, model, [torch.randn(2, 3, 4, 4)])
+
+
+def _rotated():
+    from quark.torch.extensions.brevitas import algos
+    from quark.torch.quantization.config.config import Config, QuantizationConfig
+
+    config = Config(QuantizationConfig(weight=W8_PER_TENSOR), pre_quant_opt_config=[algos.HadamardRotation()])
+    return quantize(config, nn.Sequential(nn.Linear(16, 8)), [torch.randn(2, 16)])
+
+
+_INT8 = QuantizationSpec(dtype=Dtype.int8)
+#: rule (refused -> allowed) -> (the model, format, dynamo, the rules its problems come from besides this one)
+RULE_CASES = {
+    "activation/weight `format` -> integer, minifloat or cast formats": (
+        _linear(weight=QuantizationSpec(dtype=Dtype.mx, mx_element_dtype=Dtype.int8)), QONNX, False, (),
+    ),
+    "activation/weight `format` -> integer formats": (_linear(weight=QuantizationSpec(dtype=Dtype.fp8_e4m3)), QCDQ, False, ()),
+    "activation `is_dynamic` -> False": (_linear(input_tensors=QuantizationSpec(dtype=Dtype.int8, is_dynamic=True)), QONNX, False, ()),
+    "activation `round_method` -> half_even": (
+        _linear(input_tensors=QuantizationSpec(dtype=Dtype.int8, round_method=RoundType.floor)), QCDQ, False, (),
+    ),
+    "activation/weight `bit_width` -> 2..8": (_linear(input_tensors=QuantizationSpec(dtype=Dtype.int16)), QCDQ, False, ()),
+    "activation/weight `zero_point_type` -> int32": (
+        _linear(input_tensors=QuantizationSpec(dtype=Dtype.uint8, symmetric=False, zero_point_type=ZeroPointType.float32)),
+        QCDQ, False, (),
+    ),
+    "bias `bias` -> float biases (or dynamo=False)": (
+        _linear(weight=_INT8, input_tensors=_INT8, bias=QuantizationSpec(dtype=Dtype.int32)), QCDQ, True, (),
+    ),
+    "weight `qscheme` -> per_tensor, per_channel (or dynamo=False)": (
+        _linear(weight=QuantizationSpec(dtype=Dtype.int4, qscheme=QSchemeType.per_group, ch_axis=1, group_size=8)),
+        QONNX, True, (),
+    ),
+    "weight `round_method` -> half_even (or dynamo=False)": (
+        _linear(weight=QuantizationSpec(dtype=Dtype.int8, round_method=RoundType.floor)), QONNX, True, (),
+    ),
+    "a layer without a qcdq export -> the layers of the table above": (
+        lambda: nn.Sequential(nn.Linear(8, 4), qnn.QuantSigmoid(return_quant_tensor=False)), QCDQ, False, (),
+    ),
+    "a layer without a qonnx export -> the layers of the table above": (
+        lambda: nn.Sequential(nn.Linear(8, 4), qnn.QuantSigmoid(return_quant_tensor=False)), QONNX, False, (),
+    ),
+    "`TruncAvgPool2d`/`TruncAdaptiveAvgPool2d`: a truncating average pool -> a requantized average (graph mode builds one "
+    "for every target but FINN)": (
+        _graph_pooled, QCDQ, False, ("a layer without a qcdq export -> the layers of the table above",),
+    ),
+    "`QuantMultiheadAttention`: dynamo=True -> dynamo=False": (
+        lambda: quantize(W8A8, Attention(), [torch.randn(2, 5, 8)]), QONNX, True, (),
+    ),
+    "`RotatedModule`: an online Hadamard rotation (HadamardRotation), a float transform -> the qcdq export, or no "
+    "HadamardRotation": (_rotated, QONNX, False, ()),
+}
+
+
+def test_every_rule_row_has_a_case():
+    assert set(RULE_CASES) == {_rule_key(r) for r in (*support.SPEC_RULES, *support.LAYER_RULES)}
+
+
+@pytest.mark.parametrize("key", list(RULE_CASES))
+def test_every_rule_row_names_its_case_and_nothing_else(key):
+    """``problems`` (what export checks first) finds the row's problem in its case, and no other row's
+    but those listed; the same model in the other format or exporter may pass this row."""
+    build, fmt, dynamo, also = RULE_CASES[key]
+    torch.manual_seed(0)
+    model = build()
+    applying = {_rule_key(r): r for r in (*support.SPEC_RULES, *support.LAYER_RULES) if r.applies({"format": fmt, "dynamo": dynamo})}
+    found = support.problems(model, fmt, dynamo)
+    rows = {k for k, r in applying.items() for line in found if line.endswith(f"({r.reason})")}
+    assert rows == {key, *also}, found
+    assert len(found) == 1 + len(also), found

@@ -7,27 +7,18 @@ import numpy as np
 import onnx
 import pytest
 import torch
+from _shared.configs import A8_POF2, W8A8, W8A8_POF2, layer_config
+from _shared.quantize import quantized_mlp
 from onnx import TensorProto, helper, numpy_helper
 
-from export.helpers import A8_POF2, W8A8, W8A8_POF2, config, quantized_mlp
-from quark.torch.extensions.brevitas._backend.export import (
-    ExportFormat,
-    ExportVerificationError,
-    handlers,
-    verify,
-)
-from quark.torch.extensions.brevitas.api import ModelExporter
+from quark.torch.extensions.brevitas._backend.export import handlers, verify
+from quark.torch.extensions.brevitas.api import ExportFormat, ExportVerificationError, ModelExporter
 from quark.torch.quantization.config.config import QuantizationConfig, QuantizationSpec
 from quark.torch.quantization.config.type import Dtype, RoundType, ScaleType
 from quark.torch.quantization.observer import PerTensorMinMaxObserver
 
 FORMATS = {"export_onnx_model": ExportFormat.qcdq, "export_qonnx_model": ExportFormat.qonnx}
-W8A8_POF2_OUT = config(
-    weight=W8A8_POF2.global_quant_config.weight,
-    input_tensors=A8_POF2,
-    bias=W8A8_POF2.global_quant_config.bias,
-    output_tensors=A8_POF2,
-)
+W8A8_POF2_OUT = layer_config(weight=W8A8_POF2.global_quant_config.weight, input_tensors=A8_POF2, bias=W8A8_POF2.global_quant_config.bias, output_tensors=A8_POF2)
 
 
 @pytest.mark.parametrize("method", FORMATS)
@@ -85,7 +76,7 @@ def test_verification_catches_brevitas_stock_qonnx_rounding(onnx_path, monkeypat
         scale_type=ScaleType.pof2,
         round_method=RoundType.floor,
     )
-    qmodel = quantized_mlp(config(input_tensors=floor, output_tensors=A8_POF2))
+    qmodel = quantized_mlp(layer_config(input_tensors=floor, output_tensors=A8_POF2))
     x = torch.randn(64, 12)
     assert ModelExporter(onnx_path).export_qonnx_model(qmodel, x).passed
     monkeypatch.setitem(handlers.MANAGERS, (ExportFormat.qonnx, False), QONNXManager)
@@ -181,7 +172,7 @@ def test_report_gives_the_difference_of_onnxruntime_as_deployed(onnx_path, caplo
     model = nn.Sequential(
         nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(128, 10)
     )
-    from export.helpers import quantize
+    from _shared.quantize import quantize
 
     cfg = Config(
         global_quant_config=QuantizationConfig(weight=int4, input_tensors=int4),
@@ -192,3 +183,6 @@ def test_report_gives_the_difference_of_onnxruntime_as_deployed(onnx_path, caplo
     assert report.max_abs_diff == 0  # the graph as written
     assert report.optimized_runtime_diff > 1 and "default graph optimizations differs" in caplog.text
     assert "ONNX Runtime with its default optimizations: max |diff|" in str(report)
+    # the hint beside the number: which session option makes it exact, and why it differs
+    assert "SessionOptions.graph_optimization_level = ORT_DISABLE_ALL runs the graph as written" in str(report)
+    assert "fuse QuantizeLinear / DequantizeLinear pairs into integer kernels" in str(report)

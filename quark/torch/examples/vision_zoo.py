@@ -14,49 +14,13 @@ Importing this module imports neither torchvision nor timm; the first ``build()`
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import importlib.util
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-#: torchvision's fake-kernel registrations that need its compiled ops (``torchvision._C``)
-_FAKES_NEEDING_C_OPS = frozenset({"torchvision::nms", "torchvision::qnms"})
-
-
-@contextlib.contextmanager
-def _skip_fakes_of_missing_ops() -> Iterator[None]:
-    """While torchvision imports: skip its ``register_fake`` of ``nms`` / ``qnms`` when those
-    operators do not exist.
-
-    Why: PyPI's torchvision wheel is a CUDA build; beside a CPU torch its compiled ops
-    (``torchvision._C``) do not load, which torchvision tolerates everywhere (ops then raise when
-    called) except in ``torchvision._meta_registrations``, whose module-level
-    ``torch.library.register_fake("torchvision::nms")`` raises ``RuntimeError: operator
-    torchvision::nms does not exist`` and aborts ``import torchvision``. The model definitions use
-    no compiled op. Only these two registrations are skipped, only when the operator is absent;
-    every other call goes to torch unchanged, and the function is restored on exit.
-    """
-    real = torch.library.register_fake
-
-    def register_fake(op, *args, **kwargs):
-        if isinstance(op, str) and op in _FAKES_NEEDING_C_OPS and not _operator_exists(op):
-            return lambda fn: fn  # the decorator form torchvision uses: keep its function unregistered
-        return real(op, *args, **kwargs)
-
-    torch.library.register_fake = register_fake
-    try:
-        yield
-    finally:
-        torch.library.register_fake = real
-
-
-def _operator_exists(qualname: str) -> bool:
-    namespace, name = qualname.split("::")
-    return hasattr(getattr(torch.ops, namespace), name)
+from quark.torch.examples.compat import declare_missing_torchvision_ops
 
 
 def missing_libraries() -> list[str]:
@@ -65,12 +29,8 @@ def missing_libraries() -> list[str]:
 
 
 def import_model_libraries():
-    """(torchvision.models, timm), importing torchvision under :func:`_skip_fakes_of_missing_ops`."""
-    import sys
-
-    if "torchvision" not in sys.modules:
-        with _skip_fakes_of_missing_ops():
-            importlib.import_module("torchvision")
+    """(torchvision.models, timm), torchvision made importable first (see :mod:`.compat`)."""
+    declare_missing_torchvision_ops()
     import timm
     import torchvision.models
 

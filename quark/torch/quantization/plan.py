@@ -24,8 +24,20 @@ from torch import nn
 
 from quark.torch.quantization.config import config as main
 from quark.torch.quantization.config.algorithms import AlgoConfig
-from quark.torch.quantization.config.config import ROLES
+from quark.torch.quantization.config.spec import ROLES
+from quark.torch.quantization.flavours import load_flavours
 from quark.torch.quantization.tensor_quant import TensorQuant, normalise
+
+#: subclasses of torch layers that compute exactly what their base class computes, by qualified
+#: class name (no import of their library), quantized as the base: timm's ``Linear`` differs from
+#: ``nn.Linear`` only under TorchScript (it casts the weights to the input's dtype)
+EQUIVALENT_SUBCLASSES: dict[str, type[nn.Module]] = {"timm.layers.linear.Linear": nn.Linear}
+
+
+def layer_type(module: nn.Module) -> type[nn.Module]:
+    """The type ``module`` is quantized as: its class, or the base of an equivalent subclass."""
+    cls = type(module)
+    return EQUIVALENT_SUBCLASSES.get(f"{cls.__module__}.{cls.__qualname__}", cls)
 
 
 @dataclass(frozen=True)
@@ -81,7 +93,11 @@ class ConfigView:
     """What resolution and ``ModelQuantizer`` need from a config, whatever its flavour.
 
     ``mode`` selects the backend's rewriter (``QuantizationMode`` or the extension's ``Backend``);
-    ``algorithms`` lists ``pre_quant_opt_config`` then ``algo_config``.
+    ``algorithms`` lists ``pre_quant_opt_config`` then ``algo_config``. ``signs_from_graph``: the
+    flavour's specs say no sign (the Brevitas extension's), so graph mode follows Brevitas'
+    convention: unsigned grids for what is never negative (the outputs of ReLU, ReLU6, Sigmoid,
+    Hardsigmoid, and what only passes, pools, adds or concatenates them); the main API's dtype is
+    honoured as written.
     """
 
     global_config: Any
@@ -90,6 +106,7 @@ class ConfigView:
     exclude: list[str]
     mode: Enum
     algorithms: tuple[AlgoConfig, ...]
+    signs_from_graph: bool = False
 
 
 CONFIG_VIEWS: dict[type, Callable[[Any], ConfigView]] = {
@@ -111,6 +128,8 @@ def register_config_view(config_cls: type, view: Callable[[Any], ConfigView]) ->
 
 def config_view(config: Any) -> ConfigView:
     """The registered :class:`ConfigView` of ``config``'s class; an unregistered class is a ``TypeError``."""
+    if type(config) not in CONFIG_VIEWS and load_flavours():  # an announced flavour, registered on first use
+        return config_view(config)
     try:
         return CONFIG_VIEWS[type(config)](config)
     except KeyError:
@@ -137,11 +156,11 @@ def module_sites(model: nn.Module, types: Collection[type[nn.Module]]) -> list[S
     sites: list[Site] = []
     inside: list[str] = []
     for name, module in model.named_modules():
-        if not name or type(module) not in types or any(name.startswith(p) for p in inside):
+        if not name or layer_type(module) not in types or any(name.startswith(p) for p in inside):
             continue
         inside.append(name + ".")
         has_bias = any(n.endswith("bias") and p is not None for n, p in module.named_parameters())
-        sites.append(Site(name, type(module), ROLES if has_bias else tuple(r for r in ROLES if r != "bias"), module))
+        sites.append(Site(name, layer_type(module), ROLES if has_bias else tuple(r for r in ROLES if r != "bias"), module))
     return sites
 
 

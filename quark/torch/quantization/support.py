@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from quark.torch.quantization.config.config import QuantizationSpec
 from quark.torch.quantization.config.type import Dtype, QSchemeType, ScaleType
-from quark.torch.quantization.tensor_quant import BDR_BLOCK, BDR_DTYPES, MX_BLOCK, normalise
+from quark.torch.quantization.tensor_quant import BDR_FORMATS, MX_BLOCK, normalise
 
 ROLES = {"weight": "weight", "input_tensors": "activations", "bias": "bias"}
 
 
 def _scheme_fields(dtype: Dtype, qscheme: QSchemeType) -> dict:
-    block = BDR_BLOCK if dtype in BDR_DTYPES else MX_BLOCK
+    block = BDR_FORMATS[dtype][0] if dtype in BDR_FORMATS else MX_BLOCK
     extra = {QSchemeType.per_channel: {"ch_axis": 0}, QSchemeType.per_group: {"ch_axis": 1, "group_size": block}}
     return {"qscheme": qscheme, **extra.get(qscheme, {})}
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from quark.torch.quantization.config import config as main
-from quark.torch.quantization.config.config import ACTIVATION_ROLES, MAX_BIAS_BITS, MAX_BITS, MIN_BITS
+from quark.torch.quantization.config.spec import ACTIVATION_ROLES, MAX_BIAS_BITS, MAX_BITS, MIN_BITS
 from quark.torch.quantization.config.type import (
     Dtype,
     QSchemeType,
@@ -23,41 +24,87 @@ from quark.torch.quantization.config.type import (
     TQTThresholdInitMeth,
     ZeroPointType,
 )
+from quark.torch.quantization.flavours import load_flavours
 from quark.torch.quantization.observer import (
+    LSQObserver,
     ObserverBase,
     PerBlockBFPObserver,
     PerBlockMXObserver,
     PerChannelMinMaxObserver,
     PerGroupMinMaxObserver,
+    PerTensorHistogramObserverPro,
     PerTensorMinMaxObserver,
     PerTensorMSEObserver,
     PlaceholderObserver,
     TQT3SDObserver,
     TQTJeffreysObserver,
+    TQTObserver,
 )
 
 #: integer dtypes of the main API: dtype -> (bit width, signed)
 INT_DTYPES: dict[Dtype, tuple[int, bool]] = {d: (d.bit_width, d.signed) for d in Dtype if d.is_integer}
-#: scaled minifloats: dtype -> (exponent bits, mantissa bits, variant). OCP: e4m3 max 448 (NaN only),
+#: scaled minifloats: dtype -> (exponent bits, mantissa bits, FNUZ?). OCP: e4m3 max 448 (NaN only),
 #: e5m2 max 57344 (inf, NaN); fp6/fp4 are OCP MX element formats (no inf/NaN). FNUZ: explicit dtypes.
-FLOAT_DTYPES: dict[Dtype, tuple[int, int, str]] = {
-    Dtype.fp8_e4m3: (4, 3, "ocp"),
-    Dtype.fp8_e5m2: (5, 2, "ocp"),
-    Dtype.fp8_e4m3fnuz: (4, 3, "fnuz"),
-    Dtype.fp8_e5m2fnuz: (5, 2, "fnuz"),
-    Dtype.fp6_e3m2: (3, 2, "ocp"),
-    Dtype.fp6_e2m3: (2, 3, "ocp"),
-    Dtype.fp4: (2, 1, "ocp"),
+FLOAT_DTYPES: dict[Dtype, tuple[int, int, bool]] = {
+    Dtype.fp8_e4m3: (4, 3, False),
+    Dtype.fp8_e5m2: (5, 2, False),
+    Dtype.fp8_e4m3fnuz: (4, 3, True),
+    Dtype.fp8_e5m2fnuz: (5, 2, True),
+    Dtype.fp6_e3m2: (3, 2, False),
+    Dtype.fp6_e2m3: (2, 3, False),
+    Dtype.fp4: (2, 1, False),
 }
 #: round-to-nearest-even casts (no scale): dtype -> (exponent bits, mantissa bits)
 CAST_DTYPES: dict[Dtype, tuple[int, int]] = {Dtype.bfloat16: (8, 7), Dtype.float16: (5, 10)}
 #: element types of OCP MX blocks (32 elements sharing an E8M0 scale)
 MX_ELEMENTS: tuple[Dtype, ...] = (Dtype.int8, Dtype.fp8_e4m3, Dtype.fp8_e5m2, Dtype.fp6_e3m2, Dtype.fp6_e2m3, Dtype.fp4)
 MX_BLOCK = 32
-#: block formats with shared micro-exponents (Rouhani et al. 2023): 16-element blocks
-BDR_DTYPES: tuple[Dtype, ...] = (Dtype.mx6, Dtype.mx9)
+#: block formats with a shared exponent per block (block data representations, "bdr"): MX6 / MX9
+#: (shared micro-exponents, Rouhani et al. 2023: 16-element blocks) and BFP16 (AMD's block floating
+#: point: 8-element blocks, 8-bit signed elements)
+BDR_DTYPES: tuple[Dtype, ...] = (Dtype.mx6, Dtype.mx9, Dtype.bfp16)
 BDR_BLOCK = 16
-BDR_BITS: dict[Dtype, int] = {Dtype.mx6: 6, Dtype.mx9: 9}  # bits per element, shared exponents included
+#: dtype -> (block, bits per element: sign and magnitude, shared exponents included)
+BDR_FORMATS: dict[Dtype, tuple[int, int]] = {Dtype.mx6: (16, 6), Dtype.mx9: (16, 9), Dtype.bfp16: (8, 9)}
+BDR_BITS: dict[Dtype, int] = {d: bits for d, (_, bits) in BDR_FORMATS.items()}
+#: OCP MX element -> mantissa bits Quark rounds a block's maximum to (``scale_calculation_mode="even"``)
+MX_EVEN_MANTISSA_BITS: dict[Dtype, int] = {
+    Dtype.int8: 8,
+    Dtype.fp8_e4m3: 3,
+    Dtype.fp8_e5m2: 2,
+    Dtype.fp6_e3m2: 2,
+    Dtype.fp6_e2m3: 3,
+    Dtype.fp4: 1,
+}
+#: how an OCP MX block's shared exponent comes from its maximum (None: the OCP spec's floor)
+MX_SCALE_MODES = (None, "even", "floor", "ceil")
+#: dtypes refused, with the reason
+REFUSED_DTYPES: dict[Dtype, str] = {
+    Dtype.fp8_e5m3: (
+        "an unsigned 8-bit float (no sign bit), which AMD Quark 0.13 names for the per-group scales of AmdFP4Spec; "
+        "it quantizes no signed tensor here; use Dtype.fp8_e4m3 or Dtype.fp8_e5m2"
+    ),
+}
+
+
+class Format(Enum):
+    """The kind of number a quantizer produces."""
+
+    integer = "int"  # integers times a scale (and a zero point)
+    minifloat = "float"  # scaled minifloats (OCP or FNUZ)
+    cast = "cast"  # bfloat16 / float16, no scale
+    mx = "mx"  # OCP MX: 32-element blocks sharing an E8M0 scale
+    bdr = "bdr"  # MX6 / MX9: 16-element blocks with shared micro-exponents
+
+    @property
+    def scaled(self) -> bool:
+        """Whether the quantizer has a scale of its own per tensor / channel / group (from calibration)."""
+        return self in (Format.integer, Format.minifloat)
+
+    @property
+    def block(self) -> bool:
+        """Whether the scale is shared by fixed blocks of elements, computed at run time."""
+        return self in (Format.mx, Format.bdr)
 
 
 @dataclass(frozen=True)
@@ -84,18 +131,28 @@ class TensorQuant:
     is_dynamic: bool = False
     bias_scale_from_product: bool = False  # bias: scale = input scale x weight scale
     tqt: bool = False  # trained power-of-two threshold (TQT), initialised by ``observer``
-    format: str = "int"  # int | float (scaled minifloat) | cast | mx | bdr
-    exponent_bit_width: int | None = None  # float formats
+    format: Format = Format.integer
+    exponent_bit_width: int | None = None  # float, cast and minifloat-element mx formats
     mantissa_bit_width: int | None = None
-    variant: str | None = None  # float: "ocp" | "fnuz"; cast: dtype name; mx: element dtype name; bdr: mx6 | mx9
+    fnuz: bool = False  # float: FNUZ (no negative zero, no inf) instead of OCP
+    element: Dtype | None = None  # cast: the type cast to; mx: the element type; bdr: mx6, mx9 or bfp16
+    scale_rounding: str = "floor"  # mx: how the shared exponent comes from the block maximum (floor | even | ceil)
+    lsq: bool = False  # learned step size (LSQ): the scale is a trained parameter, its gradient scaled
 
     @property
     def needs_calibration(self) -> bool:
         """Static activations of scaled formats take their range from calibration."""
-        return not self.is_dynamic and self.format in ("int", "float")
+        return not self.is_dynamic and self.format.scaled
     @property
     def statistic(self) -> str:
         return self.observer.statistic
+
+    @property
+    def threshold_levels(self) -> float:
+        """The integer threshold the quantizers divide a range by: (2^b - 1) / 2 on a signed
+        symmetric grid, 2^b - 1 otherwise (scale = threshold / levels)."""
+        levels = 2.0**self.bit_width - 1
+        return levels / 2 if self.symmetric and self.signed else levels
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -104,19 +161,21 @@ class TensorQuant:
             return -(2 ** (self.bit_width - 1)), 2 ** (self.bit_width - 1) - 1
         return 0, 2**self.bit_width - 1
 
+    @property
+    def dtype_name(self) -> str:
+        """The element type: int8, uint4, fp8_e4m3, fp8_e4m3_fnuz, bfloat16, mx fp4, mx6, ..."""
+        return DTYPE_NAMES[self.format](self)
+
     def describe(self) -> str:
         """Short human description, used by the summary table."""
-        if self.format in ("cast", "bdr"):
-            return f"{self.variant} {'cast' if self.format == 'cast' else f'block {BDR_BLOCK}'}"
-        if self.format == "mx":
-            return f"mx {self.variant} block {MX_BLOCK} e8m0" + (" dynamic" if self.is_dynamic else "")
-        if self.format == "float":
-            kind = f"fp{self.bit_width}_e{self.exponent_bit_width}m{self.mantissa_bit_width}" + (
-                "_fnuz" if self.variant == "fnuz" else ""
-            )
-        else:
-            kind = f"{'int' if self.signed else 'uint'}{self.bit_width}"
-        parts = [kind, "sym" if self.symmetric else "asym", self.qscheme.name]
+        if self.format is Format.cast:
+            return f"{self.dtype_name} cast"
+        if self.format is Format.bdr:
+            return f"{self.dtype_name} block {self.group_size}"
+        if self.format is Format.mx:
+            rounding = "" if self.scale_rounding == "floor" else f" {self.scale_rounding}"
+            return f"{self.dtype_name} block {MX_BLOCK} e8m0{rounding}" + (" dynamic" if self.is_dynamic else "")
+        parts = [self.dtype_name, "sym" if self.symmetric else "asym", self.qscheme.name]
         if self.qscheme is not QSchemeType.per_tensor and self.ch_axis is not None:
             parts.append(f"axis={self.ch_axis}")
         if self.group_size:
@@ -124,6 +183,8 @@ class TensorQuant:
         parts.append(self.scale_type.name)
         if self.tqt:
             parts.append("tqt")
+        if self.lsq:
+            parts.append("lsq")
         if self.bias_scale_from_product:
             parts.append("scale=s_in*s_w")
         else:
@@ -136,6 +197,17 @@ class TensorQuant:
         return " ".join(parts)
 
 
+#: format -> the name of a spec's element type
+DTYPE_NAMES: dict[Format, Callable[[TensorQuant], str]] = {
+    Format.integer: lambda tq: f"{'int' if tq.signed else 'uint'}{tq.bit_width}",
+    Format.minifloat: lambda tq: f"fp{tq.bit_width}_e{tq.exponent_bit_width}m{tq.mantissa_bit_width}"
+    + ("_fnuz" if tq.fnuz else ""),
+    Format.cast: lambda tq: tq.element.name,
+    Format.mx: lambda tq: f"mx {tq.element.name}",
+    Format.bdr: lambda tq: tq.element.name,
+}
+
+
 def fail(where: str, message: str) -> ValueError:
     return ValueError(f"{where}: {message}")
 
@@ -144,10 +216,55 @@ def fail(where: str, message: str) -> ValueError:
 
 
 def _from_main(spec: main.QuantizationSpec, role: str, where: str) -> TensorQuant:
-    for dtypes, normaliser in MAIN_FORMATS:
-        if spec.dtype in dtypes:
+    _check_quark013_fields(spec, role, where)
+    for matches, normaliser in MAIN_FORMATS:
+        if matches(spec):
             return check_role(normaliser(spec, role, where), role, where)
     raise fail(where, f"dtype=Dtype.{spec.dtype.name} is not supported")  # every Dtype is in a table
+
+
+#: AMD Quark 0.13's spec fields no format here can take: (refused?, message) on the spec
+_QUARK013_REFUSALS: tuple[tuple[Callable[[Any], bool], Callable[[Any], str]], ...] = (
+    (
+        lambda s: s.is_scale_quant,
+        lambda s: (
+            "is_scale_quant=True is not supported: a spec quantizing another quantizer's scales (Quark's "
+            "ScaleQuantSpec, two-stage scales) has no quantizer here; allowed: False"
+        ),
+    ),
+    (
+        lambda s: s.qscheme is QSchemeType.per_block or s.block_size is not None,
+        lambda s: (
+            f"qscheme={s.qscheme} with block_size={s.block_size} is not supported: 2-D weight blocks have no "
+            "quantizer here; allowed: qscheme per_tensor, per_channel or per_group, block_size None"
+        ),
+    ),
+    (
+        lambda s: s.scale_type is ScaleType.float8_e5m3,
+        lambda s: (
+            "scale_type=ScaleType.float8_e5m3 is not supported: AMD FP4's unsigned e5m3 group scales (AmdFP4Spec) "
+            "have no quantizer here; use OCP_MXFP4Spec (e8m0 scales) or FP4PerGroupSpec (float scales)"
+        ),
+    ),
+    (
+        lambda s: s.observer_cls is not None and s.observer_cls.refused is not None,
+        lambda s: f"observer_cls={s.observer_cls.__name__} is not supported: {s.observer_cls.refused}",
+    ),
+)
+
+
+def _check_quark013_fields(spec: main.QuantizationSpec, role: str, where: str) -> None:
+    """Refuse what no format here can honour of Quark 0.13's fields and observers, naming the field."""
+    for refused, message in _QUARK013_REFUSALS:
+        if refused(spec):
+            raise fail(where, message(spec))
+    observer = spec.observer_cls
+    if role == "weight" and observer is not None and observer.not_for_weights:
+        raise fail(where, f"observer_cls={observer.__name__} is not supported for weights: {observer.not_for_weights}")
+
+
+#: a format that takes no block scales: Quark 0.13's scale fields must stay unset
+_NO_BLOCK_SCALE_FIELDS = {"scale_format": (None,), "scale_calculation_mode": (None,)}
 
 
 #: observers naming formats without a calibrated scale: refused by the scaled formats
@@ -165,7 +282,31 @@ def _refuse_observers(spec: main.QuantizationSpec, where: str, refused: tuple[ty
 
 def _int_from_main(spec: main.QuantizationSpec, role: str, where: str) -> TensorQuant:
     bits, signed = INT_DTYPES[spec.dtype]
-    _refuse_observers(spec, where, _UNSCALED_OBSERVERS, f"dtype=Dtype.{spec.dtype.name} (a scaled integer)")
+    what = f"dtype=Dtype.{spec.dtype.name} (a scaled integer)"
+    _refuse_observers(spec, where, _UNSCALED_OBSERVERS, what)
+    require(where, spec, _NO_BLOCK_SCALE_FIELDS, what)
+    if spec.scale_type is ScaleType.float8_e8m0fnu:
+        raise fail(
+            where,
+            f"scale_type=ScaleType.float8_e8m0fnu is not supported with {what}: it is the shared scale of OCP MX "
+            "blocks; for power-of-two integer scales use ScaleType.pof2",
+        )
+    observer_cls = spec.observer_cls
+    lsq = observer_cls is LSQObserver
+    if lsq:
+        lsq_fields = {
+            "symmetric": (None, True),
+            "scale_type": (None, ScaleType.float),
+            "qat_spec": (None,),
+            "qscheme": (None, QSchemeType.per_tensor, QSchemeType.per_channel),
+            "is_dynamic": (None, False),
+        }
+        require(where, spec, lsq_fields, "observer_cls=LSQObserver (a trained scale, zero point 0 as in Quark)")
+    scale_type = spec.scale_type or ScaleType.float
+    if observer_cls is not None and observer_cls.power_of_two:
+        pof2_types = (None, ScaleType.float, ScaleType.pof2)
+        require(where, spec, {"scale_type": pof2_types}, f"observer_cls={observer_cls.__name__} (power-of-two scales, as in Quark)")
+        scale_type = ScaleType.pof2
     if role == "bias" and spec.observer_cls is None:  # scale = input scale x weight scale
         product = {
             "qscheme": (None, QSchemeType.per_tensor),
@@ -176,7 +317,7 @@ def _int_from_main(spec: main.QuantizationSpec, role: str, where: str) -> Tensor
     qscheme = spec.qscheme or QSchemeType.per_tensor
     observer = spec.observer_cls or (PerTensorMinMaxObserver if qscheme is QSchemeType.per_tensor else PerChannelMinMaxObserver)
     symmetric = True if spec.symmetric is None else spec.symmetric
-    observer, tqt = tqt_observer(spec.qat_spec, observer)
+    observer, tqt = tqt_observer(spec.qat_spec, observer, where)
     tq = TensorQuant(
         bit_width=bits,
         signed=signed,
@@ -184,7 +325,7 @@ def _int_from_main(spec: main.QuantizationSpec, role: str, where: str) -> Tensor
         qscheme=qscheme,
         ch_axis=spec.ch_axis,
         group_size=spec.group_size,
-        scale_type=spec.scale_type or ScaleType.float,
+        scale_type=scale_type,
         round_method=spec.round_method or RoundType.half_even,
         zero_point_type=spec.zero_point_type or ZeroPointType.int32,
         observer=observer,
@@ -192,6 +333,7 @@ def _int_from_main(spec: main.QuantizationSpec, role: str, where: str) -> Tensor
         is_dynamic=bool(spec.is_dynamic),
         bias_scale_from_product=role == "bias" and spec.observer_cls is None,
         tqt=tqt,
+        lsq=lsq,
     )
     return tq
 
@@ -206,10 +348,35 @@ def require(where: str, spec: Any, allowed: dict[str, tuple[Any, ...]], what: st
             raise fail(where, f"{field_name}={value} is not supported with {what}; allowed: {shown}")
 
 
+#: observers of integer grids only (as in Quark): refused by the minifloats
+_INTEGER_ONLY_OBSERVERS = (LSQObserver, TQTObserver, PerTensorHistogramObserverPro)
+
+#: Quark 0.13's per-group minifloats (FP4PerGroupSpec, ...): ``scale_format="float32"`` is a plain float scale
+_FLOAT_SCALE_FIELDS = {"scale_format": (None, "float32"), "scale_calculation_mode": (None,)}
+
+
 def _float_from_main(spec: main.QuantizationSpec, role: str, where: str) -> TensorQuant:
-    exponent, mantissa, variant = FLOAT_DTYPES[spec.dtype]
+    exponent, mantissa, fnuz = FLOAT_DTYPES[spec.dtype]
     what = f"dtype=Dtype.{spec.dtype.name}"
     require(where, spec, {"symmetric": (None, True), "round_method": (None, RoundType.half_even), "qat_spec": (None,)}, what)
+    require(where, spec, _FLOAT_SCALE_FIELDS, what + " with a float scale (scale_format='e8m0' makes it OCP MX)")
+    if spec.scale_type is ScaleType.float8_e8m0fnu:
+        raise fail(
+            where,
+            f"scale_type=ScaleType.float8_e8m0fnu is not supported with {what} and scale_format={spec.scale_format!r}: "
+            "e8m0 scales are OCP MX's; write scale_format='e8m0' with PerBlockMXObserver and group_size=32 "
+            "(OCP_MXSpec), or use ScaleType.pof2",
+        )
+    _refuse_observers(spec, where, _INTEGER_ONLY_OBSERVERS, what + " (observers of integer grids)")
+    if spec.observer_cls is not None and spec.observer_cls.power_of_two:
+        raise fail(where, f"observer_cls={spec.observer_cls.__name__} is not supported with {what}: it chooses integer scales (as in Quark)")
+    grouped = spec.qscheme is QSchemeType.per_group
+    if role in ACTIVATION_ROLES and grouped:
+        raise fail(
+            where,
+            f"qscheme=per_group is not supported with {what} for {role} with float scales: dynamic per-group "
+            "minifloat activations have no quantizer here; use an OCP MX spec (scale_format='e8m0', e.g. OCP_MXFP4Spec)",
+        )
     if spec.observer_cls is not None and issubclass(spec.observer_cls, PerTensorMSEObserver):
         raise fail(where, f"observer_cls={spec.observer_cls.__name__} searches an integer grid; not supported with {what}")
     # PerBlockMXObserver is Quark's name for per-group abs-max scales of minifloats too
@@ -225,11 +392,13 @@ def _float_from_main(spec: main.QuantizationSpec, role: str, where: str) -> Tens
         scale_type=spec.scale_type or ScaleType.float,
         observer=observer,
         percentile=getattr(observer, "percentile", None),
-        is_dynamic=bool(spec.is_dynamic),
-        format="float",
+        # weights are quantized from their own values: Quark's per-group helpers say is_dynamic=True
+        is_dynamic=bool(spec.is_dynamic) and not (grouped and role == "weight"),
+        format=Format.minifloat,
         exponent_bit_width=exponent,
         mantissa_bit_width=mantissa,
-        variant=variant,
+        fnuz=fnuz,
+        element=spec.dtype,
     )
 
 
@@ -245,37 +414,55 @@ def _cast_from_main(spec: main.QuantizationSpec, role: str, where: str) -> Tenso
         "scale_type": (None,),
         "qat_spec": (None,),
         "is_dynamic": (None, False) if role == "weight" else (None, False, True),
+        **_NO_BLOCK_SCALE_FIELDS,
     }
     require(where, spec, unscaled, f"dtype=Dtype.{spec.dtype.name} (a cast, no scale)")
     return TensorQuant(
         bit_width=1 + exponent + mantissa,
         signed=True,
-        format="cast",
+        format=Format.cast,
         exponent_bit_width=exponent,
         mantissa_bit_width=mantissa,
-        variant=spec.dtype.name,
+        element=spec.dtype,
     )
 
 
+def _is_mx_element_form(spec: main.QuantizationSpec) -> bool:
+    """Quark's OCP MX form (``OCP_MXSpec``): the element dtype with PerBlockMXObserver and e8m0 scales."""
+    return spec.dtype in MX_ELEMENTS and spec.observer_cls is PerBlockMXObserver and spec.scale_format == "e8m0"
+
+
+#: scale types of a power-of-two shared scale: Quark writes OCP MX with ScaleType.float and
+#: scale_format="e8m0" (the e8m0 scale is a power of two), this package's earlier form is pof2
+BLOCK_SCALE_TYPES = (None, ScaleType.pof2, ScaleType.float, ScaleType.float8_e8m0fnu)
+
+
 def _block_from_main(spec: main.QuantizationSpec, role: str, where: str) -> TensorQuant:
-    is_mx = spec.dtype is Dtype.mx
-    block = MX_BLOCK if is_mx else BDR_BLOCK
-    what = f"dtype=Dtype.{spec.dtype.name} ({block}-element blocks, power-of-two shared scales)"
+    element_form = _is_mx_element_form(spec)
+    is_mx = spec.dtype is Dtype.mx or element_form
+    element = spec.dtype if element_form else (spec.mx_element_dtype if is_mx else spec.dtype)
+    block = MX_BLOCK if is_mx else BDR_FORMATS[spec.dtype][0]
+    name = f"dtype=Dtype.{spec.dtype.name}" + (" with observer_cls=PerBlockMXObserver and scale_format='e8m0'" if element_form else "")
+    what = f"{name} ({block}-element blocks, power-of-two shared scales)"
     allowed = {
-        "observer_cls": (None, PerBlockMXObserver if is_mx else PerBlockBFPObserver, PerGroupMinMaxObserver, PerChannelMinMaxObserver),
+        "observer_cls": (PerBlockMXObserver,)
+        if element_form
+        else (None, PerBlockMXObserver if is_mx else PerBlockBFPObserver, PerGroupMinMaxObserver, PerChannelMinMaxObserver),
         "qscheme": (None, QSchemeType.per_group),
         "group_size": (None, block),
         "symmetric": (None, True),
         "round_method": (None, RoundType.half_even),
-        "scale_type": (None, ScaleType.pof2),
+        "scale_type": BLOCK_SCALE_TYPES,
+        "scale_format": (None, "e8m0"),
+        # Quark's mx6 / mx9 / bfp16 kernels do not read it; "even" is its helpers' default
+        "scale_calculation_mode": MX_SCALE_MODES if is_mx else (None, "even"),
         "qat_spec": (None,),
         # activations: per-block scales at run time; weights: from their own values, whatever is_dynamic says
         "is_dynamic": (None, True) if role in ACTIVATION_ROLES else (None, True, False),
     }
     require(where, spec, allowed, what)
-    if is_mx and spec.mx_element_dtype not in MX_ELEMENTS:
-        raise fail(where, f"mx_element_dtype={spec.mx_element_dtype} not supported; allowed: {[d.name for d in MX_ELEMENTS]}")
-    element = spec.mx_element_dtype if is_mx else spec.dtype
+    if is_mx and element not in MX_ELEMENTS:
+        raise fail(where, f"mx_element_dtype={element} not supported; allowed: {[d.name for d in MX_ELEMENTS]}")
     exponent, mantissa, _ = FLOAT_DTYPES.get(element, (None, None, None))
     if not is_mx:
         bits = BDR_BITS[element]
@@ -289,19 +476,27 @@ def _block_from_main(spec: main.QuantizationSpec, role: str, where: str) -> Tens
         group_size=block,
         scale_type=ScaleType.pof2,
         is_dynamic=role in ACTIVATION_ROLES,
-        format="mx" if is_mx else "bdr",
+        format=Format.mx if is_mx else Format.bdr,
         exponent_bit_width=exponent,
         mantissa_bit_width=mantissa,
-        variant=element.name,
+        element=element,
+        scale_rounding=(spec.scale_calculation_mode or "floor") if is_mx else "floor",
     )
 
 
-#: (dtypes, normaliser) of the main API, in lookup order.
-MAIN_FORMATS: tuple[tuple[Any, Callable[[Any, str, str], TensorQuant]], ...] = (
-    (INT_DTYPES, _int_from_main),
-    (FLOAT_DTYPES, _float_from_main),
-    (CAST_DTYPES, _cast_from_main),
-    ((Dtype.mx, *BDR_DTYPES), _block_from_main),
+def _refused_dtype(spec: main.QuantizationSpec, role: str, where: str) -> TensorQuant:
+    raise fail(where, f"dtype=Dtype.{spec.dtype.name} is not supported: {REFUSED_DTYPES[spec.dtype]}")
+
+
+#: (does the spec name this format?, normaliser) of the main API, in lookup order: Quark's OCP MX
+#: form (an element dtype with PerBlockMXObserver and e8m0 scales) before the minifloats.
+MAIN_FORMATS: tuple[tuple[Callable[[Any], bool], Callable[[Any, str, str], TensorQuant]], ...] = (
+    (lambda spec: spec.dtype in INT_DTYPES, _int_from_main),
+    (_is_mx_element_form, _block_from_main),
+    (lambda spec: spec.dtype in FLOAT_DTYPES, _float_from_main),
+    (lambda spec: spec.dtype in CAST_DTYPES, _cast_from_main),
+    (lambda spec: spec.dtype in (Dtype.mx, *BDR_DTYPES), _block_from_main),
+    (lambda spec: spec.dtype in REFUSED_DTYPES, _refused_dtype),
 )
 
 
@@ -312,17 +507,22 @@ TQT_OBSERVERS: dict[TQTThresholdInitMeth, type[ObserverBase]] = {
 }
 
 
-def tqt_observer(qat_spec: Any, observer: type[ObserverBase]) -> tuple[type[ObserverBase], bool]:
-    """(observer initialising the threshold, whether TQT applies); without an init method, the spec's own."""
+def tqt_observer(qat_spec: Any, observer: type[ObserverBase], where: str = "spec") -> tuple[type[ObserverBase], bool]:
+    """(observer initialising the threshold, whether TQT applies); without an init method, the spec's own
+    (Quark's ``TQTObserver`` names TQT itself: abs-max then)."""
     if qat_spec is None:
+        if observer is TQTObserver:
+            raise fail(where, "observer_cls=TQTObserver needs qat_spec=TQTSpec(threshold_init_meth=...), as in Quark")
         return observer, False
     init = qat_spec.threshold_init_meth
-    return (TQT_OBSERVERS[init] if init is not None else observer), True
+    if init is not None:
+        return TQT_OBSERVERS[init], True
+    return (PerTensorMinMaxObserver if observer is TQTObserver else observer), True
 
 
 # -- rules every normalised spec obeys -----------------------------------------------------------
 
-SUPPORTED_SCALE_TYPES = (ScaleType.float, ScaleType.pof2, ScaleType.float32, ScaleType.float16, ScaleType.bfloat16)
+SUPPORTED_SCALE_TYPES = (ScaleType.float, ScaleType.pof2, ScaleType.float32, ScaleType.float16, ScaleType.bfloat16)  # after normalisation
 
 
 def check_role(tq: TensorQuant, role: str, where: str) -> TensorQuant:
@@ -333,15 +533,15 @@ def check_role(tq: TensorQuant, role: str, where: str) -> TensorQuant:
         raise fail(where, f"scale_type={tq.scale_type} not supported; allowed {[s.name for s in SUPPORTED_SCALE_TYPES]}")
     if role == "weight" and tq.is_dynamic:
         raise fail(where, "is_dynamic=True applies to activations; weights are always quantized from their own values")
-    if role in ACTIVATION_ROLES and tq.qscheme is not QSchemeType.per_tensor and tq.format not in ("mx", "bdr"):
+    if role in ACTIVATION_ROLES and tq.qscheme is not QSchemeType.per_tensor and not tq.format.block:
         raise fail(
             where,
             f"qscheme={tq.qscheme.name} is not supported for {role} (static or dynamic); "
             "activations are quantized per_tensor",
         )
     if role == "bias":
-        if tq.format != "int":
-            raise fail(where, f"bias quantization must be integer; got a {tq.format} format")
+        if tq.format is not Format.integer:
+            raise fail(where, f"bias quantization must be integer; got a {tq.format.value} format")
         if tq.tqt:
             raise fail(where, "qat_spec=TQTSpec does not apply to bias (its scale follows input and weight scales)")
         if not tq.symmetric:
@@ -368,6 +568,8 @@ def register_normaliser(spec_cls: type, normaliser: Normaliser) -> None:
 
 def normalise(spec: Any, role: str, where: str) -> TensorQuant:
     """Normalise a spec of any registered flavour; ``where`` names it in error messages."""
+    if type(spec) not in NORMALISERS and load_flavours():  # an announced flavour, registered on first use
+        return normalise(spec, role, where)
     try:
         normaliser = NORMALISERS[type(spec)]
     except KeyError:

@@ -12,45 +12,71 @@ import logging
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-import quark.torch.extensions.brevitas._backend
-import quark.torch.extensions.brevitas._backend.algorithms  # noqa: F401  (registers the implementations)
+import quark.torch.extensions.brevitas._backend  # noqa: F401  (the Brevitas version check, before any Brevitas import)
 from quark.torch.extensions.brevitas import config as ext
-from quark.torch.extensions.brevitas._backend import rules
-from quark.torch.extensions.brevitas._backend.calibrate import add_calibrated_flags, static_act_proxies
+from quark.torch.extensions.brevitas._backend.calibrate import (
+    HOW_TO_CALIBRATE,
+    UncalibratedModelError,
+    add_calibrated_flags,
+    static_act_proxies,
+    uncalibrated,
+)
 from quark.torch.extensions.brevitas._backend.calibrate import calibrate as run_calibration
 from quark.torch.extensions.brevitas._backend.data import BatchError, CalibrationData
-from quark.torch.extensions.brevitas._backend.export import (
+from quark.torch.extensions.brevitas._backend.export.errors import (
     ExportFailedError,
-    ExportFormat,
     ExportVerificationError,
-    ModelExporter,
     TargetCheckError,
     UnsupportedExportError,
 )
-from quark.torch.extensions.brevitas._backend.export.exporter import PLANS_ATTRIBUTE
+from quark.torch.extensions.brevitas._backend.export.exporter import PLANS_ATTRIBUTE, ModelExporter
+from quark.torch.extensions.brevitas._backend.export.formats import ExportFormat
 from quark.torch.extensions.brevitas._backend.rewrite import rewriter_for
+from quark.torch.extensions.brevitas._backend.rules import layers as rules
+from quark.torch.extensions.brevitas._backend.targets.finn.errors import FinnError
 from quark.torch.quantization import plan as planning
 from quark.torch.quantization.config import config as main
 from quark.torch.quantization.config.algorithms import Phase, implementation_of
-from quark.torch.quantization.config.config import ACTIVATION_ROLES
 
 __all__ = [
     "ExportFailedError",
     "ExportFormat",
     "ExportVerificationError",
+    "FinnError",
     "ModelExporter",
     "ModelQuantizer",
     "QuantizationInterrupted",
     "TargetCheckError",
+    "UncalibratedModelError",
+    "UncalibratedModelWarning",
     "UnsupportedExportError",
+    "calibrate",
+    "finn_handoff",
 ]
 
 logger = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from quark.torch.extensions.brevitas._backend.targets.finn.pipeline import finn_handoff
+
+
+
+def __getattr__(name: str) -> Any:
+    """Public names whose modules import ONNX / qonnx, loaded when first used."""
+    if name == "finn_handoff":
+        from quark.torch.extensions.brevitas._backend.targets.finn.pipeline import finn_handoff
+
+        return finn_handoff
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class UncalibratedModelWarning(UserWarning):
+    """``quantize_model`` returned a model whose static activation quantizers await calibration."""
 
 
 class ModelQuantizer:
@@ -86,7 +112,7 @@ class ModelQuantizer:
         inplace: bool = False,
         calibrate: bool = True,
     ) -> nn.Module:
-        """Return the quantized model, calibrated and in eval mode.
+        """Return the quantized model, calibrated (when data is given) and in eval mode.
 
         Steps: the config's specs are checked; the algorithms of the ``before_quantization``
         phase run on the float model (e.g. ``Preprocess``); the plan is resolved once, on that
@@ -97,8 +123,12 @@ class ModelQuantizer:
         Args:
             model: the float model; left unchanged unless ``inplace``.
             calib_loader: a DataLoader or any iterable of tensors, tuples/lists (leading elements are
-                the positional inputs) or dicts (keyword inputs). Needed when a static activation is
-                quantized or an algorithm needs data.
+                the positional inputs) or dicts (keyword inputs). Needed when an algorithm of the
+                config needs data. Without it, static activations stay uncalibrated, as in AMD Quark's
+                extension: one :class:`UncalibratedModelWarning` names them and how to calibrate
+                (:func:`calibrate`, or an algorithm's ``apply(model, calib_loader)``, which calibrates
+                first); exporting or freezing the model before that is an
+                :class:`UncalibratedModelError`.
             num_calib_batches: use at most this many batches (in calibration and in each pass of
                 an algorithm).
             progress: show progress bars.
@@ -141,7 +171,7 @@ class ModelQuantizer:
         plans = planning.resolve(
             self.config, sites, [*known_names, *planning.module_names(work)], self.rewriter.supported_types
         )
-        self.rewriter.connect(work, plans, sites)
+        self.rewriter.connect(work, plans, sites, self.view)
         rules.check(plans, sites, self.algorithms)
         if not any(p.quantized for p in plans):
             warnings.warn(_nothing_quantized(work, sites, plans, self.rewriter.supported_types), stacklevel=3)
@@ -152,21 +182,19 @@ class ModelQuantizer:
 
         add_calibrated_flags(work)
         if calibrate and static_act_proxies(work):
-            stage("calibration")
-            run_calibration(work, data)
+            if data is not None:
+                stage("calibration")
+                run_calibration(work, data)
+            else:
+                warnings.warn(_uncalibrated_message(uncalibrated(work)), UncalibratedModelWarning, stacklevel=3)
         work = self._run_phase(Phase.after_calibration, work, data, stage)
         work = self._run_phase(Phase.after_quantization, work, data, stage)
         logger.info("quantized %d of %d %s sites", sum(p.quantized for p in plans), len(sites), self.rewriter.name)
         return work.eval()
 
     def _require_no_data(self, specs: list[tuple[str, Any]], calibrate: bool) -> None:
-        """Without data: no static activation may need calibration, no algorithm may need data."""
-        static = [where for where, tq in specs if where.endswith(ACTIVATION_ROLES) and tq.needs_calibration]
-        if calibrate and static:
-            raise ValueError(
-                f"quantize_model: the config quantizes activations statically ({', '.join(static)}), which needs "
-                "calibration data; pass calib_loader (or calibrate=False to load a quantized checkpoint afterwards)"
-            )
+        """Without data: no algorithm of the config may need data (static activations are left
+        uncalibrated, with a warning)."""
         hungry = [type(algo).__name__ for algo, impl in self.algorithms if impl.needs_data]
         if hungry:
             raise ValueError(f"quantize_model: {', '.join(hungry)} needs calibration data; pass calib_loader")
@@ -182,6 +210,46 @@ class ModelQuantizer:
     def summary(self) -> str:
         """Table of what each layer got, from the last ``quantize_model`` call."""
         return planning.format_plan(self.plans)
+
+
+def calibrate(
+    model: nn.Module,
+    calib_loader: Iterable[Any],
+    *,
+    num_calib_batches: int | None = None,
+    progress: bool = True,
+) -> nn.Module:
+    """Calibrate the static activation quantizers of a model ``quantize_model`` returned, e.g. one
+    quantized without data (``quantize_model(model)``); returns ``model``, in the mode it was in.
+
+    Every static activation quantizer takes its range from ``calib_loader`` (the data forms of
+    ``quantize_model``), recalibrated if it already was. Errors name the batch and its inputs, as in
+    ``quantize_model``.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"calibrate(model=...): expected a torch.nn.Module, got {type(model).__name__}")
+    if not static_act_proxies(model):
+        logger.info("calibrate: %s has no static activation quantizer; nothing to calibrate", type(model).__name__)
+        return model
+    data = CalibrationData(calib_loader, num_calib_batches, progress)
+    try:
+        with torch.inference_mode(False):
+            run_calibration(model, data)
+    except KeyboardInterrupt as error:  # the ranges are written after the last batch: nothing changed
+        raise QuantizationInterrupted(f"calibrate interrupted at {data.position}; the model is as it was") from error
+    except BatchError as error:
+        error.args = (f"calibration, {data.position}: {error.args[0]}; the model is as it was", *error.args[1:])
+        raise
+    return model
+
+
+def _uncalibrated_message(names: list[str]) -> str:
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return (
+        f"quantize_model: no calibration data, so {len(names)} static activation quantizers are not calibrated "
+        f"({shown}); their scales are placeholders until calibrated: {HOW_TO_CALIBRATE}. Exporting or freezing the "
+        "model before that is an error"
+    )
 
 
 class QuantizationInterrupted(KeyboardInterrupt):

@@ -7,29 +7,21 @@ scripts written for it run unchanged. Importable without Brevitas. The newer nam
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar
 
 from quark.torch.quantization.config._fields import (
+    CONFIG_VERSION,
     FileConfig,
+    Serialisable,
     check_type,
-    check_unknown_keys,
     coerce_enum,
-    enum_to_json,
-    from_fields,
-    require_mapping,
 )
-from quark.torch.quantization.config.algorithms import AlgoConfig, Preprocess, algo_from_dict, algo_list
-from quark.torch.quantization.config.config import (
-    MAX_BIAS_BITS,
-    MIN_BITS,
-    LayerConfigBase,
-    QATSpec,
-    TQTSpec,
-    check_tqt,
-)
-from quark.torch.quantization.config.config import QuantizationSpec as MainQuantizationSpec
+from quark.torch.quantization.config.algorithms import AlgoConfig, Preprocess, algo_list
+from quark.torch.quantization.config.config import LayerConfigBase
+from quark.torch.quantization.config.spec import MAX_BIAS_BITS, MIN_BITS, QATSpec, TQTSpec, check_tqt
+from quark.torch.quantization.config.spec import QuantizationSpec as MainQuantizationSpec
 from quark.torch.quantization.config.type import QSchemeType, ScaleType
 
 __all__ = [
@@ -75,7 +67,7 @@ class ParamType(Enum):
 
 
 @dataclass(eq=True, frozen=True)
-class QuantizationSpec:
+class QuantizationSpec(Serialisable):
     """How one tensor is quantized (Brevitas extension flavour).
 
     Args:
@@ -137,16 +129,6 @@ class QuantizationSpec:
             is_dynamic=False,
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (enums as their values); ``from_dict`` reads it back."""
-        d = {f.name: enum_to_json(getattr(self, f.name)) for f in fields(self)}
-        d["qat_spec"] = self.qat_spec.to_dict() if self.qat_spec else None
-        return d
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> QuantizationSpec:
-        return from_fields(cls, data)
-
 
 @dataclass(eq=True)
 class QuantizationConfig(LayerConfigBase):
@@ -178,15 +160,19 @@ class Config(FileConfig):
             ``[Preprocess()]`` (as in Quark); ``[]`` turns it off.
         algo_config: algorithms run after calibration (GPTQ, GPFQ, BiasCorrection, ...).
         backend: ``Backend.layerwise`` (default) or ``Backend.fx`` (graph mode).
+        version: of the file format (``to_dict`` / ``save`` write it, ``from_dict`` / ``load`` check it).
     """
 
     global_quant_config: QuantizationConfig
     pre_quant_opt_config: list[Any] = field(default_factory=_default_preprocess)
     algo_config: list[Any] = field(default_factory=list)
     backend: Backend = Backend.layerwise
+    version: int = CONFIG_VERSION
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
+        if isinstance(self.global_quant_config, dict):
+            self.global_quant_config = QuantizationConfig.from_dict(self.global_quant_config)
         if type(self.global_quant_config) is not QuantizationConfig:
             raise TypeError(
                 f"{owner}.global_quant_config: expected quark.torch.extensions.brevitas.config.QuantizationConfig, "
@@ -196,32 +182,6 @@ class Config(FileConfig):
         for fname in ("pre_quant_opt_config", "algo_config"):
             setattr(self, fname, algo_list(owner, fname, getattr(self, fname)) or [])
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (enums as their values); ``from_dict`` reads it back."""
-        return {
-            "global_quant_config": self.global_quant_config.to_dict(),
-            "pre_quant_opt_config": [step.to_dict() for step in self.pre_quant_opt_config],
-            "algo_config": [step.to_dict() for step in self.algo_config],
-            "backend": self.backend.value,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Config:
-        require_mapping(cls.__name__, data, required=("global_quant_config",))
-        check_unknown_keys(cls.__name__, data, {f.name for f in fields(cls)})
-        kwargs: dict[str, Any] = {"global_quant_config": QuantizationConfig.from_dict(data["global_quant_config"])}
-        for fname in ("pre_quant_opt_config", "algo_config"):
-            if fname in data:
-                if not isinstance(data[fname], list):
-                    raise TypeError(f"{cls.__name__}.from_dict: {fname} must be a list, got {type(data[fname]).__name__}")
-                kwargs[fname] = [algo_from_dict(fname, d) for d in data[fname]]
-        if "backend" in data:
-            kwargs["backend"] = data["backend"]
-        return cls(**kwargs)
-
 
 QTensorConfig = QuantizationSpec
 QLayerConfig = QuantizationConfig
-
-# The plan reads this flavour through the normaliser and view registered there.
-from quark.torch.extensions.brevitas import normalise as _normalise  # noqa: F401

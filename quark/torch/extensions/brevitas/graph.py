@@ -29,11 +29,11 @@ compute layer          ``Linear``, ``Conv*``, ``ConvTranspose*``,     ``weight``
                                                                       shows ``= site`` where it arrives
                                                                       quantized from that site)
 average pool           ``nn.AvgPool2d`` (no padding),                 ``input_tensors`` where the input
-(its module class)     ``nn.AdaptiveAvgPool2d``, ``F.avg_pool2d``,    arrives float; without
-                       ``x.mean((2, 3))``                             ``output_tensors`` the sum is
-                                                                      truncated to the input's bits
-                                                                      (FINN), with it the average is
-                                                                      requantized (QDQ)
+(its module class)     ``nn.AdaptiveAvgPool2d``, ``F.avg_pool2d``,    arrives float; ``output_tensors``
+                       ``x.mean((2, 3))``                             (else the input's spec): the
+                                                                      average requantized; for the
+                                                                      FINN target a windowed pool
+                                                                      truncates the sum instead
 =====================  ============================================  =====================================
 
 So an ordinary config (``weight`` and ``input_tensors`` set) quantizes the network input, every
@@ -43,9 +43,9 @@ activation, the residual additions and concatenations and every compute layer; p
 name is its module path; a functional call gets the path of the module whose ``forward`` makes it
 plus the function's name (``blocks.0.add``, ``blocks.0.relu_1`` when ``blocks.0.relu`` is taken).
 
-Max pooling, flattening and reshaping pass quantized tensors through. Any other operation
-(``BatchNorm`` not merged by ``Preprocess``, ``LayerNorm``, ``Dropout``, padded average pooling,
-...) is named in a warning and left float; what follows it quantizes its own input.
+Max pooling, flattening, reshaping and dropout (the identity where graphs are exported) pass
+quantized tensors through. Any other operation (``BatchNorm`` not merged, ``LayerNorm``, padded
+average pooling, ...) is named in a warning and left float; what follows it quantizes its own input.
 """
 
 from __future__ import annotations
@@ -53,7 +53,21 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["Add", "Cat", "GraphInput"]
+__all__ = ["ACTIVATIONS", "Add", "Cat", "GraphInput"]
+
+#: float activations whose output graph mode quantizes
+ACTIVATIONS: tuple[type[nn.Module], ...] = (
+    nn.ReLU,
+    nn.ReLU6,
+    nn.Hardtanh,
+    nn.Sigmoid,
+    nn.Tanh,
+    nn.LeakyReLU,
+    nn.GELU,
+    nn.SiLU,
+    nn.Hardswish,
+    nn.Hardsigmoid,
+)
 
 
 class GraphInput(nn.Module):

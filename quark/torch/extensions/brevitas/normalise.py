@@ -1,14 +1,14 @@
 """How the plan reads the Brevitas extension's config: its ``QuantizationSpec`` normalised into
 ``TensorQuant``, and its ``Config`` viewed as the plan needs it.
 
-Registered with the plan when the extension's config module is imported, so the plan takes both
-flavours while the config layer knows nothing of the extension. No Brevitas import.
+:func:`register` tells the plan (the extension's package does it when it loads), so the plan takes
+both flavours while the config layer knows nothing of the extension. No Brevitas import.
 """
 
 from __future__ import annotations
 
 from quark.torch.extensions.brevitas.config import Config, ParamType, QuantizationSpec, QuantType
-from quark.torch.quantization.config.config import ACTIVATION_ROLES
+from quark.torch.quantization.config.spec import ACTIVATION_ROLES
 from quark.torch.quantization.config.type import QSchemeType
 from quark.torch.quantization.observer import (
     ObserverBase,
@@ -19,6 +19,7 @@ from quark.torch.quantization.observer import (
 )
 from quark.torch.quantization.plan import ConfigView, register_config_view
 from quark.torch.quantization.tensor_quant import (
+    Format,
     TensorQuant,
     check_role,
     fail,
@@ -109,18 +110,21 @@ def _ext_float(spec: QuantizationSpec, observer: type[ObserverBase], where: str)
         scale_type=spec.scale_type,
         observer=observer,
         percentile=EXT_ACT_PERCENTILE if observer is PerTensorPercentileObserver else None,
-        format="float",
+        format=Format.minifloat,
         exponent_bit_width=e,
         mantissa_bit_width=m,
-        variant="ocp",
     )
 
 
 def view_ext(config: Config) -> ConfigView:
-    """The extension's Config has one global layer config; ``backend`` selects the rewriter."""
+    """The extension's Config has one global layer config; ``backend`` selects the rewriter. Its
+    spec has no sign: graph mode gives non-negative tensors unsigned grids, as Brevitas' own graph
+    quantization does."""
     algorithms = (*config.pre_quant_opt_config, *config.algo_config)
-    return ConfigView(config.global_quant_config, {}, {}, [], config.backend, algorithms)
+    return ConfigView(config.global_quant_config, {}, {}, [], config.backend, algorithms, signs_from_graph=True)
 
 
-register_normaliser(QuantizationSpec, normalise_ext)
-register_config_view(Config, view_ext)
+def register() -> None:
+    """Let the plan read the extension's ``QuantizationSpec`` and ``Config``."""
+    register_normaliser(QuantizationSpec, normalise_ext)
+    register_config_view(Config, view_ext)

@@ -7,7 +7,9 @@ values. Kept free of torch and Brevitas imports.
 
 from __future__ import annotations
 
+import copy
 import json
+from dataclasses import fields
 from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
@@ -52,8 +54,26 @@ def _type_names(types: type | tuple[type, ...]) -> str:
     return " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
 
 
-def enum_to_json(value: Any) -> Any:
-    return value.value if isinstance(value, Enum) else value
+def to_plain(value: Any) -> Any:
+    """``value`` as JSON / YAML data: enums and classes by name, configs by their ``to_dict``,
+    containers element by element (a copy: editing it leaves the config alone)."""
+    if isinstance(value, Enum):
+        return value.name
+    if isinstance(value, type):
+        return value.__name__
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, dict):
+        return {to_plain(k): to_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_plain(v) for v in value]
+    return copy.deepcopy(value)
+
+
+def config_to_dict(obj: Any) -> dict[str, Any]:
+    """A config dataclass as JSON / YAML data, field by field (see :func:`to_plain`); its
+    ``__post_init__`` takes every value back (names for enums and classes, dicts for configs)."""
+    return {f.name: to_plain(getattr(obj, f.name)) for f in fields(obj)}
 
 
 def check_unknown_keys(owner: str, data: dict[str, Any], known: set[str]) -> None:
@@ -64,29 +84,23 @@ def check_unknown_keys(owner: str, data: dict[str, Any], known: set[str]) -> Non
 
 def from_fields(cls: type, data: Any) -> Any:
     """``cls(**data)`` for a dataclass, after checking ``data`` is a mapping of its field names."""
-    from dataclasses import fields
-
     require_mapping(cls.__name__, data)
     check_unknown_keys(cls.__name__, data, {f.name for f in fields(cls)})
     return cls(**data)
 
 
 def from_registry(owner: str, data: Any, registry: dict[str, type]) -> Any:
-    """Build the dataclass that ``data["name"]`` names in ``registry`` from the rest of ``data``."""
+    """Build the dataclass that ``data["name"]`` names in ``registry`` from ``data`` (``name``
+    passed on where the class has a field of that name)."""
     require_mapping(owner, data)
     data = dict(data)
-    name = data.pop("name", None)
+    name = data.get("name")
     if name not in registry:
         raise ValueError(f"{owner} name={name!r} is not known; allowed: {sorted(registry)}")
-    return from_fields(registry[name], data)
-
-
-def named_dict(obj: Any, name: str) -> dict[str, Any]:
-    """A dataclass as a dict, its registry ``name`` first (a deep copy: editing it leaves ``obj`` alone)."""
-    import copy
-    from dataclasses import fields
-
-    return copy.deepcopy({"name": name, **{f.name: enum_to_json(getattr(obj, f.name)) for f in fields(obj)}})
+    cls = registry[name]
+    if "name" not in {f.name for f in fields(cls)}:
+        del data["name"]
+    return from_fields(cls, data)
 
 
 def write_file(data: dict[str, Any], path: str | Path) -> None:
@@ -129,8 +143,36 @@ def read_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-class FileConfig:
-    """``save`` / ``load`` of a config class with ``to_dict`` / ``from_dict``, as JSON or YAML by suffix."""
+class Serialisable:
+    """``to_dict`` / ``from_dict`` of a config dataclass, field by field: what ``to_dict`` writes
+    (:func:`config_to_dict`), the class's ``__post_init__`` takes back."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON / YAML data (enums and classes by name); ``from_dict`` reads it back."""
+        return config_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Any:
+        """The config ``data`` describes (as ``to_dict`` writes it, or by hand)."""
+        return from_fields(cls, data)
+
+
+#: version of the config files this release writes and reads
+CONFIG_VERSION = 1
+
+
+class FileConfig(Serialisable):
+    """A whole-model config: versioned, ``save`` / ``load`` as JSON or YAML by suffix."""
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Any:
+        require_mapping(cls.__name__, data, required=("global_quant_config",))
+        version = data.get("version", CONFIG_VERSION)
+        if version != CONFIG_VERSION:
+            raise ValueError(
+                f"{cls.__name__}.from_dict: version={version!r} is not supported; this release reads version {CONFIG_VERSION}"
+            )
+        return from_fields(cls, data)
 
     def save(self, path: str | Path) -> None:
         """Write the config to a ``.json`` or ``.yaml`` file."""

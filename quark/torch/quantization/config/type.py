@@ -27,11 +27,14 @@ class QSchemeType(Enum):
     - ``per_tensor``: one scale (and zero point) for the whole tensor.
     - ``per_channel``: one per index of ``ch_axis``.
     - ``per_group``: one per ``group_size`` consecutive elements along ``ch_axis``.
+    - ``per_block``: one per 2-D block of ``block_size`` weight elements (Quark >= 0.13); refused
+      when a spec is applied (no 2-D block quantizer here), named so that configs using it load.
     """
 
     per_tensor = "per_tensor"
     per_channel = "per_channel"
     per_group = "per_group"
+    per_block = "per_block"
 
 
 class ZeroPointType(Enum):
@@ -50,7 +53,11 @@ class Dtype(Enum):
     Floats and block formats: ``bfloat16``, ``float16``, ``fp8_e4m3``, ``fp8_e5m2`` (OCP: max 448
     and 57344), ``fp8_e4m3fnuz``, ``fp8_e5m2fnuz`` (FNUZ: max 240 and 57344; beyond Quark's list),
     ``fp6_e3m2``, ``fp6_e2m3``, ``fp4`` (e2m1; OCP MX element formats, no inf/NaN), ``mx`` (OCP
-    microscaling, element type in ``mx_element_dtype``), ``mx6`` / ``mx9`` (shared micro-exponents).
+    microscaling, element type in ``mx_element_dtype``), ``mx6`` / ``mx9`` (shared micro-exponents),
+    ``bfp16`` (block floating point: 8-element blocks sharing an 8-bit exponent, 8-bit signed
+    elements; AMD Quark 0.13's ``BFP16Spec``), ``fp8_e5m3`` (an unsigned 8-bit float, 5 exponent and
+    3 mantissa bits, no sign: AMD Quark 0.13 names it for the scales of ``AmdFP4Spec``; refused as a
+    tensor format, see docs/quark013.md).
     """
 
     int8 = "int8"
@@ -76,10 +83,18 @@ class Dtype(Enum):
     mx = "mx"
     mx6 = "mx6"
     mx9 = "mx9"
+    bfp16 = "bfp16"
+    fp8_e5m3 = "fp8_e5m3"
 
     @property
     def is_integer(self) -> bool:
         return self in _INTEGER_DTYPES
+
+    @property
+    def is_block(self) -> bool:
+        """Block formats (``mx``, ``mx6``, ``mx9``, ``bfp16``): Quark gives their block as ``ch_axis``
+        and ``group_size`` without a ``qscheme``."""
+        return self in _BLOCK_DTYPES
 
     @property
     def bit_width(self) -> int | None:
@@ -107,6 +122,9 @@ _INTEGER_DTYPES = {
     Dtype.uint2: (2, False),
 }
 
+#: block formats: their scales come from each block, the block is (ch_axis, group_size)
+_BLOCK_DTYPES = frozenset({Dtype.mx, Dtype.mx6, Dtype.mx9, Dtype.bfp16})
+
 
 class ScaleType(Enum):
     """Representation of scale factors.
@@ -114,6 +132,10 @@ class ScaleType(Enum):
     - ``float``: floating point, in the precision of the model.
     - ``pof2``: powers of two, 2^round(log2(s)) as in Quark.
     - ``float32`` / ``float16`` / ``bfloat16``: floating point, stored and applied in that precision.
+    - ``float8_e8m0fnu``: an 8-bit exponent, no mantissa: a power of two (the shared scale of OCP MX,
+      where it is the same as ``pof2``; Quark 0.13).
+    - ``float8_e5m3``: an unsigned 8-bit float (AMD FP4's per-group scales, Quark 0.13); refused when a
+      spec is applied (see docs/quark013.md).
     """
 
     float = "float"
@@ -121,6 +143,8 @@ class ScaleType(Enum):
     float32 = "float32"
     float16 = "float16"
     bfloat16 = "bfloat16"
+    float8_e5m3 = "float8_e5m3"
+    float8_e8m0fnu = "float8_e8m0fnu"
 
 
 class RoundType(Enum):

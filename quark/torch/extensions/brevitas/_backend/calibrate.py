@@ -28,7 +28,7 @@ from torch import nn
 from quark.torch.extensions.brevitas._backend import data
 from quark.torch.quantization.config.type import Dtype
 from quark.torch.quantization.observer import PerTensorMinMaxObserver
-from quark.torch.quantization.tensor_quant import TensorQuant
+from quark.torch.quantization.tensor_quant import Format, TensorQuant
 
 logger = logging.getLogger(__name__)
 
@@ -50,10 +50,60 @@ def static_act_proxies(model: nn.Module) -> list[tuple[str, ActQuantProxyFromInj
     found = []
     for name, proxy in model.named_modules():
         if isinstance(proxy, ActQuantProxyFromInjectorBase) and proxy.is_quant_enabled:
-            spec = getattr(proxy.quant_injector, "quark_spec", None)
+            injector = proxy.quant_injector  # a stock Brevitas injector has no quark_spec (and raises on getattr)
+            spec = injector.quark_spec if "quark_spec" in injector else None
             if spec is not None and spec.needs_calibration:
                 found.append((name, proxy, spec))
     return found
+
+
+class UncalibratedModelError(ValueError):
+    """A model whose static activation quantizers were never calibrated was exported or frozen."""
+
+
+#: what to tell someone holding a model that is not calibrated
+HOW_TO_CALIBRATE = (
+    "ModelQuantizer(config).quantize_model(model, calib_loader), "
+    "quark.torch.extensions.brevitas.api.calibrate(qmodel, calib_loader), an algorithm's "
+    "apply(qmodel, calib_loader) (GPTQ, GPFQ, GPFA2Q, Qronos, BiasCorrection, CalibrateBatchNorm, ... calibrate "
+    "first), or a calibrated checkpoint (load_state_dict)"
+)
+
+
+def uncalibrated(model: nn.Module) -> list[str]:
+    """Names of the static activation quantizers neither calibrated nor loaded from a checkpoint."""
+    return [name for name, proxy, _ in static_act_proxies(model) if not bool(getattr(proxy, CALIBRATED_FLAG, True))]
+
+
+def require_calibrated(model: nn.Module, action: str) -> None:
+    """Raise :class:`UncalibratedModelError` if ``model`` has uncalibrated static activation quantizers:
+    their scales are placeholders (1.0), so whatever ``action`` produces would be meaningless."""
+    names = uncalibrated(model)
+    if names:
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        raise UncalibratedModelError(
+            f"{action}: {len(names)} static activation quantizers were never calibrated ({shown}); their scales "
+            f"are placeholders. Calibrate them first: {HOW_TO_CALIBRATE}"
+        )
+
+
+def calibrate_first(run: Any) -> Any:
+    """An algorithm's ``run`` that calibrates the model's uncalibrated static activation quantizers on
+    the algorithm's data before it runs (AMD Quark's extension lets ``quantize_model(model)`` return a
+    model without data, and its scripts then call e.g. ``GPTQ().apply(qmodel, loader)``)."""
+
+    def run_calibrated(config: Any, model: nn.Module, calib_data: Any) -> nn.Module:
+        names = uncalibrated(model)
+        if names and calib_data is not None:
+            logger.info(
+                "%s: calibrating %d uncalibrated static activation quantizers on its data first",
+                type(config).__name__,
+                len(names),
+            )
+            calibrate(model, calib_data)
+        return run(config, model, calib_data)
+
+    return run_calibrated
 
 
 def calibrate(model: nn.Module, calib_data: Iterable[Any] | data.CalibrationData) -> int:
@@ -143,7 +193,7 @@ def _calibration_step(model: nn.Module, batch: Any) -> None:
 
 def _signed_zero_centred(spec: TensorQuant) -> bool:
     """An integer grid symmetric about 0 with negative levels: half of it is lost on inputs >= 0."""
-    return spec.format == "int" and spec.signed and spec.symmetric
+    return spec.format is Format.integer and spec.signed and spec.symmetric
 
 
 #: below this width an unused sign bit is a warning, from it on an info message: at 8 bits the
@@ -182,6 +232,14 @@ def _unsigned(bits: int) -> str:
     return f"Dtype.{dtype.name}" if dtype is not None else "symmetric=False (unsigned grid with a zero point)"
 
 
+#: what a learned scale parameter holds, from the calibrated threshold: TQT learns log2 of the
+#: threshold, LSQ the scale itself (threshold / integer threshold); the others the threshold
+LEARNED_VALUES = {
+    "tqt": lambda threshold, spec: torch.log2(threshold),
+    "lsq": lambda threshold, spec: threshold / spec.threshold_levels,
+}
+
+
 def set_range(proxy: ActQuantProxyFromInjectorBase, spec: TensorQuant, lo: torch.Tensor, hi: torch.Tensor) -> None:
     """Write the range [lo, hi] into the proxy's learned threshold (and zero point)."""
     tensor_quant = proxy.fused_activation_quant_proxy.tensor_quant
@@ -194,7 +252,6 @@ def set_range(proxy: ActQuantProxyFromInjectorBase, spec: TensorQuant, lo: torch
     # [tiny, 2^127]: a zero range still gives a positive scale, and neither a power-of-two scale
     # (rounded up: 2^128 is inf) nor the grid's far end (qmin x scale, beyond the range) overflows
     threshold = torch.clamp(threshold, min=torch.finfo(torch.float32).tiny, max=MAX_THRESHOLD)
-    if spec.tqt:  # TQT learns log2 of the threshold
-        threshold = torch.log2(threshold)
     value = tensor_quant.scaling_impl.value
+    threshold = next((learned(threshold, spec) for flag, learned in LEARNED_VALUES.items() if getattr(spec, flag)), threshold)
     value.data.copy_(threshold.to(value).expand_as(value))

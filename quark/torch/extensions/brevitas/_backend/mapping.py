@@ -16,6 +16,7 @@ so that calibration and the summary can read it back from the built proxies.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import brevitas.nn as qnn
@@ -60,6 +61,8 @@ from quark.torch.extensions.brevitas._backend.quantizers import (
     DynamicZeroPoint,
     ExactFloorPowerOfTwoRestrictValue,
     FusedPof2IntQuant,
+    LSQScaling,
+    MXBlockMax,
     MXIntScaling,
     Pof2Scale,
     QuarkIntScaling,
@@ -67,13 +70,15 @@ from quark.torch.extensions.brevitas._backend.quantizers import (
     RoundHalfUpSte,
     SaturatingFloatQuant,
     TQTIntScaling,
+    UnitIntScaling,
     ZeroInclusiveMax,
     ZeroInclusiveMinMax,
     round_zero_points_half_even,
 )
 from quark.torch.quantization.config.type import QSchemeType, RoundType, ScaleType, ZeroPointType
-from quark.torch.quantization.plan import LayerPlan
-from quark.torch.quantization.tensor_quant import TensorQuant
+from quark.torch.quantization.observer.lsq import lsq_initial_scale
+from quark.torch.quantization.plan import LayerPlan, layer_type
+from quark.torch.quantization.tensor_quant import MX_EVEN_MANTISSA_BITS, Format, TensorQuant
 
 ROUND_IMPLS: dict[RoundType, type[nn.Module]] = {
     RoundType.half_even: RoundSte,  # torch.round: ties to even
@@ -116,9 +121,13 @@ STATIC_ACT_BASES: dict[bool, Any] = {
 
 #: dynamic activations: scale (and zero point) from each tensor at run time.
 DYNAMIC_ACT_BASES: dict[bool, Any] = {
-    True: Int8ActPerTensorFloat.let(proxy_class=DynamicActQuantProxyFromInjector, scaling_impl=DynamicScaling),
+    True: Int8ActPerTensorFloat.let(
+        proxy_class=DynamicActQuantProxyFromInjector, scaling_impl=DynamicScaling
+    ),
     False: ShiftedUint8ActPerTensorFloat.let(
-        proxy_class=DynamicActQuantProxyFromInjector, scaling_impl=DynamicScaling, zero_point_impl=DynamicZeroPoint
+        proxy_class=DynamicActQuantProxyFromInjector,
+        scaling_impl=DynamicScaling,
+        zero_point_impl=DynamicZeroPoint,
     ),
 }
 
@@ -126,26 +135,34 @@ DYNAMIC_ACT_BASES: dict[bool, Any] = {
 #: gives 2^ceil(log2 t), divided by TQTIntScaling. (weight?, signed) -> stock fixed-point quantizer.
 TQT_BASES: dict[tuple[bool, bool], Any] = {
     (True, True): Int8WeightPerTensorFixedPoint.let(scaling_impl_type=ScalingImplType.PARAMETER),
-    (True, False): Int8WeightPerTensorFixedPoint.let(scaling_impl_type=ScalingImplType.PARAMETER, signed=False),
-    (False, True): Int8ActPerTensorFixedPoint.let(scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0),
-    (False, False): Uint8ActPerTensorFixedPoint.let(scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0),
+    (True, False): Int8WeightPerTensorFixedPoint.let(
+        scaling_impl_type=ScalingImplType.PARAMETER, signed=False
+    ),
+    (False, True): Int8ActPerTensorFixedPoint.let(
+        scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0
+    ),
+    (False, False): Uint8ActPerTensorFixedPoint.let(
+        scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0
+    ),
 }
 
-#: scaled minifloats: (weight?, variant) -> stock Brevitas quantizer (OCP: saturating, OCP inf/NaN
+#: scaled minifloats: (weight?, FNUZ?) -> stock Brevitas quantizer (OCP: saturating, OCP inf/NaN
 #: codes for 8 bits, none below; FNUZ: NaN at 0x80, bias 2^(e-1)).
-FLOAT_BASES: dict[tuple[bool, str], Any] = {
-    (True, "ocp"): FpOCPWeightPerTensorFloat.let(tensor_quant=SaturatingFloatQuant),
-    (True, "fnuz"): FpFNUZWeightPerTensorFloat.let(tensor_quant=SaturatingFloatQuant),
-    (False, "ocp"): FpOCPActPerTensorFloat.let(
+FLOAT_BASES: dict[tuple[bool, bool], Any] = {  # key: (weight?, FNUZ?)
+    (True, False): FpOCPWeightPerTensorFloat.let(tensor_quant=SaturatingFloatQuant),
+    (True, True): FpFNUZWeightPerTensorFloat.let(tensor_quant=SaturatingFloatQuant),
+    (False, False): FpOCPActPerTensorFloat.let(
         scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0, tensor_quant=SaturatingFloatQuant
     ),
-    (False, "fnuz"): FpFNUZActPerTensorFloat.let(
+    (False, True): FpFNUZActPerTensorFloat.let(
         scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0, tensor_quant=SaturatingFloatQuant
     ),
 }
-DYNAMIC_FLOAT_BASES: dict[str, Any] = {
-    variant: FLOAT_BASES[(False, variant)].let(proxy_class=DynamicActFloatQuantProxyFromInjector, scaling_impl=DynamicScaling)
-    for variant in ("ocp", "fnuz")
+DYNAMIC_FLOAT_BASES: dict[bool, Any] = {  # key: FNUZ?
+    fnuz: FLOAT_BASES[(False, fnuz)].let(
+        proxy_class=DynamicActFloatQuantProxyFromInjector, scaling_impl=DynamicScaling
+    )
+    for fnuz in (False, True)
 }
 
 #: OCP MX: element family -> (weight, activation) quantizers; 32-element blocks, E8M0 scales,
@@ -164,9 +181,9 @@ MX_EXACT = {
 }
 
 #: weight group proxies per element family
-GROUP_PROXIES: dict[str, Any] = {
-    "int": GroupwiseWeightQuantProxyFromInjector,
-    "float": GroupwiseWeightFloatQuantProxyFromInjector,
+GROUP_PROXIES: dict[Format, Any] = {
+    Format.integer: GroupwiseWeightQuantProxyFromInjector,
+    Format.minifloat: GroupwiseWeightFloatQuantProxyFromInjector,
 }
 
 #: layer type -> axis of its weight holding output channels.
@@ -188,32 +205,78 @@ _WBIOL_ROLES = {
     "weight": ("weight_quant",),
     "bias": ("bias_quant",),
 }
-_MHA_ROLES = {
-    "input_tensors": ("in_proj_input_quant", "out_proj_input_quant"),
-    "output_tensors": ("out_proj_output_quant",),
-    "weight": ("in_proj_weight_quant", "out_proj_weight_quant"),
-    "bias": ("in_proj_bias_quant", "out_proj_bias_quant"),
-}
-#: quantizers of Brevitas' MultiheadAttention that no Quark role covers: kept float.
-_MHA_FLOAT = ("softmax_input_quant", "attn_output_weights_quant", "q_scaled_quant", "k_transposed_quant", "v_quant")
 
-#: float layer -> (Brevitas layer, role -> keyword arguments that receive the role's quantizer)
-LAYERS: dict[type[nn.Module], tuple[type[nn.Module], dict[str, tuple[str, ...]]]] = {
-    nn.Linear: (qnn.QuantLinear, _WBIOL_ROLES),
-    nn.Conv1d: (qnn.QuantConv1d, _WBIOL_ROLES),
-    nn.Conv2d: (qnn.QuantConv2d, _WBIOL_ROLES),
-    nn.Conv3d: (qnn.QuantConv3d, _WBIOL_ROLES),
-    nn.ConvTranspose1d: (qnn.QuantConvTranspose1d, _WBIOL_ROLES),
-    nn.ConvTranspose2d: (qnn.QuantConvTranspose2d, _WBIOL_ROLES),
-    nn.ConvTranspose3d: (qnn.QuantConvTranspose3d, _WBIOL_ROLES),
-    nn.MultiheadAttention: (qnn.QuantMultiheadAttention, _MHA_ROLES),
+
+def _weight(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    return [("weight", module.weight)]
+
+
+def _attention_weights(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    first = (
+        ("q_proj_weight", module.q_proj_weight)
+        if module.in_proj_weight is None
+        else ("in_proj_weight", module.in_proj_weight)
+    )
+    return [first, ("out_proj.weight", module.out_proj.weight)]
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    """How a float layer becomes a Brevitas layer.
+
+    ``roles``: role -> the keyword arguments that receive the role's quantizer; ``weights``: (name,
+    tensor) of each weight its weight quantizers see, in the order of ``roles["weight"]``;
+    ``unmapped``: Brevitas quantizers no Quark role covers, kept float; ``upstream_input``: whether
+    graph mode may hand it an input quantized upstream (else it quantizes its own inputs).
+    """
+
+    quant_cls: type[nn.Module]
+    roles: dict[str, tuple[str, ...]] = field(default_factory=lambda: _WBIOL_ROLES)
+    weights: Callable[[nn.Module], list[tuple[str, torch.Tensor]]] = _weight
+    unmapped: tuple[str, ...] = ()
+    upstream_input: bool = True
+
+
+#: float layer -> how it becomes a Brevitas layer
+LAYERS: dict[type[nn.Module], LayerRow] = {
+    nn.Linear: LayerRow(qnn.QuantLinear),
+    nn.Conv1d: LayerRow(qnn.QuantConv1d),
+    nn.Conv2d: LayerRow(qnn.QuantConv2d),
+    nn.Conv3d: LayerRow(qnn.QuantConv3d),
+    nn.ConvTranspose1d: LayerRow(qnn.QuantConvTranspose1d),
+    nn.ConvTranspose2d: LayerRow(qnn.QuantConvTranspose2d),
+    nn.ConvTranspose3d: LayerRow(qnn.QuantConvTranspose3d),
+    # its three inputs go through one input quantizer per projection
+    nn.MultiheadAttention: LayerRow(
+        qnn.QuantMultiheadAttention,
+        roles={
+            "input_tensors": ("in_proj_input_quant", "out_proj_input_quant"),
+            "output_tensors": ("out_proj_output_quant",),
+            "weight": ("in_proj_weight_quant", "out_proj_weight_quant"),
+            "bias": ("in_proj_bias_quant", "out_proj_bias_quant"),
+        },
+        weights=_attention_weights,
+        unmapped=(
+            "softmax_input_quant",
+            "attn_output_weights_quant",
+            "q_scaled_quant",
+            "k_transposed_quant",
+            "v_quant",
+        ),
+        upstream_input=False,
+    ),
 }
 
 
 def _fused(tq: TensorQuant) -> dict[str, Any]:
     """The fused kernel where it is bit-identical: per tensor, symmetric, pof2, half-even."""
     pof2 = tq.tqt or tq.scale_type is ScaleType.pof2
-    if pof2 and tq.symmetric and tq.qscheme is QSchemeType.per_tensor and tq.round_method is RoundType.half_even:
+    if (
+        pof2
+        and tq.symmetric
+        and tq.qscheme is QSchemeType.per_tensor
+        and tq.round_method is RoundType.half_even
+    ):
         return {"int_quant": FusedPof2IntQuant}
     return {}
 
@@ -291,9 +354,27 @@ def weight_quant(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> An
     return WEIGHT_FORMATS[tq.format](tq, module, weight)
 
 
+def _lsq(tq: TensorQuant) -> dict[str, Any]:
+    """Overrides of an LSQ quantizer: its trained scale, used as it is (integer threshold 1)."""
+    return {"scaling_impl": LSQScaling, "int_scaling_impl": UnitIntScaling, "lsq_qmax": tq.grid[1]}
+
+
+def _lsq_weight(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
+    """LSQ weights: the scale trained from 2 * mean|w| / sqrt(qmax), per tensor or per output channel."""
+    inj = WEIGHT_BASES[(True, "minmax")].let(**{**_common(tq), **_lsq(tq)})
+    if tq.qscheme is QSchemeType.per_tensor:
+        return inj.let(scaling_init=lsq_initial_scale(weight, tq.grid[1]), scaling_per_output_type=ScalingPerOutputType.TENSOR)
+    axis = weight_axis(tq, module, weight)
+    shape = [1] * weight.dim()
+    shape[axis] = weight.shape[axis]
+    return _per_channel(inj, tq, module, weight).let(scaling_init=lsq_initial_scale(weight, tq.grid[1], axis).reshape(shape))
+
+
 def _int_weight(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
     if tq.tqt:
         return TQT_BASES[(True, tq.signed)].let(**_tqt(tq), scaling_init=float(initial_threshold(tq, weight)))
+    if tq.lsq:
+        return _lsq_weight(tq, module, weight)
     inj = WEIGHT_BASES[(tq.symmetric, tq.statistic)].let(**_common(tq), **_percentile_kwargs(tq))
     if tq.symmetric and not tq.signed and tq.statistic == "minmax":
         inj = inj.let(scaling_stats_impl=ZeroInclusiveMax)  # an unsigned grid covers [0, max(w, 0)]
@@ -301,7 +382,7 @@ def _int_weight(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any
 
 
 def _float_weight(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
-    inj = FLOAT_BASES[(True, tq.variant)].let(**_float(tq))
+    inj = FLOAT_BASES[(True, tq.fnuz)].let(**_float(tq))
     if tq.statistic == "percentile":
         inj = inj.let(scaling_stats_op=StatsOp.PERCENTILE, **_percentile_kwargs(tq))
     return GRANULARITY[tq.qscheme](inj, tq, module, weight)
@@ -312,7 +393,7 @@ def _cast(tq: TensorQuant, weight: bool) -> Any:
     return base.let(
         quark_spec=tq,
         tensor_quant=CastQuant,
-        cast_dtype=getattr(torch, tq.variant),
+        cast_dtype=getattr(torch, tq.element.name),
         bit_width=tq.bit_width,
         exponent_bit_width=tq.exponent_bit_width,
         mantissa_bit_width=tq.mantissa_bit_width,
@@ -321,7 +402,12 @@ def _cast(tq: TensorQuant, weight: bool) -> Any:
 
 def _mx(tq: TensorQuant, weight: bool) -> Any:
     integer = tq.exponent_bit_width is None
-    inj = MX_BASES[integer][0 if weight else 1].let(quark_spec=tq, bit_width=tq.bit_width, **MX_EXACT)
+    rounding = {
+        "scaling_stats_impl": MXBlockMax,
+        "mx_scale_rounding": tq.scale_rounding,
+        "mx_mantissa_bits": MX_EVEN_MANTISSA_BITS[tq.element],
+    }
+    inj = MX_BASES[integer][0 if weight else 1].let(quark_spec=tq, bit_width=tq.bit_width, **MX_EXACT, **rounding)
     if not integer:
         inj = inj.let(exponent_bit_width=tq.exponent_bit_width, mantissa_bit_width=tq.mantissa_bit_width)
     return inj
@@ -330,15 +416,15 @@ def _mx(tq: TensorQuant, weight: bool) -> Any:
 def _bdr(tq: TensorQuant, weight: bool, axis: int | None) -> Any:
     from quark.torch.extensions.brevitas._backend.shared_microexponents import shared_microexponent_quant
 
-    return shared_microexponent_quant(tq.variant, "weight" if weight else "act", axis).let(quark_spec=tq)
+    return shared_microexponent_quant(tq.element.name, "weight" if weight else "act", axis).let(quark_spec=tq)
 
 
-WEIGHT_FORMATS: dict[str, Callable[..., Any]] = {
-    "int": _int_weight,
-    "float": _float_weight,
-    "cast": lambda tq, module, weight: _cast(tq, weight=True),
-    "mx": lambda tq, module, weight: _mx(tq, weight=True).let(group_dim=weight_axis(tq, module, weight)),
-    "bdr": lambda tq, module, weight: _bdr(tq, True, weight_axis(tq, module, weight)),
+WEIGHT_FORMATS: dict[Format, Callable[..., Any]] = {
+    Format.integer: _int_weight,
+    Format.minifloat: _float_weight,
+    Format.cast: lambda tq, module, weight: _cast(tq, weight=True),
+    Format.mx: lambda tq, module, weight: _mx(tq, weight=True).let(group_dim=weight_axis(tq, module, weight)),
+    Format.bdr: lambda tq, module, weight: _bdr(tq, True, weight_axis(tq, module, weight)),
 }
 
 
@@ -349,7 +435,9 @@ def _per_tensor(inj: Any, tq: TensorQuant, module: nn.Module, weight: torch.Tens
 def _per_channel(inj: Any, tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
     axis = weight_axis(tq, module, weight)
     return inj.let(
-        scaling_per_output_type=ScalingPerOutputType.CHANNEL, output_channel_dim=axis, out_channels=weight.shape[axis]
+        scaling_per_output_type=ScalingPerOutputType.CHANNEL,
+        output_channel_dim=axis,
+        out_channels=weight.shape[axis],
     )
 
 
@@ -391,21 +479,23 @@ def _int_act(tq: TensorQuant) -> Any:
     kwargs = _common(tq)
     if tq.is_dynamic:
         kwargs["symmetric"] = tq.symmetric
+    if tq.lsq:  # static (LSQ is refused with is_dynamic): calibration sets the trained scale
+        kwargs.update(_lsq(tq), scaling_init=1.0)
     return bases[tq.symmetric].let(**kwargs)
 
 
 def _float_act(tq: TensorQuant) -> Any:
     if tq.is_dynamic:
-        return DYNAMIC_FLOAT_BASES[tq.variant].let(**_float(tq), symmetric=True, signed=True)
-    return FLOAT_BASES[(False, tq.variant)].let(**_float(tq))
+        return DYNAMIC_FLOAT_BASES[tq.fnuz].let(**_float(tq), symmetric=True, signed=True)
+    return FLOAT_BASES[(False, tq.fnuz)].let(**_float(tq))
 
 
-ACT_FORMATS: dict[str, Callable[[TensorQuant], Any]] = {
-    "int": _int_act,
-    "float": _float_act,
-    "cast": lambda tq: _cast(tq, weight=False),
-    "mx": lambda tq: _mx(tq, weight=False),
-    "bdr": lambda tq: _bdr(tq, False, None),  # axis None: the layer's channel axis
+ACT_FORMATS: dict[Format, Callable[[TensorQuant], Any]] = {
+    Format.integer: _int_act,
+    Format.minifloat: _float_act,
+    Format.cast: lambda tq: _cast(tq, weight=False),
+    Format.mx: lambda tq: _mx(tq, weight=False),
+    Format.bdr: lambda tq: _bdr(tq, False, None),  # axis None: the layer's channel axis
 }
 
 
@@ -413,18 +503,17 @@ def bias_quant(tq: TensorQuant) -> Any:
     """Injector of a bias quantizer: scale = input scale x weight scale, or its own abs-max scale."""
     if tq.bias_scale_from_product:
         return IntBias.let(
-            quark_spec=tq, bit_width=tq.bit_width, narrow_range=False, float_to_int_impl=ROUND_IMPLS[tq.round_method]
+            quark_spec=tq,
+            bit_width=tq.bit_width,
+            narrow_range=False,
+            float_to_int_impl=ROUND_IMPLS[tq.round_method],
         )
     return Int8BiasPerTensorFloatInternalScaling.let(**_common(tq))
 
 
 def weights(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
     """(name, tensor) of each weight the layer's weight quantizers see."""
-    if isinstance(module, nn.MultiheadAttention):
-        if module.in_proj_weight is None:
-            return [("q_proj_weight", module.q_proj_weight), ("out_proj.weight", module.out_proj.weight)]
-        return [("in_proj_weight", module.in_proj_weight), ("out_proj.weight", module.out_proj.weight)]
-    return [("weight", module.weight)]
+    return LAYERS[layer_type(module)].weights(module)
 
 
 ROLE_BUILDERS: dict[str, Callable[..., Any]] = {
@@ -438,17 +527,20 @@ ROLE_BUILDERS: dict[str, Callable[..., Any]] = {
 def build_layer(plan: LayerPlan, module: nn.Module, return_quant_tensor: bool = False) -> nn.Module:
     """The Brevitas layer that replaces ``module`` according to ``plan`` (``module`` is not modified);
     ``return_quant_tensor`` hands its quantized output on as a QuantTensor (graph mode)."""
-    quant_cls, roles = LAYERS[type(module)]
-    kwargs: dict[str, Any] = {"return_quant_tensor": return_quant_tensor}
-    if isinstance(module, nn.MultiheadAttention):
-        kwargs.update(dict.fromkeys(_MHA_FLOAT))
+    row = LAYERS[layer_type(module)]
+    quant_cls, roles = row.quant_cls, row.roles
+    kwargs: dict[str, Any] = {"return_quant_tensor": return_quant_tensor, **dict.fromkeys(row.unmapped)}
     # each weight quantizer keyword, with the tensor it quantizes (MultiheadAttention has two)
-    by_keyword = dict(zip(roles["weight"], (tensor for _, tensor in weights(module))))
+    by_keyword = dict(zip(roles["weight"], (tensor for _, tensor in row.weights(module))))
     first_weight = next(iter(by_keyword.values()))
     for role, names in roles.items():
         tq = plan.specs[role]
         for name in names:
-            kwargs[name] = ROLE_BUILDERS[role](tq, module, by_keyword.get(name, first_weight)) if tq is not None else None
+            kwargs[name] = (
+                ROLE_BUILDERS[role](tq, module, by_keyword.get(name, first_weight))
+                if tq is not None
+                else None
+            )
     param = next(module.parameters())
     kwargs.update(device=param.device, dtype=param.dtype)
     # Built on the real device (Brevitas would build on 'meta', where quantizers with an initial
@@ -456,7 +548,9 @@ def build_layer(plan: LayerPlan, module: nn.Module, return_quant_tensor: bool = 
     # quantizer state: its state_dict lacks those keys by construction.
     previous, brevitas_config.IGNORE_MISSING_KEYS = brevitas_config.IGNORE_MISSING_KEYS, True
     try:
-        new = ModuleToModuleByInstance(module, quant_cls, **kwargs).init_new_module(module, load_state_dict=False)
+        new = ModuleToModuleByInstance(module, quant_cls, **kwargs).init_new_module(
+            module, load_state_dict=False
+        )
         load_old_module_state_dict(module, new, False)
     finally:
         brevitas_config.IGNORE_MISSING_KEYS = previous

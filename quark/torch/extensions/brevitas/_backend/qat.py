@@ -26,7 +26,7 @@ from brevitas.proxy.parameter_quant import WeightQuantProxyFromInjector
 from brevitas.proxy.quant_proxy import QuantProxyFromInjector
 from torch import nn
 
-from quark.torch.extensions.brevitas._backend.calibrate import CALIBRATED_FLAG, static_act_proxies
+from quark.torch.extensions.brevitas._backend.calibrate import require_calibrated, uncalibrated
 
 __all__ = ["freeze", "load_float_weights", "uncalibrated_quantizers"]
 
@@ -37,8 +37,11 @@ def freeze(model: nn.Module) -> nn.Module:
     Quantizer parameters (scales, thresholds, zero points) stop requiring gradients. A weight
     whose scale is a learned parameter (TQT) is replaced by its quantized value, on which its
     quantizer is the identity; weights whose scale derives from their own statistics keep their
-    float values (baking would move the statistic and so the scale).
+    float values (baking would move the statistic and so the scale). A model with static activation
+    quantizers that were never calibrated is refused (:class:`UncalibratedModelError`): freezing
+    would fix placeholder scales.
     """
+    require_calibrated(model, "freeze")
     model.eval()
     for proxy in model.modules():
         if isinstance(proxy, QuantProxyFromInjector):
@@ -55,7 +58,7 @@ def freeze(model: nn.Module) -> nn.Module:
 
 def uncalibrated_quantizers(model: nn.Module) -> list[str]:
     """Names of static activation quantizers neither calibrated nor loaded from a checkpoint."""
-    return [name for name, proxy, _ in static_act_proxies(model) if not bool(getattr(proxy, CALIBRATED_FLAG))]
+    return uncalibrated(model)
 
 
 def load_float_weights(quant_model: nn.Module, float_state_dict: dict[str, Any]) -> None:

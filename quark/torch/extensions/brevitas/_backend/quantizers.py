@@ -29,14 +29,16 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
+from brevitas import config as brevitas_config
 from brevitas.core.function_wrapper import RoundSte
 from brevitas.core.quant.float import FloatQuant, min_internal_scale
 from brevitas.core.quant.int_base import IntQuant
 from brevitas.core.restrict_val import PowerOfTwoRestrictValue
 from brevitas.core.zero_point import _ScaleShiftZeroPoint
-from brevitas.function.ops_ste import round_ste
+from brevitas.function.ops_ste import abs_binary_sign_grad, round_ste
 from brevitas.utils.torch_utils import float_internal_scale
 from torch import Tensor, nn
 
@@ -137,6 +139,87 @@ class ExactFloorPowerOfTwoRestrictValue(PowerOfTwoRestrictValue):
 
     def restrict_init_module(self) -> nn.Module:
         return FrexpLogTwo()
+
+
+def _floor_exponent(x: Tensor) -> Tensor:
+    """floor(log2 x) for x > 0, exact (from frexp)."""
+    return torch.frexp(x)[1] - 1
+
+
+#: OCP MX shared-exponent rules as a transform of the block maximum, after which the quantizer's
+#: exact floor(log2) gives the rule's exponent (amax, element mantissa bits) -> amax'
+MX_SCALE_ROUNDINGS = {
+    # the OCP MX spec: floor(log2 amax)
+    "floor": lambda amax, mbits: amax,
+    # AMD Quark's "even": amax rounded at the element's mantissa precision first (half up), so a block
+    # whose maximum would round to the next binade gets the next exponent: amax + 2^(floor(log2 amax) - mbits - 1)
+    "even": lambda amax, mbits: amax + torch.where(
+        amax > 0, torch.ldexp(torch.ones_like(amax), _floor_exponent(amax) - mbits - 1), torch.zeros_like(amax)
+    ),
+    # ceil(log2 amax): amax raised to its power of two
+    "ceil": lambda amax, mbits: torch.where(
+        amax > 0,
+        torch.ldexp(torch.ones_like(amax), _floor_exponent(amax) + (torch.frexp(amax)[0] != 0.5).to(torch.int32)),
+        amax,
+    ),
+}
+
+
+class MXBlockMax(nn.Module):
+    """Block abs-max with AMD Quark 0.13's ``scale_calculation_mode`` applied (see
+    :data:`MX_SCALE_ROUNDINGS`). Brevitas' MX quantizers take floor(log2(block max)) for the shared
+    exponent (the OCP spec); Quark's default "even" rounds the maximum to the element precision first."""
+
+    def __init__(
+        self,
+        stats_reduce_dim: int | None = None,
+        keepdim: bool = False,
+        mx_scale_rounding: str = "floor",
+        mx_mantissa_bits: int = 0,
+    ) -> None:
+        super().__init__()
+        self.stats_reduce_dim, self.keepdim = stats_reduce_dim, keepdim
+        self.rounding, self.mantissa_bits = MX_SCALE_ROUNDINGS[mx_scale_rounding], mx_mantissa_bits
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x.abs()
+        amax = x.max() if self.stats_reduce_dim is None else x.amax(dim=self.stats_reduce_dim, keepdim=self.keepdim)
+        return amax + (self.rounding(amax.detach(), self.mantissa_bits) - amax.detach())
+
+
+class LSQScaling(nn.Module):
+    """LSQ's trained scale (Esser et al.; AMD Quark's ``LSQObserver``): a parameter s whose gradient
+    is scaled by 1 / sqrt(numel(x) * qmax) as LSQ and Quark do. Brevitas' learned scale
+    (``ParameterScaling``) has no gradient scaling, so this small module replaces it; as Brevitas'
+    learned scales, it is used as |s| with a sign gradient (Brevitas' ``abs_binary_sign_grad``), plus
+    float32's smallest normal, so that it cannot cross zero (Quark adds its eps to s; measured on
+    the digits CNN at W2A2, a weight scale trained that way went negative and accuracy fell to chance)."""
+
+    def __init__(self, scaling_init: Tensor | float, lsq_qmax: float) -> None:
+        super().__init__()
+        self.value = nn.Parameter(torch.as_tensor(scaling_init, dtype=torch.float32).clone().detach())
+        self.qmax = float(lsq_qmax)
+
+    def forward(self, x: Tensor, threshold: Tensor | None = None) -> Tensor:
+        grad = 1.0 / math.sqrt(x.numel() * self.qmax)
+        value = self.value * grad + (self.value - self.value * grad).detach()  # value s, gradient g * ds
+        value = abs_binary_sign_grad(value) + torch.finfo(torch.float32).tiny
+        return value if threshold is None else value / threshold
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+        if brevitas_config.IGNORE_MISSING_KEYS and prefix + "value" in missing_keys:  # as Brevitas' ParameterScaling
+            missing_keys.remove(prefix + "value")
+
+
+class UnitIntScaling(nn.Module):
+    """Integer threshold 1: the learned value is the scale itself (LSQ)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    def forward(self, bit_width: Tensor) -> Tensor:
+        return torch.ones_like(bit_width)
 
 
 class TQTIntScaling(nn.Module):

@@ -1,4 +1,4 @@
-"""MX6 / MX9 ("shared microexponents") as Brevitas quantizer injectors.
+"""MX6 / MX9 ("shared microexponents") and AMD's BFP16 as Brevitas quantizer injectors.
 
 Why this module exists: Brevitas 0.13 ships OCP Microscaling (one E8M0 scale per block of 32,
 ``brevitas.quant.experimental.mx_quant_ocp``) but nothing with a *second*, finer scale level. The
@@ -27,6 +27,18 @@ For a block x_1..x_k1 of consecutive elements along the reduction axis, split in
                                                   fraction bits, scaled by 2^(E - mu_j)
     q_i    = clamp(round_half_even(x_i / step_i), -(2^m - 1), 2^m - 1)  sign + m-bit magnitude
     x^_i   = q_i * step_i
+
+BFP16 (AMD Quark 0.13's ``Dtype.bfp16`` / ``BFP16Spec``; AMD's "to_bfp" block floating point) is the
+same family with one level, (k1, d1, k2, d2, m) = (8, 8, 8, 0, 7), and two differences that AMD's
+definition makes, both options of :class:`SharedMicroexponentFormat`:
+
+- elements are 8-bit two's complement, q in [-2^m, 2^m - 1] = [-128, 127] (``twos_complement``);
+- the shared exponent is raised by one where an element would round past the largest code:
+  E = floor(log2 max|x|) + 1 if some round_half_even(x_i / 2^(E - m + 1)) > 2^m - 1, else floor(log2
+  max|x|) (``exponent_from_rounded``; AMD Quark's emulation ``fake_quantize_bfp16`` does the same,
+  reading only the positive side: a value rounding to -128 fits). So a block's maximum never
+  saturates, and E is clamped to [-127, 127] as MX6 / MX9's (Quark does not clamp; it differs only
+  for blocks whose maximum is below 2^-127 or above 2^127).
 
 Largest magnitude of a block: (2^m - 1) * 2^(E - m + 1) = 2^(E+1) - 2^(E-m+1); of a pair with
 mu = 1: (2^m - 1) * 2^(E - m). Values that round past these saturate: the exponents are chosen
@@ -92,9 +104,12 @@ from dependencies import value
 from torch import Tensor, nn
 
 __all__ = [
+    "BFP16",
     "FORMATS",
     "MX6",
     "MX9",
+    "BFP16Act",
+    "BFP16Weight",
     "MX6Act",
     "MX6Weight",
     "MX9Act",
@@ -125,6 +140,10 @@ class SharedMicroexponentFormat:
     sub_block_size: int
     micro_exponent_bits: int
     mantissa_bits: int
+    #: codes in [-2^m, 2^m - 1] (two's complement) instead of [-(2^m - 1), 2^m - 1]
+    twos_complement: bool = False
+    #: the shared exponent rises by one where an element would round past the largest code
+    exponent_from_rounded: bool = False
 
     def __post_init__(self) -> None:
         if self.block_size % self.sub_block_size:
@@ -161,6 +180,11 @@ class SharedMicroexponentFormat:
         return 2**self.mantissa_bits - 1
 
     @property
+    def min_code(self) -> int:
+        """Smallest integer code: -2^m (two's complement) or -(2^m - 1)."""
+        return -(2**self.mantissa_bits) if self.twos_complement else -self.max_code
+
+    @property
     def element_bit_width(self) -> int:
         """Bits stored per element: sign + m."""
         return 1 + self.mantissa_bits
@@ -186,7 +210,18 @@ MX9 = SharedMicroexponentFormat(
 MX6 = SharedMicroexponentFormat(
     "mx6", block_size=16, shared_exponent_bits=8, sub_block_size=2, micro_exponent_bits=1, mantissa_bits=4
 )
-FORMATS: dict[str, SharedMicroexponentFormat] = {"mx6": MX6, "mx9": MX9}
+#: AMD's BFP16: 8-element blocks, one 8-bit exponent, 8-bit two's complement elements (see the module)
+BFP16 = SharedMicroexponentFormat(
+    "bfp16",
+    block_size=8,
+    shared_exponent_bits=8,
+    sub_block_size=8,
+    micro_exponent_bits=0,
+    mantissa_bits=7,
+    twos_complement=True,
+    exponent_from_rounded=True,
+)
+FORMATS: dict[str, SharedMicroexponentFormat] = {"mx6": MX6, "mx9": MX9, "bfp16": BFP16}
 
 #: floor(log2(0)) stand-in: far below any exponent, so mu clamps to its maximum
 _ZERO_EXPONENT = -(2**20)
@@ -240,9 +275,14 @@ def _quantize(x: Tensor, fmt: SharedMicroexponentFormat, axis: int) -> tuple[Ten
     pair_max = magnitude.amax(dim=3, keepdim=True)
     block_max = pair_max.amax(dim=2, keepdim=True)
     shared = _floor_log2(block_max).clamp(fmt.emin, fmt.emax)
+    if fmt.exponent_from_rounded:  # one binade up where a code would pass the largest (the block's max)
+        step = _pow2(shared - (fmt.mantissa_bits - 1), compute)
+        past = torch.round(torch.nan_to_num(xb, nan=0.0, posinf=0.0, neginf=0.0) / step) > fmt.max_code
+        past = past.any(dim=3, keepdim=True).any(dim=2, keepdim=True)  # per block: (outer, blocks, 1, 1, inner)
+        shared = (shared + past.to(shared.dtype)).clamp(fmt.emin, fmt.emax)
     micro = (shared - _floor_log2(pair_max)).clamp(0, fmt.mu_max)
     step = _pow2(shared - micro - (fmt.mantissa_bits - 1), compute)
-    codes = torch.round(xb / step).clamp(-fmt.max_code, fmt.max_code)  # torch.round: half to even
+    codes = torch.round(xb / step).clamp(fmt.min_code, fmt.max_code)  # torch.round: half to even
     out = (codes * step).reshape(shape).to(x.dtype)
     return out, step.expand_as(xb).reshape(shape)
 
@@ -384,6 +424,9 @@ class SharedMicroexponentQuant(ExtendedInjector):
     def bit_width(mantissa_bit_width):
         return mantissa_bit_width + 1
 
+    twos_complement = False
+    exponent_from_rounded = False
+
     @value
     def shared_microexponent_format(
         shared_microexponent_name,
@@ -392,6 +435,8 @@ class SharedMicroexponentQuant(ExtendedInjector):
         sub_block_size,
         micro_exponent_bit_width,
         mantissa_bit_width,
+        twos_complement,
+        exponent_from_rounded,
     ):
         return SharedMicroexponentFormat(
             shared_microexponent_name,
@@ -400,6 +445,8 @@ class SharedMicroexponentQuant(ExtendedInjector):
             sub_block_size,
             micro_exponent_bit_width,
             mantissa_bit_width,
+            twos_complement,
+            exponent_from_rounded,
         )
 
 
@@ -446,6 +493,17 @@ class _MX9Format(ExtendedInjector):
     mantissa_bit_width = 7
 
 
+class _BFP16Format(ExtendedInjector):
+    shared_microexponent_name = "bfp16"
+    mantissa_bit_width = 7
+    block_size = 8
+    sub_block_size = 8
+    micro_exponent_bit_width = 0
+    twos_complement = True
+    exponent_from_rounded = True
+    narrow_range = False  # codes -128 .. 127
+
+
 class MX6Weight(_WeightRole, _MX6Format, SharedMicroexponentQuant):
     """MX6 weights: blocks of 16 along the input channels share an 8-bit exponent E, pairs a
     1-bit micro-exponent mu, each element is a sign and a 4-bit magnitude:
@@ -472,7 +530,20 @@ class MX9Act(_ActRole, _MX9Format, SharedMicroexponentQuant):
     blocks along the last dim of Linear inputs and dim 1 of conv inputs."""
 
 
+class BFP16Weight(_WeightRole, _BFP16Format, SharedMicroexponentQuant):
+    """BFP16 weights: blocks of 8 along the input channels share an 8-bit exponent E, each element is
+    an 8-bit two's complement integer: x^ = clamp(round_half_even(x / 2^(E - 6)), -128, 127) * 2^(E - 6),
+    with E = floor(log2 max_block |x|), one more where an element would round past 127, in [-127, 127].
+    9 bits per element. Reduction axis as :class:`MX6Weight`."""
+
+
+class BFP16Act(_ActRole, _BFP16Format, SharedMicroexponentQuant):
+    """BFP16 activations (format as :class:`BFP16Weight`), the exponents from each input at run time."""
+
+
 _INJECTORS = {
+    ("bfp16", "weight"): BFP16Weight,
+    ("bfp16", "act"): BFP16Act,
     ("mx6", "weight"): MX6Weight,
     ("mx6", "act"): MX6Act,
     ("mx9", "weight"): MX9Weight,

@@ -1,126 +1,224 @@
 """``quark-brevitas``: the command line (also ``python -m quark.torch.extensions.brevitas``).
 
-    quark-brevitas quantize --config cfg.yaml --model pkg.mod:factory --data calib.npz -o q.pt
-    quark-brevitas train    --checkpoint q.pt --data-module pkg.mod:loaders --epochs 5 -o qat.pt
-    quark-brevitas export   --checkpoint qat.pt --format qonnx --data calib.npz -o model.onnx
-    quark-brevitas verify   --checkpoint qat.pt --onnx model.onnx --data calib.npz
+    quark-brevitas init     --preset finn --bits 4 > cfg.yaml
+    quark-brevitas quantize --config cfg.yaml --model model.py:build --data calib.npz -o q.pt
+    quark-brevitas train    --checkpoint q.pt --data-module model.py:loaders --epochs 5 -o qat.pt
+    quark-brevitas export   --checkpoint qat.pt --format finn --data test.npz -o finn_out
+    quark-brevitas verify   --checkpoint qat.pt --onnx model.onnx --data test.npz
     quark-brevitas support
 
-Exit status: 0 done; 1 a verification failed; 2 a mistake in the command line or its files
-(reported in one line); 3 an unexpected error (rerun with --verbose for the traceback);
-130 interrupted.
+Exit status: 0 done; 1 a verification or a FINN step failed; 2 a mistake in the command line or
+its files (one line); 3 an unexpected error (``--debug`` shows the traceback); 130 interrupted.
+
+This module builds the parser with the standard library only: torch, Brevitas and the backend are
+imported when a subcommand runs (:mod:`.commands`), so ``--help`` and ``--version`` answer at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
+import time
 from collections.abc import Sequence
 
-from quark.torch.extensions.brevitas.cli import commands
-from quark.torch.extensions.brevitas.cli.inputs import UsageError
-
-INTERNAL, INTERRUPTED = 3, 130
+from quark.torch.extensions.brevitas.cli.errors import (
+    FAILED,
+    INTERNAL,
+    INTERRUPTED,
+    USAGE,
+    Failed,
+    UsageError,
+    one_line,
+)
 
 EPILOG = """exit status: 0 done, 1 verification failed, 2 usage or input error, 3 unexpected error
-(rerun with --verbose), 130 interrupted"""
+(rerun with --debug), 130 interrupted"""
+#: subcommand -> its function in .commands
+COMMANDS = ("init", "quantize", "train", "export", "verify", "support")
+#: preset names of `init` (cli/configs.PRESETS; listed here so that --help imports nothing)
+PRESET_NAMES = ("finn", "xint8", "w8a8", "w4a8", "w8", "w4")
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--batch-size", type=int, default=32, help="batch size of --data (default 32)")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress and show tracebacks")
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("quark-brevitas")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+class _Help(argparse.HelpFormatter):
+    """Help with each option's default, where it has one worth saying."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if "%(default)" in text or default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _add(sub, name: str, help_text: str) -> argparse.ArgumentParser:
+    return sub.add_parser(name, help=help_text, description=help_text, epilog=EPILOG, formatter_class=_Help)
+
+
+def _common(parser: argparse.ArgumentParser, *, batch_size: bool = True, device: bool = False) -> None:
+    if batch_size:
+        parser.add_argument("--batch-size", type=int, default=32, help="samples per batch of --data")
+    if device:
+        parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the model runs")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object (for CI)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress: only results and errors")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress, other packages' warnings too")
+    parser.add_argument("--debug", action="store_true", help="tracebacks of errors; keep what a failed command wrote")
+
+
+def _rebuild(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        help="the float model's factory when not where the checkpoint recorded it (module:attribute or file.py:attribute)",
+    )
 
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="quark-brevitas",
-        description="Quantize PyTorch models with AMD Quark configs on Brevitas; export to QONNX (FINN) and QDQ (ONNX Runtime / AMD NPU).",
+        description="Quantize PyTorch models with AMD Quark configs on Brevitas; export to QONNX and FINN "
+        "dataflow directories (FPGAs) and QDQ (ONNX Runtime, AMD NPUs).",
         epilog=EPILOG,
+        formatter_class=_Help,
     )
+    top.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    q = sub.add_parser("quantize", help="quantize (and calibrate) a model with a config", epilog=EPILOG)
-    q.add_argument("--config", required=True, help="Quark config, .yaml or .json (main API or the Brevitas extension's)")
-    q.add_argument("--flavour", choices=["auto", "quark", "brevitas"], default="auto", help="config flavour (default: from the file)")
-    q.add_argument("--model", required=True, help="module:factory returning the float model, or a transformers model directory")
+    i = _add(sub, "init", "write a commented starter config (YAML) from a preset")
+    i.add_argument("--preset", choices=PRESET_NAMES, required=True, help="finn: FPGAs; xint8: AMD NPUs; wNaM: integer")
+    i.add_argument("--bits", type=int, help="finn: weight and activation bits (2, 3, 4, 8); default 4")
+    i.add_argument("--weight-bits", type=int, help="finn: weight bits, over --bits")
+    i.add_argument("--act-bits", type=int, help="finn: activation bits, over --bits")
+    i.add_argument("--tqt", action="store_true", help="finn: train the power-of-two thresholds in `train` (TQT)")
+    i.add_argument("--graph", action="store_true", help="xint8, wNaM: graph mode (every tensor between layers)")
+    i.add_argument("-o", "--output", help="the .yaml file to write (default: stdout)")
+    _common(i, batch_size=False)
+
+    q = _add(sub, "quantize", "quantize (and calibrate) a model with a config")
+    q.add_argument("--config", required=True, help="Quark config, .yaml or .json (from `init`, the main API's or the Brevitas extension's)")
+    q.add_argument("--flavour", choices=["auto", "quark", "brevitas"], default="auto", help="config flavour (auto: from the file's keys)")
+    q.add_argument(
+        "--model",
+        required=True,
+        help="the float model: path/to/file.py:factory, module:factory (the current directory is importable) or a transformers model directory",
+    )
     q.add_argument("--data", help="calibration data: .npz, .pt or a folder of images (needed for static activations)")
     q.add_argument("--num-batches", type=int, help="use at most this many calibration batches")
     q.add_argument("-o", "--output", required=True, help="checkpoint to write (.pt)")
-    _common(q)
-    q.set_defaults(run=commands.quantize)
+    _common(q, device=True)
 
-    t = sub.add_parser("train", help="quantization-aware training of a checkpoint", epilog=EPILOG)
+    t = _add(sub, "train", "quantization-aware training of a checkpoint")
     t.add_argument("--checkpoint", required=True, help="checkpoint from quantize (or train)")
-    t.add_argument("--data-module", required=True, help="module:function returning (train_batches, eval_batches) of (inputs, labels)")
-    t.add_argument("--epochs", type=int, default=1)
-    t.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
+    t.add_argument(
+        "--data-module",
+        required=True,
+        help="module:function or file.py:function returning (train_batches, eval_batches) of (inputs, labels)",
+    )
+    t.add_argument("--epochs", type=int, default=1, help="passes over the training batches")
+    t.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate")
     t.add_argument("--freeze", action="store_true", help="fix every quantization parameter at the end (for deployment)")
     t.add_argument("-o", "--output", required=True, help="checkpoint to write (.pt)")
-    _common(t)
-    t.set_defaults(run=commands.train)
+    _rebuild(t)
+    _common(t, batch_size=False, device=True)
 
-    e = sub.add_parser("export", help="export a checkpoint (QONNX, QDQ or a FINN dataflow directory), verified", epilog=EPILOG)
-    e.add_argument("--checkpoint", required=True)
-    e.add_argument("--format", choices=["qonnx", "qdq", "finn"], required=True, help="qonnx: for FINN; qdq: ONNX Runtime / AMD NPU; finn: FINN dataflow directory")
+    e = _add(sub, "export", "export a checkpoint (QONNX, QDQ or a FINN dataflow directory), verified")
+    e.add_argument("--checkpoint", required=True, help="checkpoint from quantize or train")
+    e.add_argument(
+        "--format",
+        choices=["qonnx", "qdq", "finn"],
+        required=True,
+        help="qonnx: for FINN; qdq: ONNX Runtime / AMD NPU; finn: a FINN dataflow directory",
+    )
     e.add_argument("--data", required=True, help="example inputs (the first batch is exported and verified)")
-    e.add_argument("-o", "--output", required=True, help=".onnx file (qonnx, qdq) or directory (finn)")
-    e.add_argument("--part", default="xc7z020clg400-1", help="finn: FPGA part or board (default Pynq-Z1's xc7z020clg400-1)")
-    e.add_argument("--target-fps", type=float, help="finn: frames per second to fold for")
-    e.add_argument("--clock-mhz", type=float, default=100.0, help="finn: clock (default 100 MHz)")
+    e.add_argument("-o", "--output", required=True, help=".onnx file (qonnx, qdq) or a new directory (finn)")
+    e.add_argument("--part", help="finn: FPGA part or board, e.g. Pynq-Z1, ZCU104, xczu3eg (default: Pynq-Z1's xc7z020clg400-1)")
+    e.add_argument("--target-fps", type=float, help="finn: frames per second to fold for (default: no folding, PE = SIMD = 1)")
+    e.add_argument("--clock-mhz", type=float, help="finn: clock in MHz (default: 100)")
     e.add_argument("--top-k", type=int, help="finn: end the dataflow with a top-k label select")
     e.add_argument(
         "--integer-input",
         action="store_true",
         help="finn: the accelerator takes the input quantizer's integers (e.g. UINT8 pixels) instead of floats",
     )
+    _rebuild(e)
     _common(e)
-    e.set_defaults(run=commands.export)
 
-    v = sub.add_parser("verify", help="execute an exported file and compare it with the checkpoint's model", epilog=EPILOG)
-    v.add_argument("--checkpoint", required=True)
+    v = _add(sub, "verify", "execute an exported file and compare it with the checkpoint's model")
+    v.add_argument("--checkpoint", required=True, help="checkpoint the file was exported from")
     v.add_argument("--onnx", required=True, help="QONNX or QDQ file")
     v.add_argument("--data", required=True, help="inputs (the first batch is compared)")
-    v.add_argument("--tolerance-lsb", type=float, help="allowed difference in output LSBs (default 0 for exact graphs, else 1)")
+    v.add_argument("--tolerance-lsb", type=float, help="allowed difference in output LSBs (default: 0 for exact graphs, else 1)")
+    _rebuild(v)
     _common(v)
-    v.set_defaults(run=commands.verify)
 
-    s = sub.add_parser("support", help="print the support matrix: formats, rules, export", epilog=EPILOG)
+    s = _add(sub, "support", "print the support matrix: formats, rules, export")
     s.add_argument("sections", nargs="*", metavar="SECTION", help="formats, rules or export (default: all)")
-    s.add_argument("-v", "--verbose", action="store_true")
-    s.set_defaults(run=commands.support)
+    _common(s, batch_size=False)
     return top
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from quark.torch.extensions.brevitas.cli.output import Output
+
+    output = Output(args)
+    started = time.perf_counter()
     try:
-        return args.run(args)
+        with output.active():
+            from quark.torch.extensions.brevitas.cli import commands
+
+            status, result = getattr(commands, args.command)(args)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return INTERRUPTED
+        return _fail(args, "interrupted", INTERRUPTED, "interrupted", None)
     except UsageError as error:
-        return _fail(args, error, commands.USAGE, "error")
-    except (ValueError, TypeError, NotImplementedError, FileNotFoundError, ImportError) as error:
-        return _fail(args, error, commands.USAGE, "error")  # the library's errors name the field and the fix
-    except RuntimeError as error:  # verification failures, a FINN step, ...
-        return _fail(args, error, commands.FAILED, "failed")
-    except Exception as error:  # noqa: BLE001  an unexpected error: one line, the traceback on request
-        return _fail(args, error, INTERNAL, f"unexpected {type(error).__name__}")
+        return _fail(args, str(error), USAGE, "error", error)
+    except Failed as error:
+        return _fail(args, str(error), FAILED, "failed", error)
+    except Exception as error:  # noqa: BLE001  sorted below: the library's errors name the field and the fix
+        status, what = _classify(error)
+        message = str(error).strip() or type(error).__name__
+        return _fail(args, message, status, what, error)
+    if args.json:
+        print(json.dumps({"command": args.command, "status": status, "seconds": round(time.perf_counter() - started, 3), **result}, default=str))
+    return status
 
 
-def _fail(args: argparse.Namespace, error: BaseException, status: int, what: str) -> int:
-    if args.verbose:
+def _classify(error: BaseException) -> tuple[int, str]:
+    """(exit status, word) of a library error: a verification or FINN step that failed is 1, a
+    refused input 2, anything else 3."""
+    names = {cls.__name__ for cls in type(error).__mro__}
+    if names & {"ExportVerificationError", "FinnError"}:
+        return FAILED, "failed"
+    if names & {"UnsupportedExportError", "TargetCheckError", "BatchError", "UncalibratedModelError", "UnsafeGraphError"}:
+        return USAGE, "error"
+    if isinstance(error, (ValueError, TypeError, NotImplementedError, FileNotFoundError, ImportError)):
+        return USAGE, "error"
+    if isinstance(error, RuntimeError):
+        return FAILED, "failed"
+    return INTERNAL, f"unexpected {type(error).__name__}"
+
+
+def _fail(args: argparse.Namespace, message: str, status: int, what: str, error: BaseException | None) -> int:
+    if error is not None and args.debug:
         import traceback
 
         traceback.print_exception(error)
-    message = str(error).strip() or type(error).__name__
-    first, _, rest = message.partition("\n")
-    print(f"quark-brevitas {args.command}: {what}: {first}", file=sys.stderr)
-    if rest:
-        print(rest, file=sys.stderr)  # the library's multi-line errors list one problem per line
-    if not args.verbose and status == INTERNAL:
-        print("rerun with --verbose for the traceback", file=sys.stderr)
+    line = f"quark-brevitas {args.command}: {what}: {one_line(message)}"
+    if status == INTERNAL and not args.debug:
+        line += " (rerun with --debug for the traceback)"
+    print(line, file=sys.stderr)
+    if args.json:
+        print(json.dumps({"command": args.command, "status": status, "error": one_line(message)}))
+    logging.shutdown()
     return status

@@ -1,87 +1,199 @@
-"""The subcommands: each takes the parsed arguments and returns its exit status; a mistake in the
-command line or its files raises ``UsageError``."""
+"""The subcommands: each takes the parsed arguments and returns ``(exit status, result)``; the result
+is what ``--json`` prints. A mistake in the command line or its files raises ``UsageError``; the
+checks that need no work (flags, parts, paths) come first, and a failed command leaves no file it
+created behind.
+
+Imported only when a subcommand runs: torch and the backend load here, not for ``--help``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
+import shutil
+import uuid
 from typing import Any
 
 import torch
 from torch import nn
 
+from quark.torch.extensions.brevitas.cli.errors import FAILED, OK, Failed, UsageError, one_line
 from quark.torch.extensions.brevitas.cli.inputs import (
-    UsageError,
+    check_model_spec,
     import_object,
     load_checkpoint,
     load_config,
     load_data,
     load_model,
+    load_onnx,
+    origin_of,
+    read_checkpoint,
+    removed_on_failure,
     save_checkpoint,
 )
 
 logger = logging.getLogger(__name__)
 
-#: exit statuses
-OK, FAILED, USAGE = 0, 1, 2
+Result = tuple[int, dict[str, Any]]
 
 
-def quantize(args: argparse.Namespace) -> int:
-    from quark.torch.extensions.brevitas.api import ModelQuantizer
-
-    config = load_config(args.config, args.flavour)
-    model = load_model(args.model)
-    batches = load_data(args.data, args.batch_size) if args.data else None
-    if batches:
-        _check_accepts(model, batches[0], args.data)
-    quantizer = ModelQuantizer(config)
-    qmodel = quantizer.quantize_model(model, batches, num_calib_batches=args.num_batches, progress=not args.quiet)
-    save_checkpoint(args.output, args.model, config, qmodel)
-    print(quantizer.summary())
-    print(f"\nquantized {sum(p.quantized for p in quantizer.plans)} of {len(quantizer.plans)} layers; wrote {args.output}")
-    return OK
+def say(args: argparse.Namespace, text: str) -> None:
+    """The command's own report on stdout (``--json`` prints the result instead)."""
+    if not args.json:
+        print(text)
 
 
-def _check_accepts(model: nn.Module, batch: Any, path: str) -> None:
-    """The float model runs on the first batch: a wrong shape or dtype is the user's, named here."""
-    from quark.torch.extensions.brevitas._backend.data import run_batch
+# -- checks before any work -----------------------------------------------------------------------
+
+
+def _device(args: argparse.Namespace) -> torch.device:
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: torch finds no CUDA device (torch.cuda.is_available() is False); use --device cpu")
+    return torch.device(args.device)
+
+
+def _positive(args: argparse.Namespace, *names: str) -> None:
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and not value > 0:
+            raise UsageError(f"--{name.replace('_', '-')} {value:g}: must be > 0")
+
+
+def _checkpoint_path(path: str, option: str = "-o") -> None:
+    """A file the command will write: not a folder, its folder not a file."""
+    from quark.torch.quantization.files import check_writable
+
+    try:
+        check_writable(path)
+    except (IsADirectoryError, NotADirectoryError) as error:
+        raise UsageError(f"{option} {path}: {one_line(error)}") from error
+
+
+def _created_root(path: str) -> str:
+    """The outermost of ``path`` and its folders that does not exist yet (what writing it creates)."""
+    path = os.path.abspath(path)
+    root = path
+    while not os.path.exists(os.path.dirname(root)):
+        root = os.path.dirname(root)
+    return root
+
+
+def _check_accepts(model: nn.Module, batch: Any, option: str) -> None:
+    """The model runs on the first batch: a wrong shape or dtype is the user's, named here."""
+    from quark.torch.extensions.brevitas._backend.data import BatchError, run_batch
 
     try:
         with torch.no_grad():
             run_batch(model, batch)
-    except (RuntimeError, TypeError, ValueError, IndexError) as error:
+    except (RuntimeError, TypeError, ValueError, IndexError, BatchError) as error:
         shapes = {k: tuple(v.shape) for k, v in batch.items()} if isinstance(batch, dict) else tuple(batch.shape)
         raise UsageError(
-            f"--data {path}: the model does not accept its batches (batch shape {shapes}): {' '.join(str(error).split())}"
+            f"{option}: the model does not accept its batches (batch shape {shapes}): {one_line(error)[:300]}"
         ) from error
 
 
-def train(args: argparse.Namespace) -> int:
+def _needs_data(quantizer: Any) -> list[str]:
+    """What of the config needs calibration data: algorithms, and static activation specs by their
+    YAML path."""
+    from quark.torch.quantization import plan as planning
+    from quark.torch.quantization.config.spec import ACTIVATION_ROLES
+
+    hungry = [type(algo).__name__ for algo, impl in quantizer.algorithms if impl.needs_data]
+    static = [
+        where.replace("['", ".").replace("']", "")
+        for where, spec in planning.config_specs(quantizer.view)
+        if where.rpartition(".")[2] in ACTIVATION_ROLES and spec.needs_calibration
+    ]
+    return [*(f"{name} (an algorithm)" for name in hungry), *static]
+
+
+# -- quantize --------------------------------------------------------------------------------------
+
+
+def quantize(args: argparse.Namespace) -> Result:
+    from quark.torch.extensions.brevitas.api import ModelQuantizer
+
+    _checkpoint_path(args.output)
+    _positive(args, "num_batches")
+    device = _device(args)
+    check_model_spec(args.model)
+    config = load_config(args.config, args.flavour)
+    batches = load_data(args.data, args.batch_size) if args.data else None
+    try:
+        quantizer = ModelQuantizer(config)
+    except (ValueError, TypeError, NotImplementedError) as error:
+        raise UsageError(f"--config {args.config}: {one_line(error)}") from error
+    if batches is None:
+        needing = _needs_data(quantizer)
+        if needing:
+            raise UsageError(
+                f"--data is required: this config calibrates {', '.join(needing[:4])}"
+                f"{' and more' if len(needing) > 4 else ''} on data (a .npz, .pt or folder of images); "
+                "weight-only configs (init --preset w8) need none"
+            )
+    model = load_model(args.model).to(device)
+    if batches:
+        _check_accepts(model, batches[0], f"--data {args.data}")
+    qmodel = quantizer.quantize_model(model, batches, num_calib_batches=args.num_batches, progress=not args.quiet)
+    save_checkpoint(args.output, args.model, config, qmodel, origin_of(args.model))
+    quantized = sum(p.quantized for p in quantizer.plans)
+    say(args, quantizer.summary())
+    say(args, f"\nquantized {quantized} of {len(quantizer.plans)} layers; wrote {args.output}")
+    return OK, {
+        "checkpoint": args.output,
+        "layers": len(quantizer.plans),
+        "quantized_layers": quantized,
+        "summary": quantizer.summary(),
+    }
+
+
+# -- train -----------------------------------------------------------------------------------------
+
+
+def train(args: argparse.Namespace) -> Result:
     """Quantization-aware training of a checkpoint in a plain loop (Adam, cross-entropy)."""
     from quark.torch.extensions.brevitas import qat
     from quark.torch.extensions.brevitas._backend.data import batches as progress_batches
     from quark.torch.extensions.brevitas._backend.data import device_dtype, move
 
-    qmodel, config, spec = load_checkpoint(args.checkpoint)
-    loaders = import_object(args.data_module, "--data-module")()
+    _checkpoint_path(args.output)
+    _positive(args, "epochs", "lr")
+    device = _device(args)
+    if args.model:
+        check_model_spec(args.model)
+    state = read_checkpoint(args.checkpoint)
+    loaders_fn = import_object(args.data_module, "--data-module")
+    try:
+        loaders = loaders_fn()
+    except Exception as error:
+        raise UsageError(f"--data-module {args.data_module}: calling it failed: {type(error).__name__}: {one_line(error)}") from error
     if not (isinstance(loaders, (tuple, list)) and len(loaders) == 2):
         raise UsageError(f"--data-module {args.data_module}: must return (train_batches, eval_batches) of (inputs, labels)")
     train_batches, eval_batches = loaders
+    qmodel, config, spec = load_checkpoint(args.checkpoint, args.model, state)
+    qmodel.to(device)
     optimizer = torch.optim.Adam(qmodel.parameters(), lr=args.lr)
     device, dtype = device_dtype(qmodel)
+    accuracies = []
     for epoch in range(1, args.epochs + 1):
         qmodel.train()
-        for x, y in progress_batches(train_batches, progress=not args.quiet, desc=f"epoch {epoch}"):
+        for batch in progress_batches(train_batches, progress=not args.quiet, desc=f"epoch {epoch}"):
+            if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+                raise UsageError(f"--data-module {args.data_module}: a training batch must be (inputs, labels)")
+            x, y = batch
             x, y = move(x, device, dtype), y.to(device)
             optimizer.zero_grad()
             nn.functional.cross_entropy(qmodel(x), y).backward()
             optimizer.step()
-        print(f"epoch {epoch}: held-out accuracy {_accuracy(qmodel, eval_batches):.2f}%")
+        accuracies.append(_accuracy(qmodel, eval_batches))
+        say(args, f"epoch {epoch}: held-out accuracy {accuracies[-1]:.2f}%")
     if args.freeze:
         qat.freeze(qmodel)
-    save_checkpoint(args.output, spec, config, qmodel)
-    print(f"wrote {args.output}")
-    return OK
+    save_checkpoint(args.output, spec, config, qmodel, origin_of(args.model) if args.model else state.get("model_origin"))
+    say(args, f"wrote {args.output}")
+    return OK, {"checkpoint": args.output, "epochs": args.epochs, "held_out_accuracy": accuracies, "frozen": args.freeze}
 
 
 @torch.no_grad()
@@ -92,50 +204,169 @@ def _accuracy(model: nn.Module, batches: Any) -> float:
     device, dtype = device_dtype(model)
     correct = total = 0
     for x, y in batches:
-        correct += int((model(move(x, device, dtype)).argmax(-1).cpu() == y).sum())
+        correct += int((model(move(x, device, dtype)).argmax(-1).cpu() == y.cpu()).sum())
         total += len(y)
     return 100.0 * correct / max(total, 1)
 
 
-def export(args: argparse.Namespace) -> int:
+# -- export ----------------------------------------------------------------------------------------
+
+#: options that only --format finn takes (name -> default)
+FINN_ONLY = {"part": None, "target_fps": None, "clock_mhz": None, "top_k": None, "integer_input": False}
+#: a FINN directory this command wrote holds these files (an existing one may be replaced)
+FINN_MARKERS = ("estimate.json", "verification.json")
+
+
+def _check_export_flags(args: argparse.Namespace) -> Any:
+    """Every flag of ``export`` checked before any work; the FINN part resolved (``None`` for the
+    other formats)."""
+    if args.format != "finn":
+        given = [f"--{k.replace('_', '-')}" for k, default in FINN_ONLY.items() if getattr(args, k) != default]
+        if given:
+            raise UsageError(f"{', '.join(given)}: only --format finn takes {'it' if len(given) == 1 else 'them'}")
+        _checkpoint_path(args.output)
+        return None
+    _positive(args, "target_fps", "clock_mhz", "top_k")
+    from quark.torch.extensions.brevitas._backend.targets.finn.pipeline import require_finn
+
+    try:
+        require_finn()
+    except ImportError as error:
+        raise UsageError(f"--format finn: {one_line(error)}") from error
+    from quark.torch.extensions.brevitas._backend.targets.finn.parts import resolve
+
+    part = args.part or "xc7z020clg400-1"
+    try:
+        fpga = resolve(part)
+    except ValueError as error:
+        message = one_line(error)
+        raise UsageError(f"--part {part}: {message.split(': ', 1)[1] if message.startswith('part=') else message}") from error
+    out = args.output
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UsageError(f"-o {out}: a file; --format finn writes a directory: give a new directory's path")
+    if os.path.isdir(out) and os.listdir(out) and not any(os.path.exists(os.path.join(out, m)) for m in FINN_MARKERS):
+        raise UsageError(
+            f"-o {out}: a directory holding other files; --format finn writes a new directory (or replaces one it wrote)"
+        )
+    return fpga
+
+
+def export(args: argparse.Namespace) -> Result:
     from quark.torch.extensions.brevitas.api import ModelExporter
 
-    qmodel, _, _ = load_checkpoint(args.checkpoint)
+    fpga = _check_export_flags(args)
+    if args.model:
+        check_model_spec(args.model)
     batches = load_data(args.data, args.batch_size)
     example = batches[0]
-    exporter = ModelExporter(args.output)
-    if args.format == "finn":
-        if not isinstance(example, torch.Tensor):
-            raise UsageError("--format finn: FINN's dataflow takes one input tensor; --data holds keyword inputs")
-        report = exporter.export_finn_dataflow(
+    if args.format == "finn" and not isinstance(example, torch.Tensor):
+        raise UsageError(f"--data {args.data}: FINN's dataflow takes one input tensor; the file holds keyword inputs")
+    logger.info("rebuilding the quantized model from %s", args.checkpoint)
+    qmodel, _, _ = load_checkpoint(args.checkpoint, args.model)
+    _check_accepts(qmodel, example, f"--data {args.data}")
+    if args.format != "finn":
+        method = {"qonnx": "export_qonnx_model", "qdq": "export_onnx_model"}[args.format]
+        with _cleaned(args, _created_root(args.output)):  # the file, and the folders it needed
+            report = getattr(ModelExporter(args.output), method)(qmodel, example)
+        say(args, str(report))
+        say(args, f"wrote {args.output}")
+        return OK, _report_json(report)
+    # the directory is written beside its name and moved there complete: a failure leaves nothing
+    staging = os.path.join(os.path.dirname(os.path.abspath(args.output)), f".{os.path.basename(os.path.abspath(args.output))}.{uuid.uuid4().hex[:8]}.partial")
+    from quark.torch.extensions.brevitas._backend.targets.finn.dataflow import relocate
+
+    created = _created_root(args.output)
+    with _cleaned(args, staging, keep_message="the partial FINN directory"), _cleaned(args, created):
+        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+        logger.info("exporting QONNX, then FINN's dataflow (about 20 s for a small CNN)")
+        result = ModelExporter(staging).export_finn_dataflow(
             qmodel,
             example,
-            part=args.part,
+            part=fpga.part,
             target_fps=args.target_fps,
-            clock_mhz=args.clock_mhz,
+            clock_mhz=args.clock_mhz or 100.0,
             top_k=args.top_k,
             integer_input=args.integer_input,
         )
-    else:
-        method = {"qonnx": exporter.export_qonnx_model, "qdq": exporter.export_onnx_model}[args.format]
-        report = method(qmodel, example)
-    print(report)
-    return OK
+        result = relocate(result, args.output)
+    say(args, str(result))
+    return OK, result.to_json()
 
 
-def verify(args: argparse.Namespace) -> int:
+@contextlib.contextmanager
+def _cleaned(args: argparse.Namespace, path: str, keep_message: str = ""):
+    """Remove ``path`` (and a ``.rejected.onnx`` beside it) if the block fails and they were not
+    there before; ``--debug`` keeps them for inspection."""
+    rejected = os.path.splitext(path)[0] + ".rejected.onnx"
+    had_rejected = os.path.exists(rejected)
+    if args.debug:
+        try:
+            yield
+        except BaseException:
+            if keep_message and os.path.exists(path):
+                logger.warning("--debug: %s is kept in %s", keep_message, path)
+            raise
+        return
+    with removed_on_failure(path):
+        try:
+            yield
+        except BaseException:
+            if not had_rejected and os.path.exists(rejected):
+                os.remove(rejected)
+            raise
+    with contextlib.suppress(FileNotFoundError):
+        if keep_message and os.path.isdir(path):
+            shutil.rmtree(path)
+
+
+def _report_json(report: Any) -> dict[str, Any]:
+    return {
+        "file": report.path,
+        "format": report.format.value,
+        "opset": report.opset,
+        "runtime": report.runtime,
+        "passed": report.passed,
+        "exact": report.exact,
+        "tolerance_lsb": report.tolerance_lsb,
+        "max_abs_diff": report.max_abs_diff,
+        "max_diff_lsb": report.max_diff_lsb,
+        "target_checks": list(report.target_checks),
+        "optimized_runtime_diff": report.optimized_runtime_diff,
+    }
+
+
+# -- verify ----------------------------------------------------------------------------------------
+
+
+def verify(args: argparse.Namespace) -> Result:
+    from quark.torch.extensions.brevitas._backend.export.exporter import ExportVerificationError
     from quark.torch.extensions.brevitas.api import ModelExporter
 
-    qmodel, _, _ = load_checkpoint(args.checkpoint)
+    if args.tolerance_lsb is not None and args.tolerance_lsb < 0:
+        raise UsageError(f"--tolerance-lsb {args.tolerance_lsb:g}: must be >= 0")
+    if args.model:
+        check_model_spec(args.model)
+    load_onnx(args.onnx)
     example = load_data(args.data, args.batch_size)[0]
-    report = ModelExporter(args.onnx).verify(qmodel, example, tolerance_lsb=args.tolerance_lsb)
-    print(report)
-    return OK if report.passed else FAILED
+    qmodel, _, _ = load_checkpoint(args.checkpoint, args.model)
+    _check_accepts(qmodel, example, f"--data {args.data}")
+    try:
+        report = ModelExporter(args.onnx).verify(qmodel, example, tolerance_lsb=args.tolerance_lsb)
+    except ExportVerificationError as error:
+        raise Failed(one_line(error)) from error
+    say(args, str(report))
+    result = _report_json(report)
+    if not report.passed:
+        raise Failed(f"{args.onnx} differs from the checkpoint's model beyond {report.tolerance_lsb:g} LSB (max |diff| {report.max_abs_diff:.3g})")
+    return (OK if report.passed else FAILED), result
 
 
-def support(args: argparse.Namespace) -> int:
-    from quark.torch.extensions.brevitas._backend import rules
+# -- support and init ------------------------------------------------------------------------------
+
+
+def support(args: argparse.Namespace) -> Result:
     from quark.torch.extensions.brevitas._backend.export import support as export_support
+    from quark.torch.extensions.brevitas._backend.rules import layers as rules
     from quark.torch.quantization.support import support_table
 
     sections = {
@@ -146,7 +377,53 @@ def support(args: argparse.Namespace) -> int:
     unknown = [name for name in args.sections if name not in sections]
     if unknown:
         raise UsageError(f"support {' '.join(unknown)}: unknown section; sections: {', '.join(sections)}")
+    tables = {}
     for name in args.sections or list(sections):
         title, table = sections[name]
-        print(f"## {title}\n\n{table()}\n")
-    return OK
+        tables[name] = table()
+        say(args, f"## {title}\n\n{tables[name]}\n")
+    return OK, {"sections": tables}
+
+
+def init(args: argparse.Namespace) -> Result:
+    """A commented starter config from a preset, on stdout or in ``-o``."""
+    import shlex
+    import sys
+
+    from quark.torch.extensions.brevitas.cli.configs import PRESETS, starter
+    from quark.torch.quantization.files import write_text
+
+    preset = PRESETS[args.preset]
+    bits = {"--bits": args.bits, "--weight-bits": args.weight_bits, "--act-bits": args.act_bits}
+    given = [flag for flag, value in bits.items() if value is not None]
+    if given and not preset.bits:
+        raise UsageError(f"{', '.join(given)}: the {args.preset} preset has its bit widths in its name; finn takes them")
+    if args.graph and not preset.graph:
+        raise UsageError(f"--graph: the {args.preset} preset is graph mode already")
+    if args.tqt and args.preset not in ("finn",):
+        raise UsageError(f"--tqt: trained power-of-two thresholds are part of the finn preset; {args.preset} has float scales")
+    for flag, value in bits.items():
+        if value is not None and value not in (2, 3, 4, 8):
+            raise UsageError(f"{flag} {value}: allowed 2, 3, 4 or 8")
+    if args.output:
+        if not args.output.endswith((".yaml", ".yml")):
+            raise UsageError(f"-o {args.output}: init writes YAML; give a .yaml or .yml path")
+        _checkpoint_path(args.output)
+    flags = [f"{flag} {value}" for flag, value in bits.items() if value is not None]
+    flags += [flag for flag, on in (("--tqt", args.tqt), ("--graph", args.graph)) if on]
+    command = " ".join(["quark-brevitas init --preset", shlex.quote(args.preset), *flags])
+    _, text = starter(
+        args.preset,
+        weight_bits=args.weight_bits or args.bits,
+        act_bits=args.act_bits or args.bits,
+        tqt=args.tqt,
+        graph=args.graph,
+        command=command,
+    )
+    if args.output:
+        write_text(args.output, text)
+        if not (args.json or args.quiet):
+            print(f"wrote {args.output}", file=sys.stderr)
+    elif not args.json:
+        sys.stdout.write(text)
+    return OK, {"preset": args.preset, "yaml": text, "file": args.output}

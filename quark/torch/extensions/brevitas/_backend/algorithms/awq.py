@@ -37,7 +37,7 @@ from quark.torch.extensions.brevitas._backend.algorithms.gptq import check_embed
 from quark.torch.extensions.brevitas._backend.algorithms.layers import weight_quantized, weight_spec_problems
 from quark.torch.extensions.brevitas._backend.algorithms.smoothquant import block_pairs, warn_unpaired
 from quark.torch.extensions.brevitas._backend.data import calibration_data
-from quark.torch.quantization.config.algorithms import AWQConfig, Phase, register_implementation
+from quark.torch.quantization.config.algorithms import AWQConfig
 from quark.torch.quantization.plan import LayerPlan, Site
 
 logger = logging.getLogger(__name__)
@@ -122,12 +122,11 @@ def clip(layer: nn.Module, x: torch.Tensor) -> None:
     layer.weight.data = torch.clamp(wg, -best_max, best_max).view_as(weight).to(layer.weight)
 
 
-def _check(config: AWQConfig, plans: Sequence[LayerPlan], sites: Sequence[Site]) -> list[str]:
+def check(config: AWQConfig, plans: Sequence[LayerPlan], sites: Sequence[Site]) -> list[str]:
     scope, problems = scope_problems(config, plans, None)
     return problems + weight_spec_problems(config, plans, scope)
 
 
-@register_implementation(AWQConfig, Phase.after_calibration, needs_data=True, check=_check)
 def awq(config: AWQConfig, model: nn.Module, data: Any) -> nn.Module:
     check_embedding_layers(config, model)
     if any(entry.get("module2inspect") for entry in config.scaling_layers or ()):

@@ -1,56 +1,40 @@
 """``MergeBatchNorm``: Brevitas' ``MergeBatchNorm`` on the traced float model, only where there is
-batch norm to fold.
-
-Models that ``torch.fx`` cannot trace as a whole (transformers' models: control flow on their
-arguments) are folded part by part: the largest submodules that trace, each replaced by its
-folded graph. A model without batch norm is returned as it is, untraced.
-"""
+batch norm to fold; a model that does not trace whole is folded part by part (see :mod:`.parts`)."""
 
 from __future__ import annotations
 
 import logging
-import warnings
+from collections.abc import Iterator
 from typing import Any
 
-from brevitas.fx import symbolic_trace
-from brevitas.graph.fixed_point import MergeBatchNorm as BrevitasMergeBatchNorm
 from torch import nn
 
-from quark.torch.quantization.config.algorithms import MergeBatchNorm, Phase, register_implementation
+from quark.torch.extensions.brevitas._backend.algorithms.parts import (
+    BATCH_NORMS,
+    fold_batch_norms,
+    fold_by_running,
+)
+from quark.torch.extensions.brevitas._backend.data import calibration_data, run_batch
+from quark.torch.quantization.config.algorithms import MergeBatchNorm
 
 logger = logging.getLogger(__name__)
 
-_BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
-
-def _has_batch_norm(module: nn.Module) -> bool:
-    return any(isinstance(m, _BATCH_NORMS) for m in module.modules())
-
-
-def _folded(module: nn.Module) -> nn.Module:
-    """``module`` with its batch norms folded: traced whole if it traces, else child by child."""
-    if not _has_batch_norm(module) or isinstance(module, _BATCH_NORMS):
-        return module
-    try:  # Brevitas' graph transforms take graphs of its own torch.fx backport
-        with warnings.catch_warnings():  # the backport's own use of deprecated pytree names
-            warnings.simplefilter("ignore", FutureWarning)
-            traced = symbolic_trace(module)
-    except Exception:  # noqa: BLE001  torch.fx raises many types; the children are tried instead
-        for name, child in module.named_children():
-            setattr(module, name, _folded(child))
-        return module
-    return BrevitasMergeBatchNorm().apply(traced)
-
-
-@register_implementation(MergeBatchNorm, Phase.before_quantization)
 def merge_batch_norm(config: MergeBatchNorm, model: nn.Module, batches: Any = None) -> nn.Module:
     training = model.training
-    merged = _folded(model.eval()).train(training)
-    kept = [f"{name} ({type(m).__name__})" for name, m in merged.named_modules() if isinstance(m, _BATCH_NORMS)]
+    merged = fold_batch_norms(model.eval())
+    data = calibration_data(batches)
+    left = any(isinstance(m, BATCH_NORMS) for m in merged.modules())
+    if left and data is not None and not isinstance(data.source, Iterator):  # a one-shot iterator is calibration's
+        batch = next(iter(data.passes("MergeBatchNorm")), None)
+        if batch is not None:
+            merged = fold_by_running(merged, lambda m: run_batch(m, batch))
+    merged = merged.train(training)
+    kept = [f"{name} ({type(m).__name__})" for name, m in merged.named_modules() if isinstance(m, BATCH_NORMS)]
     if kept:
         logger.warning(
-            "MergeBatchNorm: %d batch norm(s) follow no Linear / Conv whose output they alone take, and stay "
-            "float: %s",
+            "MergeBatchNorm: %d batch norm(s) follow no Linear / Conv whose output they alone take (or sit where "
+            "torch.fx does not trace), and stay float: %s",
             len(kept),
             ", ".join(kept),
         )

@@ -13,8 +13,6 @@ from quark.torch.extensions.brevitas._backend.data import calibration_data, run_
 from quark.torch.quantization.config.algorithms import (
     BiasCorrection,
     CalibrateBatchNorm,
-    Phase,
-    register_implementation,
 )
 
 
@@ -31,11 +29,9 @@ def _one_pass(model: nn.Module, data: Any, mode: Any, desc: str) -> nn.Module:
     return model.train(was_training)
 
 
-@register_implementation(BiasCorrection, Phase.after_quantization, needs_data=True)
 def bias_correction(config: BiasCorrection, model: nn.Module, data: Any) -> nn.Module:
     return _one_pass(model, data, bias_correction_mode, "BiasCorrection")
 
 
-@register_implementation(CalibrateBatchNorm, Phase.after_quantization, needs_data=True)
 def calibrate_batch_norm(config: CalibrateBatchNorm, model: nn.Module, data: Any) -> nn.Module:
     return _one_pass(model, data, norm_correction_mode, "CalibrateBatchNorm")

@@ -11,10 +11,9 @@ from brevitas.graph.equalize import activation_equalization_mode
 from torch import fx, nn
 
 from quark.torch.extensions.brevitas._backend.data import calibration_data, run_batch
-from quark.torch.quantization.config.algorithms import ActivationEqualization, Phase, register_implementation
+from quark.torch.quantization.config.algorithms import ActivationEqualization
 
 
-@register_implementation(ActivationEqualization, Phase.before_quantization, needs_data=True)
 def activation_equalization(config: ActivationEqualization, model: nn.Module, data: Any) -> nn.Module:
     if not config.is_layerwise and not isinstance(model, (GraphModule, fx.GraphModule)):
         raise ValueError(

@@ -9,17 +9,20 @@ from typing import Any
 from torch import nn
 
 from quark.torch.extensions.brevitas._backend.algorithms import gpxq
-from quark.torch.quantization.config.algorithms import GPFA2Q, GPFQ, Phase, Qronos, register_implementation
+from quark.torch.extensions.brevitas._backend.algorithms.blocks import find_blocks
+from quark.torch.extensions.brevitas._backend.algorithms.gptq import scope_problems
+from quark.torch.extensions.brevitas._backend.algorithms.layers import in_scope
+from quark.torch.quantization.config.algorithms import GPFA2Q, GPFQ, Qronos, QronosConfig
 from quark.torch.quantization.plan import LayerPlan, Site
+from quark.torch.quantization.tensor_quant import Format
 
 
-@register_implementation(GPFQ, Phase.after_calibration, needs_data=True)
 def gpfq(config: GPFQ, model: nn.Module, data: Any) -> nn.Module:
     mode = gpxq.gpfq(act_order=config.act_order, fraction=config.percentage_of_processed_inputs)
     return gpxq.run(model, data, mode, desc="GPFQ")
 
 
-def _check_a2q(config: GPFA2Q, plans: Sequence[LayerPlan], sites: Sequence[Site]) -> list[str]:
+def check_a2q(config: GPFA2Q, plans: Sequence[LayerPlan], sites: Sequence[Site]) -> list[str]:
     """The accumulator bound depends on the input's integer range: every integer-weight layer needs
     an integer input quantizer."""
     bare = [
@@ -28,7 +31,7 @@ def _check_a2q(config: GPFA2Q, plans: Sequence[LayerPlan], sites: Sequence[Site]
         if p.specs["weight"] is not None
         and (
             p.specs["input_tensors"] is None
-            or p.specs["input_tensors"].format != "int"
+            or p.specs["input_tensors"].format is not Format.integer
             or p.specs["input_tensors"].is_dynamic
         )
     ]
@@ -42,7 +45,6 @@ def _check_a2q(config: GPFA2Q, plans: Sequence[LayerPlan], sites: Sequence[Site]
     return []
 
 
-@register_implementation(GPFA2Q, Phase.after_calibration, needs_data=True, check=_check_a2q)
 def gpfa2q(config: GPFA2Q, model: nn.Module, data: Any) -> nn.Module:
     mode = gpxq.gpfa2q(
         act_order=config.act_order,
@@ -52,6 +54,25 @@ def gpfa2q(config: GPFA2Q, model: nn.Module, data: Any) -> nn.Module:
     return gpxq.run(model, data, mode, desc="GPFA2Q")
 
 
-@register_implementation(Qronos, Phase.after_calibration, needs_data=True)
 def qronos(config: Qronos, model: nn.Module, data: Any) -> nn.Module:
     return gpxq.run(model, data, gpxq.qronos(act_order=config.act_order, alpha=config.alpha), desc="Qronos")
+
+
+def check_qronos_config(config: QronosConfig, plans: Sequence[LayerPlan], sites: Sequence[Site]) -> list[str]:
+    """``inside_layer_modules`` must match quantized weights (as GPTQConfig's)."""
+    return scope_problems(config, plans, config.inside_layer_modules)[1]
+
+
+def qronos_config(config: QronosConfig, model: nn.Module, data: Any) -> nn.Module:
+    """AMD Quark's QronosConfig: Qronos on the layers ``inside_layer_modules`` names in each block of
+    ``model_decoder_layers``, with its ``desc_act``, ``alpha``, ``beta`` and ``block_size``."""
+    blocks = find_blocks(model, config.model_decoder_layers, "QronosConfig")
+    mode = gpxq.qronos(act_order=config.desc_act, alpha=config.alpha, beta=config.beta, block_size=config.block_size)
+    return gpxq.run(
+        model,
+        data,
+        mode,
+        desc="Qronos",
+        blocks=blocks,
+        selected=lambda name: in_scope(name, config.model_decoder_layers, config.inside_layer_modules),
+    )

@@ -17,7 +17,7 @@ from quark.torch.extensions.brevitas._backend.algorithms.layers import (
     weight_quantized,
     weight_spec_problems,
 )
-from quark.torch.quantization.config.algorithms import GPTQ, GPTQConfig, Phase, register_implementation
+from quark.torch.quantization.config.algorithms import GPTQ, GPTQConfig
 from quark.torch.quantization.config.type import QSchemeType
 from quark.torch.quantization.plan import LayerPlan, Site
 
@@ -56,7 +56,7 @@ def check_embedding_layers(config: Any, model: nn.Module) -> None:
         raise ValueError(f"{type(config).__name__}.embedding_layers {missing} are not modules of the model")
 
 
-def _check(config: GPTQConfig, plans: Sequence[LayerPlan], sites: Sequence[Site]) -> list[str]:
+def check(config: GPTQConfig, plans: Sequence[LayerPlan], sites: Sequence[Site]) -> list[str]:
     scope, problems = scope_problems(config, plans, config.inside_layer_modules)
     problems += weight_spec_problems(config, plans, scope)
     grouped = [
@@ -71,7 +71,6 @@ def _check(config: GPTQConfig, plans: Sequence[LayerPlan], sites: Sequence[Site]
     return problems
 
 
-@register_implementation(GPTQConfig, Phase.after_calibration, needs_data=True, check=_check)
 def gptq_config(config: GPTQConfig, model: nn.Module, data: Any) -> nn.Module:
     check_embedding_layers(config, model)
     blocks = find_blocks(model, config.model_decoder_layers, "GPTQConfig")
@@ -97,7 +96,6 @@ def gptq_config(config: GPTQConfig, model: nn.Module, data: Any) -> nn.Module:
     )
 
 
-@register_implementation(GPTQ, Phase.after_calibration, needs_data=True)
 def gptq_extension(config: GPTQ, model: nn.Module, data: Any) -> nn.Module:
     """As Quark's extension: float activations while the Hessians are collected, Brevitas' damping."""
     mode = gpxq.gptq(act_order=config.act_order, damp_percent=0.01, block_size=None, quant_inputs=False)

@@ -147,7 +147,17 @@ class _SubsampledA2GPFQ(_Frozen, _Subsample, A2GPFQ):
 
 
 class _FrozenQronos(_Frozen, Qronos):
-    pass
+    """Brevitas' Qronos with AMD Quark's ``beta`` (Brevitas fixes it at 1e4) and ``block_size``
+    (Brevitas derives it from a number of blocks)."""
+
+    def __init__(self, *args: Any, beta: float = 1e4, block_size: int | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.beta = beta
+        if block_size is not None:
+            self.blocksize = block_size
+
+    def single_layer_update(self, beta: float | None = None) -> None:
+        super().single_layer_update(beta=self.beta if beta is None else beta)
 
 
 #: (name, config fields) -> the context manager that runs the algorithm on one block
@@ -182,8 +192,8 @@ def gpfq(*, act_order: bool, fraction: float) -> ModeFactory:
     )
 
 
-def qronos(*, act_order: bool, alpha: float) -> ModeFactory:
-    impl = functools.partial(_FrozenQronos, alpha=alpha)
+def qronos(*, act_order: bool, alpha: float, beta: float = 1e4, block_size: int | None = None) -> ModeFactory:
+    impl = functools.partial(_FrozenQronos, alpha=alpha, beta=beta, block_size=block_size)
     return lambda block, parallel: _GPFQMode(
         block, parallel, use_quant_activations=True, act_order=act_order, algorithm_impl=impl
     )

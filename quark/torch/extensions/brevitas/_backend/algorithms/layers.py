@@ -23,10 +23,16 @@ def weight_quantized(module: nn.Module) -> bool:
     return isinstance(module, QuantWeightBiasInputOutputLayer) and module.weight_quant.is_quant_enabled
 
 
+#: the child a Hadamard rotation (Brevitas' RotatedModule) wraps a layer in: ``q_proj`` becomes
+#: ``q_proj.layer``, and Quark's ``inside_layer_modules`` name the layer as before the rotation
+ROTATED_CHILD = ".layer"
+
+
 def in_scope(name: str, decoder_layers: str | None, patterns: Sequence[str] | None) -> bool:
     """Whether layer ``name`` is one an algorithm with these ``model_decoder_layers`` /
     ``inside_layer_modules`` works on: inside a block (``<decoder_layers>.<i>.``) and matching a
-    pattern relative to it; without patterns, every layer (of the blocks, when given)."""
+    pattern relative to it (a rotated layer by its name before the rotation too); without patterns,
+    every layer (of the blocks, when given)."""
     if decoder_layers is not None:
         head = decoder_layers + "."
         if not name.startswith(head) or "." not in name[len(head) :]:
@@ -36,7 +42,8 @@ def in_scope(name: str, decoder_layers: str | None, patterns: Sequence[str] | No
         relative = name
     if patterns is None:
         return True
-    return any(fnmatch.fnmatchcase(relative, p) or fnmatch.fnmatchcase(relative, f"*.{p}") for p in patterns)
+    names = [relative, relative.removesuffix(ROTATED_CHILD)] if relative.endswith(ROTATED_CHILD) else [relative]
+    return any(fnmatch.fnmatchcase(n, p) or fnmatch.fnmatchcase(n, f"*.{p}") for n in names for p in patterns)
 
 
 def unmatched_patterns(

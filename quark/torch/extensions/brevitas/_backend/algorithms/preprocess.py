@@ -8,10 +8,9 @@ from typing import Any
 from brevitas.graph.quantize import preprocess_for_quantize
 from torch import nn
 
-from quark.torch.quantization.config.algorithms import Phase, Preprocess, register_implementation
+from quark.torch.quantization.config.algorithms import Preprocess
 
 
-@register_implementation(Preprocess, Phase.before_quantization)
 def preprocess(config: Preprocess, model: nn.Module, batches: Any = None) -> nn.Module:
     try:
         with warnings.catch_warnings():  # torch.fx internals deprecations, not actionable by users
@@ -28,6 +27,7 @@ def preprocess(config: Preprocess, model: nn.Module, batches: Any = None) -> nn.
             )
     except Exception as err:  # torch.fx raises many types; add what the user can do about it
         raise RuntimeError(
-            f"Preprocess could not prepare {type(model).__name__}: {err}. "
-            "Pass Config(..., pre_quant_opt_config=[]) to quantize without pre-processing."
+            f"Preprocess could not prepare {type(model).__name__}: {err}. Pass Config(..., "
+            "pre_quant_opt_config=[MergeBatchNorm()]) to fold its batch norm where torch.fx traces it (part by "
+            "part), or pre_quant_opt_config=[] to quantize without pre-processing."
         ) from err

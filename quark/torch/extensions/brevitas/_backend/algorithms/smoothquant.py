@@ -17,7 +17,7 @@ from quark.torch.extensions.brevitas._backend.algorithms import pairs
 from quark.torch.extensions.brevitas._backend.algorithms.blocks import each_block, find_blocks
 from quark.torch.extensions.brevitas._backend.algorithms.gptq import check_embedding_layers
 from quark.torch.extensions.brevitas._backend.data import calibration_data
-from quark.torch.quantization.config.algorithms import Phase, SmoothQuantConfig, register_implementation
+from quark.torch.quantization.config.algorithms import SmoothQuantConfig
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,6 @@ def smooth_scale(
     return scale.clamp(min=config.scale_clamp_min)
 
 
-@register_implementation(SmoothQuantConfig, Phase.before_quantization, needs_data=True)
 def smoothquant(config: SmoothQuantConfig, model: nn.Module, data: Any) -> nn.Module:
     check_embedding_layers(config, model)
     blocks = find_blocks(model, config.model_decoder_layers, "SmoothQuantConfig")

@@ -1,25 +1,6 @@
 """Export of quantized models to ONNX (QCDQ for ONNX Runtime / AMD IPU, QONNX for FINN), with
-verification of the written graph against the torch model.
+verification of the written graph against the torch model. The public names are in
+:mod:`quark.torch.extensions.brevitas.api` (``ModelExporter``, the errors, ``ExportFormat``).
 
 Importing this package does not import onnx, onnxruntime or qonnx; exporting does.
 """
-
-from quark.torch.extensions.brevitas._backend.export.errors import (
-    ExportFailedError,
-    ExportVerificationError,
-    TargetCheckError,
-    UnsupportedExportError,
-)
-from quark.torch.extensions.brevitas._backend.export.exporter import ModelExporter
-from quark.torch.extensions.brevitas._backend.export.finn_dataflow.errors import FinnDataflowError
-from quark.torch.extensions.brevitas._backend.export.formats import ExportFormat
-
-__all__ = [
-    "ExportFailedError",
-    "ExportFormat",
-    "ExportVerificationError",
-    "FinnDataflowError",
-    "ModelExporter",
-    "TargetCheckError",
-    "UnsupportedExportError",
-]

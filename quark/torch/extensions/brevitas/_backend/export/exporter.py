@@ -10,20 +10,22 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypedDict
 
 import torch
 from torch import nn
+from typing_extensions import Unpack
 
-from quark.torch.extensions.brevitas._backend.export import safe_graph, support
+from quark.torch.extensions.brevitas._backend.calibrate import require_calibrated
+from quark.torch.extensions.brevitas._backend.export import support
 from quark.torch.extensions.brevitas._backend.export.errors import (
     ExportFailedError,
     ExportVerificationError,
     TargetCheckError,
     UnsupportedExportError,
 )
+from quark.torch.extensions.brevitas._backend.export.extras import require_export_stack
 from quark.torch.extensions.brevitas._backend.export.formats import EXPORTERS, FORMATS, ExportFormat
 from quark.torch.extensions.brevitas._backend.export.inputs import (
     ExampleInputs,
@@ -34,6 +36,15 @@ from quark.torch.quantization.config.type import DeviceType
 from quark.torch.quantization.files import atomic_path, check_writable
 
 logger = logging.getLogger(__name__)
+
+
+class ExportOptions(TypedDict, total=False):
+    """The keyword options of both exports (see :meth:`ModelExporter.export_onnx_model`)."""
+
+    verify: bool
+    tolerance_lsb: float | None
+    target_device: DeviceType | str | None
+    plans: Sequence[Any] | None
 
 
 class ModelExporter:
@@ -75,16 +86,7 @@ class ModelExporter:
         self.opset_version = opset_version
         self.dynamo = dynamo
 
-    def export_onnx_model(
-        self,
-        model: nn.Module,
-        args: Any,
-        *,
-        verify: bool = True,
-        tolerance_lsb: float | None = None,
-        target_device: DeviceType | str | None = None,
-        plans: Sequence[Any] | None = None,
-    ):
+    def export_onnx_model(self, model: nn.Module, args: Any, **options: Unpack[ExportOptions]):
         """Write QCDQ ONNX (runnable in ONNX Runtime) and verify it.
 
         Args:
@@ -107,26 +109,17 @@ class ModelExporter:
             ExportFailedError: the ONNX exporter failed (the model is restored).
             ExportVerificationError: the graph differs from the model beyond the tolerance.
         """
-        return self._export(model, args, ExportFormat.qcdq, verify, tolerance_lsb, target_device, plans)
+        return self._export(model, args, ExportFormat.qcdq, **options)
 
-    def export_qonnx_model(
-        self,
-        model: nn.Module,
-        args: Any,
-        *,
-        verify: bool = True,
-        tolerance_lsb: float | None = None,
-        target_device: DeviceType | str | None = None,
-        plans: Sequence[Any] | None = None,
-    ):
+    def export_qonnx_model(self, model: nn.Module, args: Any, **options: Unpack[ExportOptions]):
         """Write QONNX (Quant / BipolarQuant / Trunc nodes, for FINN) and verify it with qonnx.
 
         Arguments and errors as :meth:`export_onnx_model`; ``target_device=DeviceType.FINN`` (or
         a config whose ``target_device`` is FINN) checks the config before and the graph after
         export against FINN's requirements. The FINN hand-off itself is
-        :func:`~quark.torch.extensions.brevitas._backend.export.finn.finn_handoff`.
+        :func:`~quark.torch.extensions.brevitas._backend.targets.finn.pipeline.finn_handoff`.
         """
-        return self._export(model, args, ExportFormat.qonnx, verify, tolerance_lsb, target_device, plans)
+        return self._export(model, args, ExportFormat.qonnx, **options)
 
     def verify(self, model: nn.Module, args: Any, *, tolerance_lsb: float | None = None):
         """Execute the ONNX file at ``export_path`` (QONNX or QCDQ, told apart by its nodes) on
@@ -160,32 +153,48 @@ class ModelExporter:
     ):
         """Take the model into FINN's dataflow: ``export_path`` is the output directory.
 
-        Exports QONNX (verified against torch), runs FINN's front end to one dataflow partition
-        of hardware layers (each step executed and compared on the first four samples), executes the
-        hardware graph on every sample of ``example`` (a batch of inputs: pass a whole test set to
-        compare the predictions on all of it) against the model's outputs, folds the layers for
-        ``target_fps`` at ``clock_mhz`` on ``part`` and writes the estimate report.
-        ``integer_input``: the accelerator takes the integers of the network input's quantizer
-        (e.g. ``UINT8`` pixels) instead of floats it thresholds itself. Returns a
-        ``DataflowExport``; see :mod:`~quark.torch.extensions.brevitas._backend.export.finn_dataflow`
-        (needs finn-plus).
+        Exports QONNX (verified against torch) to ``model.qonnx.onnx`` in the directory, runs FINN's
+        front end on the written file to one dataflow partition of hardware layers (each step
+        executed and compared on the first four samples), executes the hardware graph on every
+        sample of ``example`` (a batch of inputs: pass a whole test set to compare the predictions on
+        all of it) against the model's outputs, folds the layers for ``target_fps`` at ``clock_mhz``
+        on ``part`` and writes the estimate report. ``integer_input``: the accelerator takes the
+        integers of the network input's quantizer (e.g. ``UINT8`` pixels, FINN's usual interface: its
+        scale folds into the first layer) instead of floats it thresholds itself; the hardware graph
+        is then executed on the integers that quantizer makes of ``example``. Returns a
+        ``DataflowExport`` (see :mod:`~quark.torch.extensions.brevitas._backend.targets.finn.dataflow`;
+        needs finn-plus). The model is unchanged.
 
         Raises:
-            FinnDataflowError: a FINN step failed or changed the outputs, a node could not be
-                mapped to hardware (named with its module and the fix), or the hardware graph
-                differs from the model.
+            FinnError: a FINN step failed or changed the outputs, a node could not be mapped to
+                hardware (named with its module and the fix), or the hardware graph differs from the
+                model.
         """
-        from quark.torch.extensions.brevitas._backend.export.finn_dataflow import export_finn_dataflow_model
+        from quark.torch.extensions.brevitas._backend.targets.finn import dataflow, interface, pipeline
 
-        return export_finn_dataflow_model(
-            model,
-            example,
+        if not isinstance(example, torch.Tensor):
+            raise TypeError(
+                f"example: FINN's dataflow takes one input tensor (batch first), got {type(example).__name__}"
+            )
+        pipeline.require_finn()
+        fpga = dataflow.resolve(part)  # an unknown part fails before the long steps
+        path = os.path.join(self.export_path, "model.qonnx.onnx")
+        ModelExporter(path).export_qonnx_model(model, example)
+        expected = self._reference(model, ExampleInputs.of(model, example))[0]
+        inputs = pipeline.as_array(example, "example")
+        if integer_input:
+            interface_ = interface.integer_input(path)
+            inputs = interface_.integers(inputs)
+            logger.info("FINN dataflow input: %s integers, scale %g", interface_.datatype, interface_.scale)
+        return dataflow.export_finn_dataflow(
+            path,
+            inputs,
             self.export_path,
-            part=part,
+            expected=expected,
+            part=fpga,
             target_fps=target_fps,
             clock_mhz=clock_mhz,
             top_k=top_k,
-            integer_input=integer_input,
         )
 
     # -- the flow ---------------------------------------------------------------------------------
@@ -195,39 +204,42 @@ class ModelExporter:
         model,
         args,
         fmt: ExportFormat,
-        verify: bool,
-        tolerance_lsb: float | None,
-        target_device: DeviceType | str | None,
-        plans: Sequence[Any] | None,
+        *,
+        verify: bool = True,
+        tolerance_lsb: float | None = None,
+        target_device: DeviceType | str | None = None,
+        plans: Sequence[Any] | None = None,
     ):
         if not isinstance(model, nn.Module):
             raise TypeError(f"export: model must be an nn.Module, got {type(model).__name__}")
+        from quark.torch.extensions.brevitas._backend.targets import TARGETS
+
+        require_export_stack(fmt)
         plans = plans if plans is not None else getattr(model, PLANS_ATTRIBUTE, None)
-        target = _target(target_device, plans)
-        checks = TARGETS.get(target)
-        if checks is not None and checks.format is not fmt:
+        device = _target(target_device, plans)
+        target = TARGETS.get(device)
+        if target is not None and target.format is not fmt:
             if target_device is not None:
-                method = "export_onnx_model" if checks.format is ExportFormat.qcdq else "export_qonnx_model"
+                method = "export_onnx_model" if target.format is ExportFormat.qcdq else "export_qonnx_model"
                 raise UnsupportedExportError(
-                    f"target_device={target.name} takes {checks.format.value}: use ModelExporter.{method}",
-                    [f"target_device={target.name}"],
+                    f"target_device={device.name} takes {target.format.value}: use ModelExporter.{method}",
+                    [f"target_device={device.name}"],
                 )
-            logger.info("the config's target_device=%s is checked on %s exports only", target.name, checks.format.value)
-            checks = None
+            logger.info("the config's target_device=%s is checked on %s exports only", device.name, target.format.value)
+            target = None
         if tolerance_lsb is not None and not (isinstance(tolerance_lsb, (int, float)) and tolerance_lsb >= 0):
             raise ValueError(f"export: tolerance_lsb={tolerance_lsb!r}; expected a number >= 0 or None")
-        from quark.torch.extensions.brevitas._backend.export import ipu
-
         check_writable(self.export_path)  # a directory in the way fails now, not after the export
         opset = self.opset_version or FORMATS[fmt].opset[self.dynamo]
-        if target is DeviceType.IPU and checks is not None and (self.dynamo or opset != ipu.OPSET):
+        if target is not None and target.opset is not None and (self.dynamo or opset != target.opset):
             raise UnsupportedExportError(
-                f"target_device=IPU takes opset {ipu.OPSET} from the TorchScript exporter; got opset {opset}, "
-                f"dynamo={self.dynamo}: use ModelExporter(path) with the defaults",
+                f"target_device={device.name} takes opset {target.opset} from the TorchScript exporter; got opset "
+                f"{opset}, dynamo={self.dynamo}: use ModelExporter(path) with the defaults",
                 [f"opset {opset}", f"dynamo={self.dynamo}"],
             )
-        if checks is not None:
-            checks.check_specs(model, plans or ())
+        if target is not None:
+            target.check_config(model, plans or ())
+        require_calibrated(model, f"export to {fmt.value}")
         support.check(model, fmt, self.dynamo)
         inputs = ExampleInputs.of(model, args)
         expected = self._reference(model, inputs)
@@ -236,7 +248,7 @@ class ModelExporter:
         with atomic_path(self.export_path) as written:
             onnx_model = self._write(model, inputs, fmt, opset, len(expected), written)
             try:
-                target_checks = checks.check_graph(onnx_model) if checks is not None else []
+                target_checks = target.check_graph(onnx_model) if target is not None else []
                 report = self._verify(
                     onnx_model, fmt, opset, inputs, expected if verify else None, tolerance_lsb, target_checks
                 )
@@ -305,6 +317,8 @@ class ModelExporter:
         exact = checks.is_exact(onnx_model)
         if tolerance_lsb is None:
             tolerance_lsb = checks.EXACT_TOLERANCE_LSB if exact else checks.DEFAULT_TOLERANCE_LSB
+        from quark.torch.extensions.brevitas._backend.export import safe_graph
+
         feeds = [t.detach().cpu().numpy() for t in inputs.tensors]
         safe_graph.check(onnx_model, self.export_path)  # the check files from elsewhere pass before they run
         try:
@@ -372,28 +386,6 @@ def _keep_for_inspection(error: Exception, written: str, export_path: str) -> No
 
 #: attribute where ``ModelQuantizer.quantize_model`` records the plans of the model it returns
 PLANS_ATTRIBUTE = "quark_plans"
-
-
-@dataclass(frozen=True)
-class TargetChecks:
-    """A deployment target: the format it takes, its checks before export and on the written graph."""
-
-    format: ExportFormat
-    check_specs: Callable[[nn.Module, Sequence[Any]], None]
-    check_graph: Callable[[Any], list[str]]
-
-
-def _targets() -> dict[DeviceType, TargetChecks]:
-    from quark.torch.extensions.brevitas._backend.export import finn_target, ipu
-
-    return {
-        DeviceType.IPU: TargetChecks(ExportFormat.qcdq, ipu.check_specs, ipu.check_graph),
-        DeviceType.FINN: TargetChecks(ExportFormat.qonnx, finn_target.check_specs, finn_target.check_graph),
-    }
-
-
-#: target device -> its checks (CPU has none)
-TARGETS: dict[DeviceType, TargetChecks] = _targets()
 
 
 def _target(target_device: Any, plans: Sequence[Any] | None) -> DeviceType | None:

@@ -52,7 +52,7 @@ from torch import Tensor
 
 from quark.torch.extensions.brevitas._backend.algorithms.frozen import FrozenProxyMixin
 from quark.torch.extensions.brevitas._backend.export.formats import ExportFormat
-from quark.torch.extensions.brevitas._backend.export.support import spec_of
+from quark.torch.extensions.brevitas._backend.inventory import spec_of
 from quark.torch.extensions.brevitas._backend.quantizers import RoundHalfAwayFromZeroSte
 from quark.torch.quantization.config.type import RoundType
 

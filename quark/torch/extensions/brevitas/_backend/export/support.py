@@ -1,5 +1,5 @@
-"""What each export format can express: a supported-layer table and rules on quantizer specs,
-checked before anything is exported.
+"""What each export format can express: a supported-layer table and rules on quantizer specs and
+layers (:mod:`..rules` rows, scoped by format and exporter), checked before anything is exported.
 
 Every row was measured with torch 2.13.0, brevitas 0.13.4, onnx 1.21.0, onnxruntime 1.25.1 and
 qonnx 1.0.0 (tests/export/test_support.py runs one model per row). :func:`check` collects every
@@ -8,21 +8,22 @@ problem of a model and raises one :class:`UnsupportedExportError` naming the mod
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 import brevitas.nn as qnn
 from brevitas.nn.equalized_layer import RotatedModule
 from brevitas.nn.mixin.base import QuantLayerMixin
-from brevitas.proxy.parameter_quant import BiasQuantProxyFromInjectorBase, WeightQuantProxyFromInjectorBase
-from brevitas.proxy.runtime_quant import ActQuantProxyFromInjectorBase
 from torch import nn
 
 from quark.torch.extensions.brevitas._backend.export.errors import UnsupportedExportError
 from quark.torch.extensions.brevitas._backend.export.formats import ExportFormat
+from quark.torch.extensions.brevitas._backend.inventory import Module, modules, quantizers
 from quark.torch.extensions.brevitas._backend.rewrite.graph import QuantConcat
+from quark.torch.extensions.brevitas._backend.rules import ACT, BIAS, WEIGHT, Found, Rule, spec_rule
+from quark.torch.extensions.brevitas._backend.rules import markdown as rules_markdown
+from quark.torch.extensions.brevitas._backend.rules import problems as collect
 from quark.torch.quantization.config.type import QSchemeType, RoundType, ZeroPointType
-from quark.torch.quantization.tensor_quant import TensorQuant
+from quark.torch.quantization.tensor_quant import Format
 
 QCDQ, QONNX = ExportFormat.qcdq, ExportFormat.qonnx
 BOTH = frozenset(ExportFormat)
@@ -46,222 +47,152 @@ LAYER_FORMATS: dict[type[nn.Module], frozenset[ExportFormat]] = {
     qnn.TruncAdaptiveAvgPool2d: frozenset({QONNX}),
 }
 
-#: quantizer proxy class -> the role it quantizes (first match wins).
-PROXY_ROLES: tuple[tuple[type[nn.Module], str], ...] = (
-    (BiasQuantProxyFromInjectorBase, "bias"),
-    (WeightQuantProxyFromInjectorBase, "weight"),
-    (ActQuantProxyFromInjectorBase, "activation"),
-)
+
+def _scope(formats: frozenset[ExportFormat], dynamo: frozenset[bool] = ANY_EXPORTER) -> dict[str, frozenset]:
+    return {"format": formats, "dynamo": dynamo}
 
 
-@dataclass(frozen=True)
-class SpecRule:
-    """A spec value a format cannot express: ``bad(spec)`` is True for an offending spec."""
-
-    formats: frozenset[ExportFormat]
-    dynamo: frozenset[bool]
-    roles: frozenset[str]
-    field: str
-    bad: Callable[[TensorQuant], bool]
-    allowed: str
-    reason: str
-
-
-def dtype_name(spec: TensorQuant) -> str:
-    """The element type of a spec: int8, uint4, fp8 (e4m3 ocp), mx (fp8_e4m3), ..."""
-    if spec.format == "int":
-        return f"{'int' if spec.signed else 'uint'}{spec.bit_width}"
-    if spec.format == "float":
-        return f"fp{spec.bit_width} (e{spec.exponent_bit_width}m{spec.mantissa_bit_width} {spec.variant or ''})".replace(
-            " )", ")"
-        )
-    return f"{spec.format} ({spec.variant})" if spec.variant else spec.format
-
-
-def _value(spec: TensorQuant, field: str) -> str:
-    if field == "format":
-        return dtype_name(spec)
-    value = getattr(spec, field)
-    return value.name if hasattr(value, "name") else repr(value)
-
-
-ACT, WEIGHT, BIAS = frozenset({"activation"}), frozenset({"weight"}), frozenset({"bias"})
-
-SPEC_RULES: tuple[SpecRule, ...] = (
-    SpecRule(
-        BOTH,
-        ANY_EXPORTER,
+#: what each format cannot express in a quantizer's spec; subject: a quantizer
+SPEC_RULES: tuple[Rule, ...] = (
+    spec_rule(
         ACT | WEIGHT,
         "format",
-        lambda s: s.format in ("mx", "bdr"),
+        lambda s: not s.format.block,
         "integer, minifloat or cast formats",
         "Brevitas 0.13.4 has no export handler for block formats (OCP MX, shared micro-exponents)",
+        shown=lambda s: s.dtype_name,
+        scope=_scope(BOTH),
     ),
-    SpecRule(
-        frozenset({QCDQ}),
-        ANY_EXPORTER,
+    spec_rule(
         ACT | WEIGHT,
         "format",
-        lambda s: s.format in ("float", "cast"),
+        lambda s: s.format is Format.integer,
         "integer formats",
         "Brevitas 0.13.4's QCDQ minifloat export fails (FP8: NotImplementedError at opsets 17, 19 and 21; other "
         "minifloats and casts: 'Only OCP/FNUZ Standard'); export QONNX (FloatQuant)",
+        shown=lambda s: s.dtype_name,
+        scope=_scope(frozenset({QCDQ})),
     ),
-    SpecRule(
-        BOTH,
-        ANY_EXPORTER,
+    spec_rule(
         ACT,
         "is_dynamic",
-        lambda s: s.is_dynamic,
+        lambda s: not s.is_dynamic,
         "False",
         "no export handler computes a scale at run time for this quantizer (QONNX has no dynamic Quant; "
         "Brevitas' QCDQ DynamicQuantizeLinear handler takes only its own unsigned min-max quantizer)",
+        scope=_scope(BOTH),
     ),
-    SpecRule(
-        frozenset({QCDQ}),
-        ANY_EXPORTER,
+    spec_rule(
         ACT,
         "round_method",
-        lambda s: s.round_method is not RoundType.half_even,
+        lambda s: s.round_method is RoundType.half_even,
         "half_even",
         "ONNX QuantizeLinear rounds half to even; export QONNX for other rounding",
+        scope=_scope(frozenset({QCDQ})),
     ),
-    SpecRule(
-        frozenset({QCDQ}),
-        ANY_EXPORTER,
+    spec_rule(
         ACT | WEIGHT,
         "bit_width",
-        lambda s: s.format == "int" and s.bit_width > 8,
+        lambda s: s.format is not Format.integer or s.bit_width <= 8,
         "2..8",
         "QuantizeLinear / DequantizeLinear hold int8 / uint8 at the opsets written here; export QONNX for wider",
+        shown=lambda s: str(s.bit_width),
+        scope=_scope(frozenset({QCDQ})),
     ),
-    SpecRule(
-        frozenset({QCDQ}),
-        ANY_EXPORTER,
+    spec_rule(
         ACT | WEIGHT,
         "zero_point_type",
-        lambda s: not s.symmetric and s.zero_point_type is ZeroPointType.float32,
+        lambda s: s.symmetric or s.zero_point_type is not ZeroPointType.float32,
         "int32",
         "ONNX zero points are integers; export QONNX for a float zero point",
+        scope=_scope(frozenset({QCDQ})),
     ),
-    SpecRule(
-        frozenset({QCDQ}),
-        frozenset({True}),
+    spec_rule(
         BIAS,
         "bias",
-        lambda s: True,
+        lambda s: False,
         "float biases (or dynamo=False)",
         "Brevitas' dynamo QCDQ exporter refuses quantized biases",
+        problem=lambda s: f"int{s.bit_width} bias",
+        scope=_scope(frozenset({QCDQ}), frozenset({True})),
     ),
-    SpecRule(
-        BOTH,
-        frozenset({True}),
+    spec_rule(
         WEIGHT,
         "qscheme",
-        lambda s: s.qscheme is QSchemeType.per_group,
+        lambda s: s.qscheme is not QSchemeType.per_group,
         "per_tensor, per_channel (or dynamo=False)",
         "per-group export reads the weights' storage, which torch.export hides",
+        scope=_scope(BOTH, frozenset({True})),
     ),
-    SpecRule(
-        BOTH,
-        frozenset({True}),
+    spec_rule(
         WEIGHT,
         "round_method",
-        lambda s: s.round_method is not RoundType.half_even,
+        lambda s: s.round_method is RoundType.half_even,
         "half_even (or dynamo=False)",
         "under torch.export the float weight is re-quantized in the graph (Quant ROUND / QuantizeLinear), half to even",
+        scope=_scope(BOTH, frozenset({True})),
     ),
 )
 
 
-@dataclass(frozen=True)
-class LayerRule:
-    """A layer configuration a format cannot express."""
+def _layer_rule(layers: tuple[type[nn.Module], ...], what: str, allowed: str, reason: str, scope) -> Rule:
+    def check(subject: Module) -> Iterable[Found]:
+        if isinstance(subject.module, layers):
+            yield what
 
-    formats: frozenset[ExportFormat]
-    dynamo: frozenset[bool]
-    layers: tuple[type[nn.Module], ...]
-    bad: Callable[[nn.Module], bool]
-    problem: str
+    return Rule(f"{'/'.join(f'`{c.__name__}`' for c in layers)}: {what}", check, allowed, reason, scope)
 
 
-def spec_of(proxy: nn.Module) -> TensorQuant | None:
-    """The normalised spec a proxy was built from (``quark_spec`` in its injector), or None."""
-    injector = getattr(proxy, "quant_injector", None)
-    return injector.quark_spec if injector is not None and "quark_spec" in injector else None
+def _exportable(subject: Module, fmt: ExportFormat) -> Iterable[Found]:
+    if isinstance(subject.module, (QuantLayerMixin, qnn.QuantMultiheadAttention)):
+        formats = LAYER_FORMATS.get(type(subject.module))
+        if formats is None or fmt not in formats:
+            exportable = sorted(c.__name__ for c, f in LAYER_FORMATS.items() if fmt in f)
+            yield f"no {fmt.value} export", f"the exportable layers {exportable}"
 
 
-LAYER_RULES: tuple[LayerRule, ...] = (
-    LayerRule(
-        frozenset({QCDQ}),
-        ANY_EXPORTER,
+#: what each format cannot express in a layer; subject: a module
+LAYER_RULES: tuple[Rule, ...] = (
+    *(
+        Rule(
+            f"a layer without a {fmt.value} export",
+            lambda subject, fmt=fmt: _exportable(subject, fmt),
+            "the layers of the table above",
+            "Brevitas exports these layers only",
+            _scope(frozenset({fmt})),
+        )
+        for fmt in ExportFormat
+    ),
+    _layer_rule(
         (qnn.TruncAvgPool2d, qnn.TruncAdaptiveAvgPool2d),
-        lambda layer: True,
-        "a truncating average pool; allowed: a requantized average (graph mode: output_tensors of the "
-        "AvgPool2d / AdaptiveAvgPool2d site) (QuantizeLinear rounds half to even where the truncation floors: "
-        "measured 1 LSB off)",
+        "a truncating average pool",
+        "a requantized average (graph mode builds one for every target but FINN)",
+        "QuantizeLinear rounds half to even where the truncation floors: measured 1 LSB off",
+        _scope(frozenset({QCDQ})),
     ),
-    LayerRule(
-        BOTH,
-        frozenset({True}),
+    _layer_rule(
         (qnn.QuantMultiheadAttention,),
-        lambda layer: True,
-        "dynamo=True; allowed: dynamo=False (Brevitas' QuantMultiheadAttention reads its inputs' data pointers, "
-        "which torch.export's fake tensors lack: measured failing in the zoo's encoder, QCDQ and QONNX)",
+        "dynamo=True",
+        "dynamo=False",
+        "Brevitas' QuantMultiheadAttention reads its inputs' data pointers, which torch.export's fake tensors lack: "
+        "measured failing in the zoo's encoder, QCDQ and QONNX",
+        _scope(BOTH, frozenset({True})),
     ),
-    LayerRule(
-        frozenset({QONNX}),
-        ANY_EXPORTER,
+    _layer_rule(
         (RotatedModule,),
-        lambda layer: True,
-        "an online Hadamard rotation (HadamardRotation), a float transform; allowed: the qcdq export, or no "
-        "HadamardRotation (FINN runs no float transform; measured: the QONNX export of a rotated 2-Linear model "
-        "did not finish in 600 s)",
+        "an online Hadamard rotation (HadamardRotation), a float transform",
+        "the qcdq export, or no HadamardRotation",
+        "FINN runs no float transform; measured: the QONNX export of a rotated 2-Linear model did not finish in 600 s",
+        _scope(frozenset({QONNX})),
     ),
 )
-
-
-def quantizers(model: nn.Module) -> Iterator[tuple[str, str, nn.Module, TensorQuant | None]]:
-    """(name, role, proxy, Quark spec or None) of every enabled quantizer of ``model``."""
-    for name, module in model.named_modules():
-        role = next((r for cls, r in PROXY_ROLES if isinstance(module, cls)), None)
-        if role is not None and module.is_quant_enabled:
-            yield name, role, module, spec_of(module)
 
 
 def problems(model: nn.Module, fmt: ExportFormat, dynamo: bool) -> list[str]:
     """One line per module or quantizer that ``fmt`` cannot express."""
-    found: list[str] = []
-    for name, module in model.named_modules():
-        if isinstance(module, (QuantLayerMixin, qnn.QuantMultiheadAttention)):
-            formats = LAYER_FORMATS.get(type(module))
-            if formats is None or fmt not in formats:
-                found.append(
-                    f"module {name!r} ({type(module).__name__}): no {fmt.value} export; exportable layers: "
-                    f"{sorted(c.__name__ for c, f in LAYER_FORMATS.items() if fmt in f)}"
-                )
-        for rule in LAYER_RULES:
-            if (
-                fmt in rule.formats
-                and dynamo in rule.dynamo
-                and isinstance(module, rule.layers)
-                and rule.bad(module)
-            ):
-                found.append(f"module {name!r} ({type(module).__name__}): {rule.problem}")
-    for name, role, _proxy, spec in quantizers(model):
-        if spec is None:
-            continue
-        for rule in SPEC_RULES:
-            if fmt in rule.formats and dynamo in rule.dynamo and role in rule.roles and rule.bad(spec):
-                value = (
-                    f"int{spec.bit_width} bias"
-                    if rule.field == "bias"
-                    else f"{rule.field}={_value(spec, rule.field)}"
-                )
-                found.append(
-                    f"quantizer {name!r} ({role}): {value}; {fmt.value} allows {rule.allowed}: {rule.reason}"
-                )
-    return found
+    context = {"format": fmt, "dynamo": dynamo}
+    found = collect(LAYER_RULES, modules(model), where=str, allows=fmt.value, context=context)
+    return found + collect(SPEC_RULES, quantizers(model), where=str, allows=fmt.value, context=context)
 
 
 def check(model: nn.Module, fmt: ExportFormat, dynamo: bool) -> None:
@@ -274,29 +205,21 @@ def check(model: nn.Module, fmt: ExportFormat, dynamo: bool) -> None:
         )
 
 
+def _formats(rule: Rule) -> str:
+    formats = rule.scope.get("format", BOTH)
+    return "both" if formats == BOTH else ", ".join(sorted(f.value for f in formats))
+
+
+def _exporters(rule: Rule) -> str:
+    dynamo = rule.scope.get("dynamo", ANY_EXPORTER)
+    return "any" if dynamo == ANY_EXPORTER else ("dynamo" if True in dynamo else "TorchScript")
+
+
 def markdown() -> str:
     """The support table and the rules as markdown (docs/export.md embeds it; a test keeps it in sync)."""
     formats = list(ExportFormat)
     lines = ["| layer | " + " | ".join(f.value for f in formats) + " |", "|---|" + "---|" * len(formats)]
     for layer, allowed in LAYER_FORMATS.items():
-        lines.append(
-            f"| `{layer.__name__}` | " + " | ".join("yes" if f in allowed else "-" for f in formats) + " |"
-        )
-    lines += ["", "| format | exporter | refused | allowed | why |", "|---|---|---|---|---|"]
-
-    def exporters(dynamo: frozenset[bool]) -> str:
-        return "any" if dynamo == ANY_EXPORTER else ("dynamo" if True in dynamo else "TorchScript")
-
-    for rule in SPEC_RULES:
-        fmts = "both" if rule.formats == BOTH else ", ".join(f.value for f in rule.formats)
-        refused = f"{'/'.join(sorted(rule.roles))} `{rule.field}`"
-        lines.append(f"| {fmts} | {exporters(rule.dynamo)} | {refused} | {rule.allowed} | {rule.reason} |")
-    for rule in LAYER_RULES:
-        fmts = "both" if rule.formats == BOTH else ", ".join(f.value for f in rule.formats)
-        layers = "/".join(f"`{c.__name__}`" for c in rule.layers)
-        refused, _, rest = rule.problem.partition("; allowed: ")
-        allowed, _, why = rest.partition(" (")
-        lines.append(
-            f"| {fmts} | {exporters(rule.dynamo)} | {layers}: {refused} | {allowed} | {why.rstrip(')')} |"
-        )
-    return "\n".join(lines)
+        lines.append(f"| `{layer.__name__}` | " + " | ".join("yes" if f in allowed else "-" for f in formats) + " |")
+    rules = rules_markdown([*SPEC_RULES, *LAYER_RULES], {"format": _formats, "exporter": _exporters})
+    return "\n".join(lines) + "\n\n" + rules

@@ -16,7 +16,7 @@ from quark.torch.extensions.brevitas._backend.rewrite.graph import GRAPH
 from quark.torch.extensions.brevitas._backend.rewrite.layerwise import LAYERWISE
 from quark.torch.extensions.brevitas.config import Backend
 from quark.torch.quantization.config.type import QuantizationMode
-from quark.torch.quantization.plan import LayerPlan, Site
+from quark.torch.quantization.plan import ConfigView, LayerPlan, Site
 
 
 class Rewriter(Protocol):
@@ -26,7 +26,7 @@ class Rewriter(Protocol):
     itself; graph mode: its traced graph); ``sites`` lists where the plan may put quantizers, and
     ``supported_types`` the types it can quantize (for the messages); ``connect`` completes the
     resolved plans with what the sites hand each other (graph mode: a layer whose input arrives
-    quantized takes the upstream spec), before the rules check them; ``rewrite`` builds every
+    quantized takes the upstream spec; the signs of the config's view), before the rules check them; ``rewrite`` builds every
     replacement first, then swaps them in.
     """
 
@@ -37,7 +37,7 @@ class Rewriter(Protocol):
 
     def sites(self, model: nn.Module) -> list[Site]: ...
 
-    def connect(self, model: nn.Module, plans: list[LayerPlan], sites: list[Site]) -> None: ...
+    def connect(self, model: nn.Module, plans: list[LayerPlan], sites: list[Site], view: ConfigView) -> None: ...
 
     def rewrite(self, model: nn.Module, plans: list[LayerPlan], sites: list[Site]) -> nn.Module: ...
 

@@ -30,26 +30,14 @@ from torch import fx, nn
 
 from quark.torch.extensions.brevitas._backend.mapping import LAYERS, act_quant, build_layer
 from quark.torch.extensions.brevitas._backend.rewrite import tracing
-from quark.torch.extensions.brevitas.graph import Add, Cat, GraphInput
-from quark.torch.quantization.config.config import ROLES
-from quark.torch.quantization.plan import LayerPlan, Site
-from quark.torch.quantization.tensor_quant import TensorQuant
+from quark.torch.extensions.brevitas._backend.targets import AveragePooling, average_pooling
+from quark.torch.extensions.brevitas.graph import ACTIVATIONS, Add, Cat, GraphInput
+from quark.torch.quantization.config.spec import ROLES
+from quark.torch.quantization.plan import ConfigView, LayerPlan, Site, layer_type
+from quark.torch.quantization.tensor_quant import Format, TensorQuant
 
 logger = logging.getLogger(__name__)
 
-#: float activations whose output graph mode quantizes
-ACTIVATIONS: tuple[type[nn.Module], ...] = (
-    nn.ReLU,
-    nn.ReLU6,
-    nn.Hardtanh,
-    nn.Sigmoid,
-    nn.Tanh,
-    nn.LeakyReLU,
-    nn.GELU,
-    nn.SiLU,
-    nn.Hardswish,
-    nn.Hardsigmoid,
-)
 #: average pooling: Brevitas' truncating pools keep the sum's most significant bits (FINN's
 #: QuantAvgPool2d); padded pooling has no truncating form and stays float
 AVG_POOLS: dict[type[nn.Module], Callable[[nn.Module], dict]] = {
@@ -66,9 +54,8 @@ TRUNC_POOLS: dict[type[nn.Module], type[nn.Module]] = {
     nn.AvgPool2d: qnn.TruncAvgPool2d,
     nn.AdaptiveAvgPool2d: qnn.TruncAdaptiveAvgPool2d,
 }
-#: layers whose input may arrive quantized from upstream (MultiheadAttention always quantizes its
-#: own inputs: its three inputs go through one input quantizer per projection)
-WEIGHTED: tuple[type[nn.Module], ...] = (*(t for t in LAYERS if t is not nn.MultiheadAttention), *AVG_POOLS)
+#: layers whose input may arrive quantized from upstream
+WEIGHTED: tuple[type[nn.Module], ...] = (*(t for t, row in LAYERS.items() if row.upstream_input), *AVG_POOLS)
 
 #: operations that hand a quantized tensor on, on the same grid (Brevitas' QuantTensor keeps it)
 PASS_THROUGH_MODULES = (
@@ -80,8 +67,20 @@ PASS_THROUGH_MODULES = (
     nn.AdaptiveMaxPool3d,
     nn.Flatten,
     nn.Identity,
+    nn.Dropout,  # the identity in eval mode, where a graph is exported
+    nn.Dropout1d,
+    nn.Dropout2d,
+    nn.Dropout3d,
 )
-PASS_THROUGH_FUNCTIONS = (torch.flatten, torch.reshape, torch.transpose, F.max_pool1d, F.max_pool2d, F.max_pool3d)
+PASS_THROUGH_FUNCTIONS = (
+    torch.flatten,
+    torch.reshape,
+    torch.transpose,
+    F.max_pool1d,
+    F.max_pool2d,
+    F.max_pool3d,
+    F.dropout,
+)
 PASS_THROUGH_METHODS = ("view", "reshape", "flatten", "transpose", "permute", "contiguous")
 #: nodes that compute nothing a quantizer could act on
 _BOOKKEEPING = ("placeholder", "output", "get_attr")
@@ -162,23 +161,26 @@ class GraphRewriter:
         if node.op != "call_module":
             return None
         module = model.get_submodule(node.target)
-        if type(module) in LAYERS:
+        if layer_type(module) in LAYERS:
             has_bias = any(n.endswith("bias") and p is not None for n, p in module.named_parameters())
             roles = ROLES if has_bias else tuple(r for r in ROLES if r != "bias")
-            return Site(node.target, type(module), roles, module)
+            return Site(node.target, layer_type(module), roles, module)
         kind = KIND_OF_TYPE.get(type(module))
         if kind is None or (kind == "pool" and getattr(module, "padding", 0) not in (0, (0, 0))):
             return None
         return Site(node.target, type(module), KINDS[kind].roles, module, KINDS[kind].sources)
 
-    def connect(self, model: fx.GraphModule, plans: list[LayerPlan], sites: list[Site]) -> None:
+    def connect(self, model: fx.GraphModule, plans: list[LayerPlan], sites: list[Site], view: ConfigView) -> None:
         """Give each weighted layer whose input arrives quantized the spec of the site upstream.
 
         The layer then has no input quantizer of its own (the summary shows ``= site``), unless
         its own ``input_tensors`` was set for it specifically (by name or type) and differs:
-        that is a requantization the config asks for.
+        that is a requantization the config asks for. With ``view.signs_from_graph`` (the Brevitas
+        extension's config), non-negative tensors get unsigned grids first (:func:`_unsigned_where_non_negative`).
         """
         plans_by_name = {p.name: p for p in plans}
+        if view.signs_from_graph:
+            _unsigned_where_non_negative(model, plans_by_name)
         for node in model.graph.nodes:
             plan = plans_by_name.get(node.target) if node.op == "call_module" else None
             if plan is None or plan.module_type not in WEIGHTED or not node.args:
@@ -253,17 +255,19 @@ def _two_sided(layer: type[nn.Module]) -> Callable[[LayerPlan, Site], nn.Module]
 
 
 def _pool(plan: LayerPlan, site: Site) -> nn.Module:
-    """Average pooling. Without ``output_tensors``: the sum truncated to the bit width of the input
-    (floor, as FINN's QuantAvgPool2d), integer to integer; with it: the float average requantized
-    (what a QDQ graph can express). An input arriving float is quantized first."""
+    """Average pooling, in the form the plan's target computes (``targets.average_pooling``): the
+    float average requantized with ``output_tensors``, else with the input's spec (what QDQ graphs
+    and FINN's GlobalAccPool take), or the sum truncated to the bit width of the input (floor, as
+    FINN's QuantAvgPool2d), integer to integer. An input arriving float is quantized first."""
     spec, output = plan.specs["input_tensors"], plan.specs["output_tensors"]
     module = site.module
+    form = average_pooling(plan.target_device, windowed=type(module) is nn.AvgPool2d)
     stages: OrderedDict[str, nn.Module] = OrderedDict()
     if spec is not None and "input_tensors" not in plan.upstream:
         stages["quant"] = _quant_identity(spec)
-    if output is not None:
+    if output is not None or form is AveragePooling.requantized:
         stages["pool"] = copy.deepcopy(module)
-        stages["output_quant"] = _quant_identity(output)
+        stages["output_quant"] = _quant_identity(output or spec)
     else:
         trunc = TruncTo8bit.let(bit_width=spec.bit_width)
         stages["pool"] = TRUNC_POOLS[type(module)](
@@ -290,13 +294,54 @@ BUILDERS: dict[str, Callable[[LayerPlan, Site], nn.Module]] = {
 }
 
 
+#: activations whose output is never negative: Brevitas' graph quantization gives them unsigned
+#: quantizers (``brevitas.graph.quantize``'s ``UNSIGNED_ACT_TUPLE``)
+NON_NEGATIVE_ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.Sigmoid, nn.Hardsigmoid)
+#: sites whose output is non-negative when all their inputs are (they add, join or average them)
+SIGN_PRESERVING = (Add, Cat, *AVG_POOLS)
+
+
+def _unsigned(spec: TensorQuant | None) -> TensorQuant | None:
+    """``spec`` on the unsigned grid of its bit width (symmetric integer specs; others as they are)."""
+    if spec is None or spec.format is not Format.integer or not spec.symmetric or not spec.signed:
+        return spec
+    return replace(spec, signed=False)
+
+
+def _unsigned_where_non_negative(model: fx.GraphModule, plans: dict[str, LayerPlan]) -> None:
+    """Brevitas' sign convention, in graph order: the outputs of non-negative activations, and the
+    inputs and outputs of additions, concatenations and average pools whose inputs are all
+    non-negative (through pass-through operations), take unsigned grids."""
+    non_negative: set[str] = set()  # sites whose output is >= 0
+    for node in model.graph.nodes:
+        plan = plans.get(node.target) if node.op == "call_module" else None
+        if plan is None:
+            continue
+        if issubclass(plan.module_type, NON_NEGATIVE_ACTIVATIONS):
+            roles = ("output_tensors",)
+        elif issubclass(plan.module_type, SIGN_PRESERVING) and _all_inputs_non_negative(model, node, non_negative):
+            roles = ("input_tensors", "output_tensors")
+        else:
+            continue
+        non_negative.add(plan.name)
+        for role in roles:
+            if plan.specs.get(role) is not None and plan.specs[role] != _unsigned(plan.specs[role]):
+                plan.specs[role] = _unsigned(plan.specs[role])
+                plan.origins[role] += " (unsigned: never negative here, Brevitas' convention)"
+
+
+def _all_inputs_non_negative(model: fx.GraphModule, node: fx.Node, non_negative: set[str]) -> bool:
+    inputs = [_producer(model, arg) for arg in node.all_input_nodes]
+    return bool(inputs) and all(p is not None and _site_name(p) in non_negative for p in inputs)
+
+
 def _produced_spec(plan: LayerPlan) -> TensorQuant | None:
     """The spec on whose grid the site's output lies (None: float)."""
     if plan.module_type is GraphInput:
         return plan.specs["input_tensors"]
     if plan.module_type in (Add, Cat):
         return plan.specs["output_tensors"] or plan.specs["input_tensors"]
-    if plan.module_type in AVG_POOLS:  # truncated: the input's bit width and sign, scale x 2^shift / k^2
+    if plan.module_type in AVG_POOLS:  # requantized with the input's spec, or truncated to its bit width and sign
         return plan.specs["output_tensors"] or plan.specs["input_tensors"]
     return plan.specs["output_tensors"]
 

@@ -12,7 +12,7 @@ from torch import nn
 
 from quark.torch.extensions.brevitas._backend.mapping import LAYERS, build_layer
 from quark.torch.extensions.brevitas._backend.rewrite.conversions import convert
-from quark.torch.quantization.plan import LayerPlan, Site, module_sites
+from quark.torch.quantization.plan import ConfigView, LayerPlan, Site, module_sites
 
 
 class LayerwiseRewriter:
@@ -26,7 +26,7 @@ class LayerwiseRewriter:
     def sites(self, model: nn.Module) -> list[Site]:
         return module_sites(model, self.supported_types)
 
-    def connect(self, model: nn.Module, plans: list[LayerPlan], sites: list[Site]) -> None:
+    def connect(self, model: nn.Module, plans: list[LayerPlan], sites: list[Site], view: ConfigView) -> None:
         """Nothing: every layer quantizes its own tensors."""
 
     def rewrite(self, model: nn.Module, plans: list[LayerPlan], sites: list[Site]) -> nn.Module:

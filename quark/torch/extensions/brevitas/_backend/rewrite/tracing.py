@@ -24,6 +24,7 @@ from torch import fx, nn
 from torch.fx.operator_schemas import normalize_function
 
 from quark.torch.extensions.brevitas.graph import Add, Cat
+from quark.torch.quantization.plan import layer_type
 
 
 class UntraceableModelError(RuntimeError):
@@ -34,12 +35,20 @@ def trace(model: nn.Module) -> fx.GraphModule:
     """``model`` as a ``GraphModule`` (a ``GraphModule`` is taken as it is)."""
     if isinstance(model, fx.GraphModule):
         return model
-    tracer = fx.Tracer()
+    tracer = _Tracer()
     try:
         graph = tracer.trace(model)
     except Exception as error:  # torch.fx raises many types; name the call and the way out
         raise UntraceableModelError(_untraceable_message(model, tracer, error)) from error
     return fx.GraphModule(tracer.root, graph, type(model).__name__)
+
+
+class _Tracer(fx.Tracer):
+    """torch.fx's tracer, keeping equivalent subclasses of torch layers (``EQUIVALENT_SUBCLASSES``)
+    as leaves, as it keeps torch's own layers."""
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        return layer_type(m) is not type(m) or super().is_leaf_module(m, module_qualified_name)
 
 
 def _untraceable_message(model: nn.Module, tracer: fx.Tracer, error: Exception) -> str:

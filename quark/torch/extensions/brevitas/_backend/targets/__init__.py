@@ -1,0 +1,26 @@
+"""Deployment targets as plugins: one :class:`Target` type, one table (:data:`TARGETS`).
+
+A target says which export format it takes (and at which opset), what it refuses in the config
+(rules on quantizers, layers and graph-mode sites, checked before export), what it refuses in the
+written graph (checked after), and the pipeline of named passes that takes the graph further
+(FINN's front end; empty for the IPU, whose compiler is the user's). Each target is a package
+here: :mod:`.ipu`, :mod:`.finn`. A new target is a package and a row.
+"""
+
+from __future__ import annotations
+
+from quark.torch.extensions.brevitas._backend.targets import finn, ipu
+from quark.torch.extensions.brevitas._backend.targets.target import AveragePooling, Step, Target
+from quark.torch.quantization.config.type import DeviceType
+
+__all__ = ["TARGETS", "AveragePooling", "Step", "Target", "average_pooling"]
+
+#: device -> its target (CPU has none)
+TARGETS: dict[DeviceType, Target] = {target.device: target for target in (ipu.TARGET, finn.TARGET)}
+
+
+def average_pooling(device: DeviceType | None, windowed: bool) -> AveragePooling:
+    """The form of an average pool on ``device``: global pools requantized everywhere, windowed ones as
+    the target computes them (requantized without a target)."""
+    target = TARGETS.get(device)
+    return target.windowed_pools if windowed and target is not None else AveragePooling.requantized

@@ -1,0 +1,17 @@
+"""The one error of the FINN target's pipeline (hand-off and dataflow alike)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class FinnError(RuntimeError):
+    """A FINN step failed or changed the outputs, a node stayed outside the hardware, or the
+    hardware graph differs from the model.
+
+    ``problems`` has one line per offending node or layer (its torch module where known).
+    """
+
+    def __init__(self, message: str, problems: Sequence[str] = ()):
+        super().__init__(message if not problems else message + "\n  " + "\n  ".join(problems))
+        self.problems = list(problems)

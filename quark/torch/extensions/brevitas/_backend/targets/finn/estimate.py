@@ -1,0 +1,394 @@
+"""Fit and speed of a dataflow partition on an FPGA part: FINN's layer specialisation, folding for
+a target throughput, and its resource and cycle estimates, reported per layer and in total against
+the part's capacity, with the layer that limits the design and what to change.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, dataclass
+from functools import partial
+from typing import Any
+
+from quark.torch.extensions.brevitas._backend.targets.finn.origins import layer_module, run_transform
+from quark.torch.extensions.brevitas._backend.targets.finn.parts import FpgaPart, resolve
+
+logger = logging.getLogger(__name__)
+
+#: FINN's default bound on an MVAU's weight stream width (``mvau_wwidth_max``)
+MVAU_WWIDTH_MAX = 36
+
+#: resources FINN's analytical models estimate (no flip-flop model), compared with the part
+ESTIMATED = ("LUT", "BRAM_18K", "URAM", "DSP")
+#: folding attributes reported and written to the folding configuration (FINN's list in
+#: ``step_target_fps_parallelization``)
+FOLDING_ATTRIBUTES = (
+    "PE",
+    "SIMD",
+    "parallel_window",
+    "ram_style",
+    "ram_style_thresholds",
+    "resType",
+    "mem_mode",
+    "runtime_writeable_weights",
+)
+
+
+@dataclass(frozen=True)
+class LayerEstimate:
+    """One hardware layer: FINN's resource and cycle estimates at its folding."""
+
+    name: str
+    op_type: str
+    module: str | None
+    resources: dict[str, float]  # ESTIMATED -> count
+    cycles: int  # per frame
+    folding: dict[str, Any]  # PE, SIMD, ... where the layer has them
+    shape: dict[str, Any]  # the attributes that bound the folding (MW, MH, NumChannels, ...)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Fit and speed of the folded dataflow on a part, at a clock and a target throughput."""
+
+    part: FpgaPart
+    clock_mhz: float
+    target_fps: float | None
+    layers: tuple[LayerEstimate, ...]
+    max_cycles: int
+    bottleneck: str
+    critical_path_cycles: int
+    folding_notes: tuple[str, ...]  # what FINN's SetFolding reported
+    problems: tuple[str, ...] = ()  # does not fit / misses the target: the layer and what to change
+
+    @property
+    def totals(self) -> dict[str, float]:
+        return {r: float(sum(layer.resources[r] for layer in self.layers)) for r in ESTIMATED}
+
+    @property
+    def utilization(self) -> dict[str, float]:
+        capacity = self.part.capacity
+        return {
+            r: (v / capacity[r] if capacity[r] else (math.inf if v else 0.0)) for r, v in self.totals.items()
+        }
+
+    @property
+    def fps(self) -> float:
+        return self.clock_mhz * 1e6 / self.max_cycles
+
+    @property
+    def latency_ms(self) -> float:
+        return self.critical_path_cycles / (self.clock_mhz * 1e3)
+
+    @property
+    def fits(self) -> bool:
+        return all(u <= 1.0 for u in self.utilization.values())
+
+    @property
+    def meets_target(self) -> bool:
+        return self.target_fps is None or self.fps >= self.target_fps * (1 - 1e-9)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "part": asdict(self.part),
+            "clock_mhz": self.clock_mhz,
+            "target_fps": self.target_fps,
+            "estimated_fps": self.fps,
+            "latency_ms": self.latency_ms,
+            "max_cycles": self.max_cycles,
+            "bottleneck": self.bottleneck,
+            "critical_path_cycles": self.critical_path_cycles,
+            "totals": self.totals,
+            "utilization": self.utilization,
+            "fits": self.fits,
+            "meets_target": self.meets_target,
+            "target_cycles": self.target_cycles,
+            "layers_over_target": [layer.name for layer in self.layers if not self.within_target(layer)],
+            "problems": list(self.problems),
+            "folding_notes": list(self.folding_notes),
+            "layers": [asdict(layer) for layer in self.layers],
+        }
+
+    @property
+    def target_cycles(self) -> float | None:
+        """Cycles per frame the target allows each layer (clock / target fps)."""
+        return None if self.target_fps is None else self.clock_mhz * 1e6 / self.target_fps
+
+    def within_target(self, layer: LayerEstimate) -> bool:
+        return self.target_cycles is None or layer.cycles <= self.target_cycles * (1 + 1e-9)
+
+    def verdict(self) -> str:
+        """One sentence: the target (met or not, and by what), and the fit on the part."""
+        if self.target_fps is None:
+            speed = f"no target fps (every layer PE = SIMD = 1): {self.fps:,.0f} fps estimated"
+        else:
+            slow = [layer.name for layer in self.layers if not self.within_target(layer)]
+            speed = (
+                f"target {self.target_fps:,.0f} fps: **{'met' if self.meets_target else 'missed'}**, {self.fps:,.0f} fps "
+                f"estimated ({'every layer within' if not slow else f'{len(slow)} layer(s) over'} "
+                f"{self.target_cycles:,.0f} cycles per frame)"
+            )
+        used = ", ".join(f"{r} {100 * self.utilization[r]:.1f} %" for r in ESTIMATED)
+        return f"{speed}; fits {self.part.part}: **{'yes' if self.fits else 'no'}** ({used})"
+
+    def markdown(self) -> str:
+        target = self.target_cycles
+        lines = [
+            f"# FINN estimate: {self.part.part} at {self.clock_mhz:g} MHz",
+            "",
+            self.verdict()[0].upper() + self.verdict()[1:] + ".",
+            "",
+            (
+                f"Slowest layer {self.bottleneck}: {self.max_cycles:,} cycles per frame; latency {self.latency_ms:.4g} ms "
+                f"({self.critical_path_cycles:,} cycles through the pipeline)."
+            ),
+            "",
+            "| layer | module | folding | cycles | "
+            + ("within target | " if target is not None else "")
+            + " | ".join(ESTIMATED)
+            + " |",
+            "|---|---|---|---|" + ("---|" if target is not None else "") + "---|" * len(ESTIMATED),
+        ]
+        pad = "| " if target is not None else ""
+        for layer in self.layers:
+            folding = ", ".join(f"{k}={v}" for k, v in layer.folding.items() if k in ("PE", "SIMD"))
+            figures = " | ".join(f"{layer.resources[r]:,.0f}" for r in ESTIMATED)
+            within = (("yes" if self.within_target(layer) else "**no**") + " | ") if target is not None else ""
+            lines.append(
+                f"| {layer.name} | {layer.module or ''} | {folding} | {layer.cycles:,} | {within}{figures} |"
+            )
+        totals = self.totals
+        lines.append(f"| **total** | | | | {pad}" + " | ".join(f"**{totals[r]:,.0f}**" for r in ESTIMATED) + " |")
+        lines.append(
+            f"| **{self.part.part}** | | | | {pad}"
+            + " | ".join(f"{self.part.capacity[r]:,}" for r in ESTIMATED)
+            + " |"
+        )
+        lines.append(
+            f"| **used** | | | | {pad}" + " | ".join(f"{100 * self.utilization[r]:.1f} %" for r in ESTIMATED) + " |"
+        )
+        if self.problems:
+            lines += ["", "## Problems", "", *(f"- {p}" for p in self.problems)]
+        if self.folding_notes:
+            context = (
+                "they come from its intermediate passes; the table above is the final folding, and every layer "
+                "is within the target"
+                if self.meets_target and target is not None
+                else "the table above is the final folding"
+            )
+            lines += ["", f"## FINN's folding log (SetFolding's warnings: {context})", "", *(f"- {n}" for n in self.folding_notes)]
+        lines += [
+            "",
+            (
+                f"Capacity: {self.part.source}. Estimates: FINN's analytical models (res_estimation, "
+                "exp_cycles_per_layer, dataflow_performance); no flip-flop model. Modules: the torch module each "
+                "layer implements (padding and sliding windows with the layer they feed)."
+            ),
+        ]
+        return "\n".join(lines) + "\n"
+
+
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(" ".join(record.getMessage().split()))
+
+
+def fold_and_estimate(
+    partition,
+    part: str | FpgaPart,
+    *,
+    target_fps: float | None = None,
+    clock_mhz: float = 100.0,
+    mvau_wwidth_max: int = MVAU_WWIDTH_MAX,
+):
+    """Specialize the partition's layers for ``part``, fold them for ``target_fps`` at
+    ``clock_mhz`` (FINN's SetFolding; without a target every layer keeps PE = SIMD = 1), minimize
+    bit widths, and estimate resources and cycles. Returns (folded model, :class:`Estimate`)."""
+    from finn.analysis.fpgadataflow.dataflow_performance import dataflow_performance
+    from finn.analysis.fpgadataflow.exp_cycles_per_layer import exp_cycles_per_layer
+    from finn.analysis.fpgadataflow.res_estimation import res_estimation
+    from finn.transformation.fpgadataflow.annotate_cycles import AnnotateCycles
+    from finn.transformation.fpgadataflow.minimize_accumulator_width import MinimizeAccumulatorWidth
+    from finn.transformation.fpgadataflow.minimize_weight_bit_width import MinimizeWeightBitWidth
+    from finn.transformation.fpgadataflow.set_folding import SetFolding
+    from finn.transformation.fpgadataflow.specialize_layers import SpecializeLayers
+    from qonnx.transformation.general import GiveUniqueNodeNames
+    from qonnx.transformation.infer_datatypes import InferDataTypes
+    from qonnx.transformation.infer_shapes import InferShapes
+
+    fpga = part if isinstance(part, FpgaPart) else resolve(part)
+    if not (isinstance(clock_mhz, (int, float)) and clock_mhz > 0):
+        raise ValueError(f"clock_mhz={clock_mhz!r}: expected a frequency in MHz > 0")
+    if target_fps is not None and not (isinstance(target_fps, (int, float)) and target_fps > 0):
+        raise ValueError(f"target_fps={target_fps!r}: expected frames per second > 0, or None")
+    model = partition
+    for transform in (SpecializeLayers(fpga.part), GiveUniqueNodeNames(), InferShapes(), InferDataTypes()):
+        model = run_transform(model, transform)
+    notes = _Collect()
+    finn_log = logging.getLogger("finn_logger")
+    finn_log.addHandler(notes)
+    propagate, finn_log.propagate = finn_log.propagate, False  # FINN's notes go to the report
+    try:
+        if target_fps is not None:
+            cycles = max(1, int(clock_mhz * 1e6 / target_fps))
+            model = run_transform(
+                model, SetFolding(cycles, mvau_wwidth_max=mvau_wwidth_max, two_pass_relaxation=True)
+            )
+        for transform in (
+            MinimizeWeightBitWidth(),
+            MinimizeAccumulatorWidth(),
+            InferDataTypes(),
+            AnnotateCycles(),
+        ):
+            model = run_transform(model, transform)
+    finally:
+        finn_log.removeHandler(notes)
+        finn_log.propagate = propagate
+    resources = model.analysis(partial(res_estimation, fpgapart=fpga.part))
+    cycles = model.analysis(exp_cycles_per_layer)
+    performance = model.analysis(dataflow_performance)
+    layers = tuple(
+        _layer_estimate(model, node, resources[node.name], cycles[node.name]) for node in model.graph.node
+    )
+    estimate = Estimate(
+        fpga,
+        float(clock_mhz),
+        None if target_fps is None else float(target_fps),
+        layers,
+        int(performance["max_cycles"]),
+        str(performance["max_cycles_node_name"]),
+        int(performance["critical_path_cycles"]),
+        tuple(dict.fromkeys(notes.messages)),
+    )
+    estimate = Estimate(**{**estimate.__dict__, "problems": tuple(_problems(estimate, mvau_wwidth_max))})
+    logger.info("FINN estimate on %s: %.0f fps, %s", fpga.part, estimate.fps, estimate.totals)
+    return model, estimate
+
+
+#: node attributes that bound a layer's folding, reported with it
+_SHAPE_ATTRIBUTES = (
+    "MW",
+    "MH",
+    "Channels",
+    "NumChannels",
+    "IFMChannels",
+    "Kernel",
+    "Dim",
+    "IFMDim",
+    "numInputVectors",
+)
+
+
+def _layer_estimate(model, node, resources: dict[str, Any], cycles: float) -> LayerEstimate:
+    from qonnx.custom_op.registry import getCustomOp
+
+    op = getCustomOp(node)
+    attributes = {a.name for a in node.attribute}
+
+    def attrs(names):
+        return {n: plain(op.get_nodeattr(n)) for n in names if n in attributes}
+
+    return LayerEstimate(
+        node.name,
+        node.op_type,
+        layer_module(model, node),
+        {r: float(resources.get(r, 0)) for r in ESTIMATED},
+        int(cycles),
+        attrs(FOLDING_ATTRIBUTES),
+        attrs(_SHAPE_ATTRIBUTES),
+    )
+
+
+def plain(value):
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode()
+    return value.item() if hasattr(value, "item") else value
+
+
+def _problems(estimate: Estimate, mvau_wwidth_max: int) -> list[str]:
+    """What keeps the design from the target or the part: the layer, its numbers, what to change."""
+    problems = []
+    if not estimate.meets_target:
+        target_cycles = estimate.clock_mhz * 1e6 / estimate.target_fps
+        slow = sorted(
+            (layer for layer in estimate.layers if layer.cycles > target_cycles),
+            key=lambda item: -item.cycles,
+        )
+        named = [
+            layer
+            for layer in slow
+            if any(
+                note.startswith(layer.name + ":") or f"Node {layer.name} " in note
+                for note in estimate.folding_notes
+            )
+        ]
+        limiting = named or slow[:1]
+        for layer in limiting:
+            problems.append(
+                f"throughput: layer {layer.name} ({layer.op_type}{_module(layer)}, {_shape(layer)}) needs "
+                f"{layer.cycles:,} cycles per frame at {_folding(layer)}; the target {estimate.target_fps:g} fps at "
+                f"{estimate.clock_mhz:g} MHz allows {target_cycles:,.0f}: {_speed_fix(layer, estimate, mvau_wwidth_max)}"
+            )
+        others = [layer.name for layer in slow if layer not in limiting]
+        if others:
+            problems.append(
+                f"throughput: {len(others)} more layer(s) ({', '.join(others[:6])}{', ...' if len(others) > 6 else ''}) "
+                f"were folded only down to the limiting layer's {estimate.max_cycles:,} cycles (FINN's two-pass "
+                "relaxation); they follow once it is fixed"
+            )
+    for resource, used in estimate.utilization.items():
+        if used <= 1.0:
+            continue
+        largest = sorted(estimate.layers, key=lambda item: -item.resources[resource])[:3]
+        names = ", ".join(
+            f"{layer.name}{_module(layer)} {layer.resources[resource]:,.0f}" for layer in largest
+        )
+        problems.append(
+            f"fit: {estimate.totals[resource]:,.0f} {resource} estimated, {estimate.part.part} has "
+            f"{estimate.part.capacity[resource]:,}; largest: {names}: {FIT_FIXES[resource]}"
+        )
+    return problems
+
+
+def _module(layer: LayerEstimate) -> str:
+    return f", module {layer.module!r}" if layer.module else ""
+
+
+def _shape(layer: LayerEstimate) -> str:
+    return ", ".join(f"{k}={v}" for k, v in layer.shape.items()) or "no shape attributes"
+
+
+def _folding(layer: LayerEstimate) -> str:
+    return (
+        ", ".join(f"{k}={layer.folding[k]}" for k in ("PE", "SIMD") if k in layer.folding)
+        or "its only folding"
+    )
+
+
+#: resource -> what lowers it
+FIT_FIXES: dict[str, str] = {
+    "LUT": "lower target_fps (less parallel layers use fewer LUTs), lower the bit widths of weights and "
+    "activations, or choose a larger part",
+    "BRAM_18K": "weights and thresholds live in block RAM: use fewer or narrower weights (lower weight bit "
+    "width, fewer channels), a part with more BRAM/URAM, or ram_style='distributed' in the folding config",
+    "URAM": "use fewer or narrower weights, or a part with more URAM",
+    "DSP": "lower target_fps, or weights and activations of at most 4 bits (FINN maps them to LUTs)",
+}
+
+
+def _speed_fix(layer: LayerEstimate, estimate: Estimate, mvau_wwidth_max: int) -> str:
+    best = f"at most {estimate.fps:,.0f} fps at this folding"
+    shape, folding = layer.shape, layer.folding
+    if layer.op_type.startswith("MVAU") and folding.get("SIMD", 0) < shape.get("MW", 0):
+        return (
+            f"SIMD is bounded by mvau_wwidth_max={mvau_wwidth_max} >= SIMD x weight bits: lower the weight bit "
+            f"width, raise mvau_wwidth_max, lower target_fps ({best}) or raise clock_mhz"
+        )
+    return f"lower target_fps ({best}) or raise clock_mhz; FINN's SetFolding could not fold it further"

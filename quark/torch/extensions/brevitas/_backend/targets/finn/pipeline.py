@@ -1,0 +1,577 @@
+"""FINN's front end on a QONNX file, as one pipeline of named steps run by the checked runner:
+conversion (``ConvertQONNXtoFINN``), streamlining, hardware layers; then one dataflow partition.
+The hand-off to FINN (:func:`finn_handoff`: a streamlined graph of thresholds and integer weights)
+is the pipeline's prefix :data:`HANDOFF`.
+
+The steps are FINN's own transformations in the order of FINN's builder steps
+(``step_qonnx_to_finn``, ``step_tidy_up``, ``step_streamline``, ``step_convert_to_hw``,
+``step_create_dataflow_partition``), called directly because ``finn.builder.build_dataflow_steps``
+does not import without Vivado (it loads FINN's simulator and pandas at import time).
+Streamlining adds the passes FINN's residual examples use for forks, joins and concatenations.
+Every node FINN could not map is named with its torch module and the change that fixes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from quark.torch.extensions.brevitas._backend.export.safe_graph import load_checked
+from quark.torch.extensions.brevitas._backend.export.verify import FLOAT_RTOL, execute_qonnx, float_tolerance
+from quark.torch.extensions.brevitas._backend.targets.finn.errors import FinnError
+from quark.torch.extensions.brevitas._backend.targets.finn.origins import named, run_transform, tag_origins
+from quark.torch.extensions.brevitas._backend.targets.pipeline import StepCheck, op_types, run_checked
+from quark.torch.extensions.brevitas._backend.targets.target import Step
+from quark.torch.quantization.files import atomic_path
+
+logger = logging.getLogger(__name__)
+
+#: FINN's default ``max_multithreshold_bit_width``: Quant nodes wider than this are not converted to thresholds
+MAX_THRESHOLD_BITS = 8
+
+
+def _tidy(model):
+    """FINN's ``step_tidy_up``."""
+    from qonnx.transformation.fold_constants import FoldConstants
+    from qonnx.transformation.general import (
+        GiveReadableTensorNames,
+        GiveUniqueNodeNames,
+        RemoveStaticGraphInputs,
+    )
+    from qonnx.transformation.infer_datatypes import InferDataTypes
+    from qonnx.transformation.infer_shapes import InferShapes
+
+    for transform in (
+        InferShapes(),
+        FoldConstants(),
+        GiveUniqueNodeNames(),
+        GiveReadableTensorNames(),
+        InferDataTypes(),
+        RemoveStaticGraphInputs(),
+    ):
+        model = run_transform(model, transform)
+    return model
+
+
+def _to_finn(model):
+    """FINN's ``step_qonnx_to_finn``: Quant nodes become MultiThreshold nodes and integer weights."""
+    from finn.transformation.qonnx.convert_qonnx_to_finn import ConvertQONNXtoFINN
+    from finn.transformation.qonnx.quant_act_to_multithreshold import default_filter_function_generator
+
+    convert = ConvertQONNXtoFINN(
+        filter_function=default_filter_function_generator(max_multithreshold_bit_width=MAX_THRESHOLD_BITS)
+    )
+    return _tidy(run_transform(model, convert))
+
+
+def _absorb_clips(model):
+    """The clips of ReLU6 / Hardtanh fold into the thresholds they feed (exact; FINN has no hardware
+    layer for Clip, and a Clip left in place stops streamlining)."""
+    from quark.torch.extensions.brevitas._backend.targets.finn.passes import AbsorbClipIntoMultiThreshold
+
+    return _tidy(run_transform(model, AbsorbClipIntoMultiThreshold()))
+
+
+def _streamline(model):
+    """FINN's ``step_streamline`` (as in its TFC and CNV examples), then the passes FINN's
+    residual examples add for forks, joins and concatenations (``StreamlinePlus``: move scales
+    and biases past forks, elementwise adds and concats, absorb transposes), and the
+    threshold rounding of its ResNet example."""
+    from finn.transformation.streamline import Streamline, absorb
+    from finn.transformation.streamline.reorder import MakeMaxPoolNHWC
+    from finn.transformation.streamline.round_thresholds import RoundAndClipThresholds
+    from qonnx.transformation.bipolar_to_xnor import ConvertBipolarMatMulToXnorPopcount
+    from qonnx.transformation.general import RemoveUnusedTensors
+    from qonnx.transformation.infer_data_layouts import InferDataLayouts
+    from qonnx.transformation.lower_convs_to_matmul import LowerConvsToMatMul
+
+    branches = _branches(model)
+    passes: list[Any] = [absorb.AbsorbScalarBiasIntoMultiThreshold(), Streamline()]
+    if branches:  # before MaxPool becomes MaxPoolNHWC, which scales cannot pass
+        passes += [_scales_past_branches(), Streamline()]
+    if model.get_nodes_by_op_type("Conv"):
+        passes += [
+            LowerConvsToMatMul(),
+            MakeMaxPoolNHWC(),
+            absorb.AbsorbTransposeIntoMultiThreshold(),
+            MakeMaxPoolNHWC(),
+            absorb.AbsorbConsecutiveTransposes(),
+        ]
+    passes += [ConvertBipolarMatMulToXnorPopcount(), Streamline()]
+    if branches:  # the layout group of StreamlinePlus: transposes past forks and joins, until they cancel
+        passes.append(_transposes_past_branches())
+    passes += [
+        RoundAndClipThresholds(),
+        absorb.AbsorbScalarMulAddIntoTopK(),
+        InferDataLayouts(),
+        RemoveUnusedTensors(),
+    ]
+    for transform in passes:
+        model = run_transform(model, transform)
+    return _tidy(model)
+
+
+def _accumulating_pools(model):
+    """Global average pooling of integers as FINN's ``GlobalAccPool`` (the integer sum, a hardware
+    layer) and a scalar ``Mul`` by 1/N that streamlining folds into the thresholds that follow, as
+    FINN's networks take it (FINN converts it only in ``step_convert_to_hw``, after streamlining,
+    where the ``Mul`` is left over); the layout transposes around it then cancel."""
+    from finn.transformation.fpgadataflow.convert_to_hw.global_acc_pool import InferGlobalAccPoolLayer
+    from finn.transformation.streamline import Streamline, absorb
+    from qonnx.transformation.infer_data_layouts import InferDataLayouts
+
+    if not model.get_nodes_by_op_type("GlobalAveragePool"):
+        return model
+    for transform in (
+        InferDataLayouts(),
+        InferGlobalAccPoolLayer(),
+        absorb.AbsorbConsecutiveTransposes(),
+        Streamline(),
+        absorb.AbsorbTransposeIntoMultiThreshold(),
+        absorb.AbsorbConsecutiveTransposes(),
+        InferDataLayouts(),
+    ):
+        model = run_transform(model, transform)
+    return _tidy(model)
+
+
+def _scales_past_branches():
+    """The residual and concat groups of FINN's ``StreamlinePlus``: scales and biases through
+    forks, residual additions and concatenations (StreamlinePlus whole repeats the standard
+    group exhaustively too, which took most of the 40 s the ResNet-like network needed)."""
+    from finn.transformation.streamline import reorder
+    from qonnx.transformation.composed import ComposedTransformation
+
+    return ComposedTransformation(
+        [
+            reorder.MoveLinearPastEltwiseAdd(),
+            reorder.MoveChannelwiseLinearPastFork(),
+            reorder.MoveScalarLinearPastInvariants(),
+            reorder.MoveMulPastFork(),
+            reorder.MoveMulPastJoinAdd(),
+            reorder.MoveAddPastJoinAdd(),
+            reorder.MoveConstMulPastJoinMul(),
+            reorder.MoveAffinePastJoinConcat(),
+            reorder.MoveMulPastJoinConcat(),
+            reorder.MoveAddPastJoinConcat(),
+        ]
+    )
+
+
+def _transposes_past_branches():
+    """The layout group of FINN's ``StreamlinePlus``: transposes through forks and joins."""
+    from finn.transformation.streamline import absorb, collapse_repeated, remove, reorder
+    from qonnx.transformation.composed import ComposedTransformation
+
+    return ComposedTransformation(
+        [
+            reorder.MoveTransposePastFork(),
+            reorder.MoveTransposePastJoinConcat(),
+            reorder.MoveTransposePastEltwise(),
+            reorder.MoveTransposePastJoinMul(),
+            reorder.MoveTransposePastJoinAdd(),
+            collapse_repeated.CollapseRepeatedTranspose(),
+            remove.RemoveIdentityTranspose(),
+            absorb.AbsorbTransposeIntoMultiThreshold(),
+            absorb.AbsorbConsecutiveTransposes(),
+        ]
+    )
+
+
+def _branches(model) -> bool:
+    """Whether some tensor feeds more than one node (a residual fork or a concat's branches)."""
+    uses = Counter(t for n in model.graph.node for t in n.input)
+    return any(uses[t] > 1 for t in uses if model.get_initializer(t) is None)
+
+
+def top_k_step(k: int):
+    def insert(model):
+        from finn.transformation.streamline.absorb import AbsorbScalarMulAddIntoTopK
+        from qonnx.transformation.insert_topk import InsertTopK
+
+        model = run_transform(model, InsertTopK(k=k))
+        return _tidy(run_transform(model, AbsorbScalarMulAddIntoTopK()))
+
+    return insert
+
+
+def _hw_conversions(host: set[str]) -> tuple[tuple[tuple[str, ...], Callable[[], Any]], ...]:
+    """FINN's ``step_convert_to_hw`` (standalone_thresholds=False, its default): which op types
+    trigger which conversion, in FINN's order. An empty trigger runs always. Elementwise operations
+    named in ``host`` (the output's float scale and bias) stay on the host."""
+
+    def on_chip(model, node) -> bool:
+        return node.name not in host
+
+    from finn.transformation.fpgadataflow.convert_to_hw import (
+        binary_matrix_vector_activation as bmvau,
+    )
+    from finn.transformation.fpgadataflow.convert_to_hw import (
+        concat,
+        conv_inp_gen,
+        duplicate_streams,
+        elementwise_binary_operation,
+        fm_padding,
+        global_acc_pool,
+        label_select,
+        pool,
+        requant,
+        thresholding,
+        vector_vector_activation,
+    )
+    from finn.transformation.fpgadataflow.convert_to_hw import quantized_matrix_vector_activation as mvau
+    from finn.transformation.move_reshape import RemoveCNVtoFCFlatten
+
+    elementwise = (
+        "Mul",
+        "Div",
+        "Sub",
+        "Add",
+        "And",
+        "Or",
+        "Xor",
+        "Equal",
+        "Less",
+        "LessOrEqual",
+        "Greater",
+        "GreaterOrEqual",
+    )
+    return (
+        (("XnorPopcountMatMul",), bmvau.InferBinaryMatrixVectorActivation),
+        (("MatMul",), mvau.InferQuantizedMatrixVectorActivation),
+        (("MatMul",), vector_vector_activation.InferVectorVectorActivation),
+        (("TopK",), label_select.InferLabelSelectLayer),
+        (
+            ("MultiThreshold", "Quant"),
+            partial(requant.InferRequantLayer, bitwidth_threshold=MAX_THRESHOLD_BITS + 1),
+        ),
+        (("MultiThreshold",), thresholding.InferThresholdingLayer),
+        (("Pad",), fm_padding.InferFMPadding),
+        (("MaxPool", "AveragePool", "MaxPoolNHWC", "QuantAvgPool2d"), pool.InferPool),
+        (("Im2Col",), conv_inp_gen.InferConvInpGen),
+        (("ConvolutionInputGenerator",), RemoveCNVtoFCFlatten),
+        (("Concat",), concat.InferConcatLayer),
+        (elementwise, partial(elementwise_binary_operation.InferElementwiseBinaryOperation, on_chip)),
+        (("GlobalAveragePool",), global_acc_pool.InferGlobalAccPoolLayer),
+        ((), duplicate_streams.InferDuplicateStreamsLayer),
+    )
+
+
+#: float elementwise operations that may stay on the host after the last hardware layer: the output's
+#: scale and bias (FINN's ``reject_output_dequant`` idea, for the whole float tail)
+OUTPUT_DEQUANTIZATION = frozenset({"Mul", "Add", "Div", "Sub"})
+
+
+def output_dequantization(model) -> set[str]:
+    """Names of the nodes that only rescale the graph's outputs in float: ``Mul`` / ``Add`` / ... with a
+    constant operand and a float result, whose consumers are such nodes or graph outputs. They run on
+    the host (FINN's drivers apply the output scale), not as float hardware layers."""
+    from qonnx.core.datatype import DataType
+
+    outputs = {o.name for o in model.graph.output}
+    tail: set[str] = set()
+    for node in reversed(list(model.graph.node)):
+        consumers = [c for o in node.output for c in (model.find_consumers(o) or [])]
+        ends = all(o in outputs or all(c.name in tail for c in model.find_consumers(o) or []) for o in node.output)
+        constant = any(model.get_initializer(i) is not None for i in node.input)
+        if (
+            node.op_type in OUTPUT_DEQUANTIZATION
+            and constant
+            and ends
+            and (consumers or any(o in outputs for o in node.output))
+            and model.get_tensor_datatype(node.output[0]) == DataType["FLOAT32"]
+        ):
+            tail.add(node.name)
+    return tail
+
+
+
+def _to_hw(model):
+    from finn.transformation.move_reshape import RemoveCNVtoFCFlatten
+    from finn.transformation.streamline import absorb
+    from qonnx.transformation.infer_data_layouts import InferDataLayouts
+
+    for triggers, conversion in _hw_conversions(output_dequantization(model)):
+        if not triggers or any(model.get_nodes_by_op_type(t) for t in triggers):
+            model = run_transform(model, conversion())
+    for transform in (absorb.AbsorbConsecutiveTransposes(), RemoveCNVtoFCFlatten(), InferDataLayouts()):
+        model = run_transform(model, transform)
+    return _tidy(model)
+
+
+#: FINN's front end, each step executed and compared with the QONNX graph; the hand-off to FINN
+#: (a streamlined graph of thresholds and integer weights) is its prefix :data:`HANDOFF`
+FRONT_END: tuple[Step, ...] = (
+    ("ConvertQONNXtoFINN", _to_finn),
+    ("AbsorbClipIntoMultiThreshold", _absorb_clips),
+    ("streamline", _streamline),
+    ("accumulating pools", _accumulating_pools),
+    ("convert to hardware layers", _to_hw),
+)
+HANDOFF: tuple[Step, ...] = FRONT_END[:3]
+
+
+# -- the graph the pipeline starts from -------------------------------------------------------------
+
+
+def prepare(qonnx_path: str | os.PathLike, inputs: Any) -> tuple[Any, list[np.ndarray], list[np.ndarray], StepCheck]:
+    """A QONNX file as FINN's steps take it: checked before qonnx reads it, its nodes tagged with their
+    torch modules, cleaned, batch size 1, shapes and datatypes inferred; with the samples, the
+    reference outputs on them, and the record of this starting point."""
+    from qonnx.core.modelwrapper import ModelWrapper
+    from qonnx.transformation.change_batchsize import ChangeBatchSize
+    from qonnx.transformation.infer_datatypes import InferDataTypes
+    from qonnx.transformation.infer_shapes import InferShapes
+    from qonnx.util.cleanup import cleanup_model
+
+    model = ModelWrapper(load_checked(os.fspath(qonnx_path)))  # before qonnx imports what the node domains name
+    if len(model.graph.input) != 1 or len(model.graph.output) != 1:
+        raise FinnError(
+            f"{os.fspath(qonnx_path)}: {len(model.graph.input)} inputs and {len(model.graph.output)} outputs; "
+            "FINN's dataflow takes one input and one output"
+        )
+    tag_origins(model)
+    model = cleanup_model(model)
+    model = model.transform(ChangeBatchSize(1)).transform(InferShapes()).transform(InferDataTypes())
+    samples = [as_array(inputs, "inputs")]
+    reference = execute_qonnx(model, samples)
+    return model, samples, reference, StepCheck("QONNX (cleaned, batch 1)", 0.0, op_types(model))
+
+
+def as_array(value: Any, name: str) -> np.ndarray:
+    """One tensor or array as float32 numpy."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().float().numpy()
+    try:
+        return np.asarray(value, dtype=np.float32)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{name}: expected one tensor or array, got {type(value).__name__}") from error
+
+
+# -- the hand-off ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FinnReport:
+    """What :func:`finn_handoff` wrote: the streamlined graph, its steps, its input datatypes."""
+
+    path: str
+    steps: tuple[StepCheck, ...]
+    input_datatypes: tuple[str, ...]
+
+    def __str__(self) -> str:
+        lines = [f"FINN hand-off {self.path} (inputs {', '.join(self.input_datatypes)})"]
+        return "\n".join([*lines, *("  " + s.describe() for s in self.steps)])
+
+
+def finn_handoff(
+    qonnx_path: str | os.PathLike,
+    inputs: Any,
+    output_path: str | os.PathLike | None = None,
+    *,
+    rtol: float = FLOAT_RTOL,
+) -> FinnReport:
+    """The FINN pipeline's hand-off prefix on a QONNX file: qonnx cleanup, ``ConvertQONNXtoFINN``
+    (with the clips of ReLU6 / Hardtanh absorbed into thresholds) and streamlining (with FINN's
+    passes for forks, residual additions and concatenations where the graph has them), each step
+    executed on ``inputs`` (a batch) and compared with the cleaned QONNX graph within
+    ``rtol * max(1, max|ref|)``. Writes the streamlined graph to ``output_path`` (default:
+    ``<name>_finn.onnx``).
+
+    Raises:
+        UnsafeGraphError: the file holds ops other than standard ONNX and QONNX's quantizers (checked
+            before anything in it is executed, see ``safe_graph``).
+        ImportError: finn-plus is not installed.
+        FinnError: a step fails or changes the outputs; names the step.
+    """
+    require_finn()
+    qonnx_path = os.fspath(qonnx_path)
+    model, samples, reference, first = prepare(qonnx_path, inputs)
+    allowed = float_tolerance(reference, rtol)
+    model, steps = run_checked(
+        model, HANDOFF, samples, lambda m: (reference, allowed), error=FinnError, source=qonnx_path, hints=HINTS
+    )
+    output_path = os.fspath(output_path) if output_path else os.path.splitext(qonnx_path)[0] + "_finn.onnx"
+    with atomic_path(output_path) as temp:  # complete or not at all (quark.torch.quantization.files)
+        model.save(temp)
+    datatypes = tuple(str(model.get_tensor_datatype(i.name)) for i in model.graph.input)
+    report = FinnReport(output_path, (first, *steps), datatypes)
+    logger.info("%s", report)
+    return report
+
+
+def require_finn() -> None:
+    """Fail with how to install FINN when finn-plus is absent."""
+    try:
+        import finn.transformation.qonnx.convert_qonnx_to_finn  # noqa: F401
+    except ImportError as error:
+        raise ImportError(
+            f"the FINN target needs finn-plus ({error}); install it with "
+            "`pip install --no-deps finn-plus==1.6.1` and the pieces listed in docs/export.md"
+        ) from error
+
+
+# -- the front end to one dataflow partition --------------------------------------------------------
+
+# -- refusals: what FINN left outside the hardware, and the change that fixes it ------------------
+
+#: data movement FINN leaves to the host at the graph's edges (its driver packs NHWC data)
+LAYOUT_OPS = frozenset({"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+
+#: op type left outside the hardware -> the model or config change that lets FINN map it
+UNMAPPED_FIXES: dict[str, str] = {
+    "Mul": "a float scale streamlining could not absorb: follow the layer with a quantized activation "
+    "(QuantReLU / QuantIdentity) so the scale folds into its thresholds, and give both inputs of an "
+    "addition or concatenation one shared quantizer",
+    "Add": "a float bias or sum streamlining could not absorb: requantize after it (QuantReLU / QuantIdentity) "
+    "and give both summands of a residual addition one shared quantizer",
+    "Sub": "as Add: requantize after it",
+    "Div": "a float division: fold it into the preceding layer or requantize after it",
+    "MatMul": "a matrix product with a float operand: quantize the layer's input (QuantIdentity / QuantReLU "
+    "before it) and its weights to integers",
+    "Conv": "a convolution FINN cannot lower (dilation, or groups other than 1 or the channel count): "
+    "use dilation 1 and plain or depthwise convolutions",
+    "MultiThreshold": "a quantized activation on a float input: quantize the tensor feeding it",
+    "Quant": f"a quantizer wider than {MAX_THRESHOLD_BITS} bits: use at most {MAX_THRESHOLD_BITS}-bit "
+    "activations",
+    "Relu": "a float ReLU: use an unsigned QuantReLU (FINN turns it into thresholds)",
+    "Sigmoid": "a float activation: follow it with a quantizer (QuantIdentity) or use QuantHardTanh/QuantReLU",
+    "Tanh": "a float activation: follow it with a quantizer (QuantIdentity) or use QuantHardTanh",
+    "AveragePool": "float average pooling: use Brevitas' TruncAvgPool2d so the result stays integer",
+    "GlobalAveragePool": "float average pooling: use Brevitas' TruncAdaptiveAvgPool2d",
+    "BatchNormalization": "batch norm with no quantized activation after it: follow it with a QuantReLU / "
+    "QuantIdentity (FINN absorbs it into the thresholds) or merge it into the preceding layer",
+    "Transpose": "a layout change between hardware layers: keep tensors NCHW and avoid permute()/transpose()",
+    "Reshape": "a reshape between hardware layers: flatten once, before the fully connected head (nn.Flatten)",
+    "TopK": "top-k on a float input (FINN's LabelSelect takes integers): drop the last layer's bias (its "
+    "per-tensor scale is absorbed) or quantize its output",
+}
+
+
+def _fix(op_type: str) -> str:
+    return UNMAPPED_FIXES.get(
+        op_type, f"FINN 1.6.1 has no hardware layer for {op_type}: replace the module, or run it on the host"
+    )
+
+
+def _is_hw(node) -> bool:
+    return node.domain.startswith("finn.custom_op.fpgadataflow")
+
+
+def _unmapped(model) -> list[str]:
+    """Nodes that are not hardware layers, except data movement before the first or after the
+    last hardware layer and the output's float scale and bias (what FINN's CreateDataflowPartition
+    leaves to the host)."""
+    nodes = list(model.graph.node)
+    hw = [i for i, n in enumerate(nodes) if _is_hw(n)]
+    if not hw:
+        return [f"{named(model, n)}: {_fix(n.op_type)}" for n in nodes]
+    inner = range(hw[0], hw[-1] + 1)
+    host = output_dequantization(model)
+    return [
+        f"{named(model, n)}: {_fix(n.op_type)}"
+        for i, n in enumerate(nodes)
+        if not _is_hw(n) and (i in inner or (n.op_type not in LAYOUT_OPS and n.name not in host))
+    ]
+
+
+def _partition(model, directory: str):
+    """FINN's ``step_create_dataflow_partition``: the parent graph and its one partition."""
+    from finn.transformation.fpgadataflow.create_dataflow_partition import CreateDataflowPartition
+    from qonnx.core.modelwrapper import ModelWrapper
+    from qonnx.custom_op.registry import getCustomOp
+
+    problems = _unmapped(model)
+    if problems:
+        raise FinnError(
+            f"FINN could not map {len(problems)} node(s) to hardware layers; each needs the change named",
+            problems,
+        )
+    parent = model.transform(CreateDataflowPartition(partition_model_dir=directory))
+    partitions = parent.get_nodes_by_op_type("StreamingDataflowPartition")
+    if len(partitions) != 1:
+        raise FinnError(f"FINN made {len(partitions)} dataflow partitions; one is needed")
+    return parent, ModelWrapper(getCustomOp(partitions[0]).get_nodeattr("model"))
+
+
+@dataclass
+class Dataflow:
+    """The result of the front end: the parent graph, its one partition, the step checks."""
+
+    parent: Any  # ModelWrapper: host-side layout nodes + one StreamingDataflowPartition
+    partition: Any  # ModelWrapper: the hardware layers
+    steps: list[StepCheck]
+    outside: list[str]  # nodes of the parent graph outside the partition (layout only)
+    float_layers: list[str]  # hardware layers with a float input or output (FINN warns likewise)
+
+
+def dataflow_from_qonnx(
+    qonnx_path: str | os.PathLike,
+    inputs: np.ndarray,
+    work_dir: str | os.PathLike,
+    *,
+    top_k: int | None = None,
+    rtol: float = FLOAT_RTOL,
+) -> Dataflow:
+    """FINN's front end on a QONNX file: conversion, streamlining, hardware layers, one partition.
+
+    Every step is executed on ``inputs`` (a few samples, batch first; FINN graphs take one sample
+    at a time) and compared with the cleaned QONNX graph within ``rtol * max(1, max|ref|)``
+    (with ``top_k`` the last step's indices must equal the reference's top-k).
+
+    Raises:
+        FinnError: a step fails or changes the outputs (names the step), or nodes remain
+            outside the hardware (names each with its torch module and the change that fixes it).
+    """
+    work_dir = os.fspath(work_dir)
+    model, samples, reference, first = prepare(qonnx_path, inputs)
+    chain = list(FRONT_END)
+    if top_k is not None:
+        chain.insert(4, (f"top-{top_k}", top_k_step(top_k)))
+    labels = top_indices(reference[0], top_k) if top_k is not None else None
+    allowed = float_tolerance(reference, rtol)
+
+    def expected(model):
+        if labels is not None and any(model.get_nodes_by_op_type(t) for t in ("TopK", "LabelSelect")):
+            return [labels], 0.0
+        return reference, allowed
+
+    model, steps = run_checked(
+        model, chain, samples, expected, error=FinnError, source=os.fspath(qonnx_path), hints=HINTS
+    )
+    parent, partition = _partition(model, os.path.join(work_dir, "partitions"))
+    outside = [named(parent, n) for n in parent.graph.node if n.op_type != "StreamingDataflowPartition"]
+    return Dataflow(parent, partition, [first, *steps], outside, _float_layers(partition))
+
+
+def top_indices(outputs: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest outputs, largest first (ties: lower index first)."""
+    return np.argsort(-outputs, axis=-1, kind="stable")[..., :k]
+
+
+#: what to check when a step changes the outputs
+HINTS: dict[str, str] = {
+    "ConvertQONNXtoFINN": (
+        " (FINN's thresholds round ties up, whatever the Quant node's rounding_mode: a quantizer that "
+        "requantizes values already on a grid, e.g. after a residual addition, must round half up: "
+        "RoundType.round, exported as HALF_UP)"
+    ),
+}
+
+
+def _float_layers(partition) -> list[str]:
+    from qonnx.core.datatype import DataType
+
+    found = []
+    for node in partition.graph.node:
+        tensors = [t for t in [*node.input, *node.output] if partition.get_initializer(t) is None]
+        if any(partition.get_tensor_datatype(t) == DataType["FLOAT32"] for t in tensors):
+            found.append(named(partition, node))
+    return found

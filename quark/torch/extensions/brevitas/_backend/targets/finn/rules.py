@@ -1,0 +1,150 @@
+"""What the FINN target refuses, as rows of :mod:`....rules`, each with the config field that fixes it:
+per quantizer (what FINN's ``ConvertQONNXtoFINN`` rejects or converts into something other than
+what the model computes), per graph-mode site, and on the written QONNX graph.
+
+Measured with finn-plus 1.6.1 / qonnx 1.0.0 (tests/targets/finn/test_rules.py has a case per row).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from torch import nn
+
+from quark.torch.extensions.brevitas._backend.export.onnx_graph import dynamic_shapes
+from quark.torch.extensions.brevitas._backend.rules import ACT, DATA, FROM_A_SPEC, Found, Rule, spec_rule
+from quark.torch.extensions.brevitas.graph import ACTIVATIONS, GraphInput
+from quark.torch.quantization.config.type import RoundType
+from quark.torch.quantization.tensor_quant import Format, TensorQuant
+
+#: widest quantizer FINN's ConvertQONNXtoFINN turns into a MultiThreshold (its default filter)
+MAX_BITS = 8
+
+
+def _finn_rounding(spec: TensorQuant) -> bool:
+    # on an unsigned grid (x >= 0 after clamping) ties away from zero are ties up as well
+    return spec.round_method is RoundType.half_up or (not spec.signed and spec.round_method is RoundType.round)
+
+
+QUANTIZER_RULES: tuple[Rule, ...] = (
+    FROM_A_SPEC,
+    spec_rule(
+        DATA,
+        "dtype",
+        lambda s: s.format is Format.integer and s.bit_width <= MAX_BITS,
+        f"integers of 2..{MAX_BITS} bits",
+        f"FINN turns integer quantizers of at most {MAX_BITS} bits into thresholds and integer weights",
+        shown=lambda s: s.dtype_name,
+    ),
+    spec_rule(
+        DATA,
+        "symmetric",
+        lambda s: s.symmetric,
+        "True (zero point 0)",
+        "ConvertQONNXtoFINN: 'Only Quant nodes with zero-point == 0 are currently supported'",
+    ),
+    spec_rule(ACT, "is_dynamic", lambda s: not s.is_dynamic, "False", "thresholds are fixed in hardware"),
+    spec_rule(
+        ACT,
+        "round_method",
+        _finn_rounding,
+        "half_up (or round on an unsigned grid)",
+        "FINN's MultiThreshold counts x >= (k + 1/2) steps, i.e. rounds ties up, whatever the Quant node says",
+    ),
+)
+
+
+def _not_graph_mode(plans: Sequence[Any]) -> Iterable[Found]:
+    if plans and not any(p.module_type is GraphInput for p in plans):
+        yield "site 'model': quantized layer by layer: the tensors between layers stay float"
+
+
+def _input_float(plans: Sequence[Any]) -> Iterable[Found]:
+    for p in plans:
+        if p.module_type is GraphInput and p.specs["input_tensors"] is None:
+            yield f"site {p.name!r}: network input not quantized"
+
+
+def _signed_after_relu(plans: Sequence[Any]) -> Iterable[Found]:
+    for p in plans:
+        spec = p.specs.get("output_tensors")
+        if p.module_type is nn.ReLU and spec is not None and spec.signed:
+            yield (
+                f"site {p.name!r}: ReLU output quantized signed ({spec.dtype_name})",
+                f"an unsigned dtype (uint{spec.bit_width}) for layer_type_quant_config['ReLU'].output_tensors",
+            )
+
+
+#: what FINN needs of the graph-mode sites; subject: the model's plans
+SITE_RULES: tuple[Rule, ...] = (
+    Rule(
+        "a model quantized layer by layer",
+        _not_graph_mode,
+        "Config.quant_mode=QuantizationMode.fx_graph_mode (main API) or Config.backend=Backend.fx",
+        "FINN streamlines a graph into integers only where every tensor between layers is quantized",
+    ),
+    Rule(
+        "a float network input",
+        _input_float,
+        "input_tensors of layer_type_quant_config['GraphInput'] (or global)",
+        "FINN's dataflow takes integers: the input quantizer becomes the input's integer type",
+    ),
+    Rule(
+        "a signed quantizer after ReLU",
+        _signed_after_relu,
+        "an unsigned dtype for layer_type_quant_config['ReLU'].output_tensors",
+        "ConvertQONNXtoFINN: 'FINN only supports unsigned and non-narrow Quant nodes for Relu activations'",
+    ),
+)
+
+
+def _shape_computing(model: Any) -> Iterable[Found]:
+    shape_ops = [n.name or n.output[0] for n in model.graph.node if n.op_type == "Shape"]
+    if shape_ops:
+        yield f"shape-computing nodes {shape_ops} (e.g. x.view(x.size(0), -1))"
+
+
+#: on the written QONNX graph
+GRAPH_RULES: tuple[Rule, ...] = (
+    Rule(
+        "dynamic shapes",
+        lambda model: dynamic_shapes(model),
+        "static input/output shapes",
+        "FINN's dataflow has fixed stream sizes",
+    ),
+    Rule(
+        "shape-computing subgraphs",
+        _shape_computing,
+        "no shape-computing subgraph",
+        "FINN needs static shapes: use nn.Flatten",
+    ),
+)
+
+#: activation types whose quantizer FINN turns into thresholds; others stay float nodes
+THRESHOLD_ACTIVATIONS = (nn.ReLU,)
+
+
+def float_activations(plans: Sequence[Any]) -> str | None:
+    """A warning naming the quantized activations FINN keeps as float nodes (only ReLU quantizers
+    become thresholds), or None."""
+    kept = sorted(
+        {
+            f"{p.name} ({p.module_type.__name__})"
+            for p in plans
+            if p.module_type in ACTIVATIONS and p.quantized and p.module_type not in THRESHOLD_ACTIVATIONS
+        }
+    )
+    if not kept:
+        return None
+    return (
+        "FINN keeps these activations as float nodes between its integer layers (only ReLU quantizers become "
+        f"thresholds): {', '.join(kept)}"
+    )
+
+
+def markdown() -> str:
+    """The FINN rules before export as a markdown table (docs/export.md embeds it; a test keeps it in sync)."""
+    from quark.torch.extensions.brevitas._backend.rules import markdown as rules_markdown
+
+    return rules_markdown([*QUANTIZER_RULES, *SITE_RULES])

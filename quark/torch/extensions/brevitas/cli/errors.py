@@ -1,0 +1,23 @@
+"""Exit statuses and the command line's own error. No torch import: ``--help`` stays fast."""
+
+from __future__ import annotations
+
+#: exit statuses (docs/cli.md, "Exit status")
+OK, FAILED, USAGE, INTERNAL, INTERRUPTED = 0, 1, 2, 3, 130
+
+
+class UsageError(Exception):
+    """A mistake in the command line or its files: reported in one line, exit status 2.
+
+    The message names the option (or the YAML path of a config field), the value and what is
+    allowed, in the command line's words.
+    """
+
+
+class Failed(Exception):
+    """The work ran and its result is wrong (a verification, a FINN step): exit status 1."""
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line (the library's multi-line messages list one problem a line)."""
+    return "; ".join(" ".join(line.split()) for line in str(text).strip().splitlines() if line.strip())

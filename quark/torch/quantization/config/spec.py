@@ -1,0 +1,232 @@
+"""How one tensor is quantized: AMD Quark's ``QuantizationSpec`` (``QTensorConfig``) and its QAT
+specs (``TQTSpec``), with the constants every layer of the config shares (the roles, the bit
+widths). The layer and model configs (:mod:`.config`) and Quark 0.13's spec helpers
+(:mod:`.datatype_specs`) build on it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from quark.torch.quantization.config._fields import (
+    Serialisable,
+    check_type,
+    coerce_enum,
+    config_to_dict,
+    from_registry,
+)
+from quark.torch.quantization.config.type import (
+    Dtype,
+    QSchemeType,
+    RoundType,
+    ScaleType,
+    TQTThresholdInitMeth,
+    ZeroPointType,
+)
+from quark.torch.quantization.observer import OBSERVERS, ObserverBase
+
+#: the tensor roles of a layer config, in field order; activations are the first two
+ROLES = ("input_tensors", "output_tensors", "weight", "bias")
+ACTIVATION_ROLES = ROLES[:2]
+#: bit widths of integer weights and activations; a bias goes up to 32
+MIN_BITS, MAX_BITS, MAX_BIAS_BITS = 2, 16, 32
+#: Quark 0.13's default bound of its MX observer's buffer-reuse path (elements)
+MAX_INPUT_NUMEL = 4 * 1024 * 1024
+
+
+@dataclass(eq=True, frozen=True)
+class QATSpec:
+    """Base of quantization-aware-training specs (``QuantizationSpec.qat_spec``)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON / YAML data, its class name first; ``from_dict`` reads it back."""
+        return {"name": type(self).__name__, **config_to_dict(self)}
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> QATSpec:
+        return from_registry("qat_spec", data, QAT_SPECS)
+
+
+@dataclass(eq=True, frozen=True)
+class TQTSpec(QATSpec):
+    """Trained Quantization Thresholds (Jain et al., arXiv 1903.08066).
+
+    A learned log2 threshold t per tensor; scale = 2^ceil(log2 t) / 2^(b-1) (signed) or / 2^b
+    (unsigned). Needs ``scale_type=pof2``, ``symmetric=True``, ``qscheme=per_tensor``, static.
+
+    Args:
+        threshold_init_meth: ``_3SD`` or ``_LL_J`` (alias ``_KL_J``); None initialises the
+            threshold from the spec's observer range (abs-max for MinMax).
+    """
+
+    threshold_init_meth: TQTThresholdInitMeth | None = None
+
+    def __post_init__(self) -> None:
+        value = coerce_enum("TQTSpec", "threshold_init_meth", self.threshold_init_meth, TQTThresholdInitMeth)
+        object.__setattr__(self, "threshold_init_meth", value)
+
+
+QAT_SPECS: dict[str, type[QATSpec]] = {"TQTSpec": TQTSpec}
+
+
+def check_tqt(owner: str, qat_spec: Any, *, scale_type: Any, symmetric: bool, qscheme: Any, is_dynamic: bool) -> None:
+    """TQT learns one power-of-two threshold per tensor: reject specs that say otherwise."""
+    if qat_spec is None:
+        return
+    if not isinstance(qat_spec, QATSpec):
+        raise TypeError(f"{owner}.qat_spec={qat_spec!r}: expected TQTSpec(...) or None")
+    problems = {
+        "scale_type": (scale_type is not ScaleType.pof2, "ScaleType.pof2"),
+        "symmetric": (not symmetric, "True"),
+        "qscheme": (qscheme not in (None, QSchemeType.per_tensor), "QSchemeType.per_tensor"),
+        "is_dynamic": (bool(is_dynamic), "False"),
+    }
+    for field_name, (bad, needed) in problems.items():
+        if bad:
+            raise ValueError(f"{owner}.qat_spec=TQTSpec needs {field_name}={needed}; TQT learns one power-of-two threshold per tensor")
+
+
+@dataclass(eq=True)
+class QuantizationSpec(Serialisable):
+    """How one tensor is quantized.
+
+    Args:
+        dtype: element type (:class:`Dtype`).
+        observer_cls: statistic that sets the range (an observer class from
+            :mod:`quark.torch.quantization.observer`). None: MinMax of the qscheme.
+        is_dynamic: compute the scale from each tensor at run time instead of from calibration.
+        qscheme: per_tensor, per_channel or per_group. None: per_tensor.
+        ch_axis: the channel axis (per_channel) or the axis split into groups (per_group).
+        group_size: elements per group along ``ch_axis`` (per_group).
+        symmetric: zero point fixed at 0 when True. None: True.
+        round_method: rounding to the integer grid. None: half_even.
+        scale_type: representation of the scale. None: float.
+        zero_point_type: int32 (rounded) or float32 zero point of asymmetric quantization.
+        qat_spec: quantization-aware-training method, ``TQTSpec(threshold_init_meth=...)``.
+        mx_element_dtype: element type of ``Dtype.mx`` blocks (int8, fp8_e4m3, fp8_e5m2, fp6_e3m2,
+            fp6_e2m3, fp4).
+        scale_format: Quark 0.13's representation of block scales: ``"e8m0"`` (OCP MX: a power of
+            two shared by each block), ``"float32"`` (per-group minifloats: amax / element max in
+            the precision ``scale_type`` names); ``"e5m3"`` / ``"e4m3"`` are refused when applied.
+        scale_calculation_mode: how an OCP MX block's shared exponent comes from its maximum:
+            ``"even"`` (Quark's default: the maximum rounded to the element's precision first),
+            ``"floor"`` (the OCP MX spec), ``"ceil"``; None: ``"floor"``.
+        is_scale_quant, enable_buffer_reuse, max_input_numel: Quark 0.13's fields (a spec that
+            quantizes another quantizer's scales; a memory option of Quark's MX observer, with its
+            size bound): ``is_scale_quant=True`` is refused when applied, the other two have no
+            effect on the numbers and are accepted.
+        block_size: Quark 0.13's 2-D block (``qscheme=per_block``); refused when applied.
+    """
+
+    dtype: Dtype
+    observer_cls: type[ObserverBase] | None = None
+    is_dynamic: bool | None = None
+    qscheme: QSchemeType | None = None
+    ch_axis: int | None = None
+    group_size: int | None = None
+    symmetric: bool | None = None
+    round_method: RoundType | None = None
+    scale_type: ScaleType | None = None
+    zero_point_type: ZeroPointType | None = ZeroPointType.int32
+    qat_spec: QATSpec | None = None
+    mx_element_dtype: Dtype | None = None
+    scale_format: str | None = None
+    scale_calculation_mode: str | None = None
+    is_scale_quant: bool = False
+    enable_buffer_reuse: bool = False
+    max_input_numel: int = MAX_INPUT_NUMEL
+    block_size: list[int] | None = None
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        check_type(owner, "scale_format", self.scale_format, str)
+        check_type(owner, "scale_calculation_mode", self.scale_calculation_mode, str)
+        check_type(owner, "is_scale_quant", self.is_scale_quant, bool, optional=False)
+        check_type(owner, "enable_buffer_reuse", self.enable_buffer_reuse, bool, optional=False)
+        check_type(owner, "max_input_numel", self.max_input_numel, int, optional=False)
+        if self.max_input_numel <= 0:
+            raise ValueError(f"{owner}.max_input_numel={self.max_input_numel}: must be a positive integer")
+        if isinstance(self.block_size, tuple):
+            self.block_size = list(self.block_size)
+        if self.block_size is not None and not (
+            isinstance(self.block_size, list) and all(type(v) is int and v > 0 for v in self.block_size)
+        ):
+            raise TypeError(f"{owner}.block_size={self.block_size!r}: expected None or a list of positive ints")
+        self.mx_element_dtype = coerce_enum(owner, "mx_element_dtype", self.mx_element_dtype, Dtype)
+        if isinstance(self.qat_spec, dict):
+            self.qat_spec = QATSpec.from_dict(self.qat_spec)
+        self.dtype = coerce_enum(owner, "dtype", self.dtype, Dtype, optional=False)
+        if (self.dtype is Dtype.mx) != (self.mx_element_dtype is not None):
+            raise ValueError(
+                f"{owner}.mx_element_dtype={self.mx_element_dtype} with dtype={self.dtype}: "
+                "Dtype.mx needs an element dtype, and only Dtype.mx takes one"
+            )
+        self.qscheme = coerce_enum(owner, "qscheme", self.qscheme, QSchemeType)
+        self.round_method = coerce_enum(owner, "round_method", self.round_method, RoundType)
+        self.scale_type = coerce_enum(owner, "scale_type", self.scale_type, ScaleType)
+        self.zero_point_type = coerce_enum(owner, "zero_point_type", self.zero_point_type, ZeroPointType)
+        if isinstance(self.observer_cls, str):
+            self.observer_cls = _observer_from_name(self.observer_cls)
+        if self.observer_cls is not None and not (
+            isinstance(self.observer_cls, type) and issubclass(self.observer_cls, ObserverBase)
+        ):
+            raise TypeError(
+                f"{owner}.observer_cls={self.observer_cls!r}: expected an observer class, one of {sorted(OBSERVERS)}"
+            )
+        check_type(owner, "is_dynamic", self.is_dynamic, bool)
+        check_type(owner, "symmetric", self.symmetric, bool)
+        check_type(owner, "ch_axis", self.ch_axis, int)
+        check_type(owner, "group_size", self.group_size, int)
+        if self.group_size is not None and self.group_size <= 0:
+            raise ValueError(f"{owner}.group_size={self.group_size}: must be a positive integer")
+        if self.qscheme in (QSchemeType.per_channel, QSchemeType.per_group) and self.ch_axis is None:
+            raise ValueError(f"{owner}.ch_axis is required with qscheme={self.qscheme.name}")
+        if self.qscheme is QSchemeType.per_group and self.group_size is None:
+            raise ValueError(f"{owner}.group_size is required with qscheme=per_group")
+        block = self.dtype.is_block and self.qscheme is None  # Quark's block formats: the block without a qscheme
+        if self.group_size is not None and self.qscheme is not QSchemeType.per_group and not block:
+            raise ValueError(
+                f"{owner}.group_size={self.group_size} is only meaningful with qscheme=per_group, "
+                f"got qscheme={self.qscheme.name if self.qscheme else None}"
+            )
+        qscheme = self.qscheme or QSchemeType.per_tensor  # None means per_tensor
+        if self.ch_axis is not None and qscheme is QSchemeType.per_tensor and not block:
+            raise ValueError(
+                f"{owner}.ch_axis={self.ch_axis} is only meaningful with qscheme=per_channel or per_group, "
+                f"got qscheme={self.qscheme.name if self.qscheme else None} (per_tensor)"
+            )
+        if self.observer_cls is not None and not block:
+            obs_scheme = self.observer_cls.qscheme
+            observes = self.observer_cls.observes
+            if qscheme is QSchemeType.per_group and not (observes(QSchemeType.per_channel) or observes(QSchemeType.per_group)):
+                raise ValueError(
+                    f"{owner}.observer_cls={self.observer_cls.__name__}: qscheme=per_group takes a per-group "
+                    "observer (PerGroupMinMaxObserver, PerBlockMXObserver, PerBlockBFPObserver) or "
+                    "PerChannelMinMaxObserver (min/max per group)"
+                )
+            if qscheme is not QSchemeType.per_group and not observes(qscheme):
+                raise ValueError(
+                    f"{owner}.observer_cls={self.observer_cls.__name__} observes {obs_scheme.name} "
+                    f"but qscheme={self.qscheme.name if self.qscheme else None} ({qscheme.name}); "
+                    "use an observer of the same granularity or set qscheme accordingly"
+                )
+
+        check_tqt(
+            owner,
+            self.qat_spec,
+            scale_type=self.scale_type,
+            symmetric=self.symmetric is not False,
+            qscheme=self.qscheme,
+            is_dynamic=bool(self.is_dynamic),
+        )
+
+
+
+def _observer_from_name(name: str) -> type[ObserverBase]:
+    try:
+        return OBSERVERS[name]
+    except KeyError:
+        raise ValueError(
+            f"QuantizationSpec.observer_cls={name!r} is not a registered observer; allowed: {sorted(OBSERVERS)} "
+            "(register your own with quark.torch.quantization.observer.register_observer)"
+        ) from None

@@ -1,0 +1,67 @@
+"""The presets (``extensions/brevitas/presets.py``): the configs they build, the arguments they refuse,
+and that they import without Brevitas or ONNX."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from _shared import REPO
+
+from quark.torch.extensions.brevitas import presets
+from quark.torch.extensions.brevitas.algos import MergeBatchNorm
+from quark.torch.extensions.brevitas.presets import finn, xint8
+from quark.torch.quantization.config.type import (
+    DeviceType,
+    Dtype,
+    QSchemeType,
+    RoundType,
+    ScaleType,
+)
+
+
+def test_xint8_without_merging_keeps_batch_norm():
+    assert presets.xint8(merge_batch_norm=False).pre_quant_opt_config == []
+    assert presets.xint8().pre_quant_opt_config == [MergeBatchNorm()]
+
+
+def test_xint8_preset_is_the_documented_scheme():
+    layer = xint8().global_quant_config
+    assert layer.target_device is DeviceType.IPU
+    for spec in (layer.input_tensors, layer.weight):
+        assert (
+            spec.dtype,
+            spec.symmetric,
+            spec.scale_type,
+            spec.round_method,
+            spec.qscheme,
+            spec.is_dynamic,
+        ) == (Dtype.int8, True, ScaleType.pof2, RoundType.half_even, QSchemeType.per_tensor, False)
+    assert layer.bias.dtype is Dtype.int32 and layer.bias.observer_cls is None  # scale = s_in * s_w
+    assert layer.output_tensors is None and xint8(exclude=["head"]).exclude == ["head"]
+
+
+@pytest.mark.slow  # a fresh interpreter importing torch
+def test_presets_import_without_brevitas_or_onnx():
+    code = (
+        "import sys\n"
+        "for n in ('brevitas', 'onnx', 'onnxruntime', 'qonnx'): sys.modules[n] = None\n"
+        "from quark.torch.extensions.brevitas.presets import xint8\n"
+        "assert xint8().global_quant_config.weight.scale_type.name == 'pof2'\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0 and result.stdout == "" and result.stderr == "", result.stderr
+
+
+@pytest.mark.parametrize("argument", ["weight_bits", "act_bits", "input_bits", "add_bits"])
+def test_the_preset_names_a_bit_width_it_cannot_build(argument):
+    with pytest.raises(ValueError, match=rf"finn\({argument}=5\): allowed \[2, 3, 4, 8\]"):
+        finn(**{argument: 5})
+
+
+def test_the_preset_names_a_layer_weight_width_it_cannot_build():
+    with pytest.raises(ValueError, match=r"finn\(layer_weight_bits\['fc'\]=6\): allowed \[2, 3, 4, 8\]"):
+        finn(layer_weight_bits={"fc": 6})

@@ -1,0 +1,278 @@
+"""FINN's dataflow back half on whole-integer FINN-style networks (``_shared/finn_zoo.py``) and real
+digits: one dataflow partition of hardware layers whose Python execution equals torch, estimates
+checked against FINN's published per-layer formulas, and refusals that name the layer."""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from brevitas.quant import Uint8ActPerTensorFixedPoint
+from torch import nn
+
+pytest.importorskip(
+    "finn.transformation.fpgadataflow.create_dataflow_partition",
+    reason="finn-plus is not installed (pip install --no-deps finn-plus==1.6.1; see docs/export.md)",
+)
+
+import _shared.finn_zoo as zoo
+
+from quark.torch.extensions.brevitas._backend.targets.finn import parts as fpga_parts
+from quark.torch.extensions.brevitas._backend.targets.finn.dataflow import export_finn_dataflow
+from quark.torch.extensions.brevitas._backend.targets.finn.origins import module_of
+from quark.torch.extensions.brevitas.api import FinnError, ModelExporter
+
+HW_DOMAIN = "finn.custom_op.fpgadataflow"
+PART, CLOCK_MHZ, TARGET_FPS = "xc7z020clg400-1", 100.0, 50_000
+#: hardware layers each network must have (besides MVAU and Thresholding)
+LAYERS = {
+    "tfc": {"MVAU"},
+    "cnv": {"MVAU", "ConvolutionInputGenerator", "Pool", "FMPadding"},
+    "resnet": {"MVAU", "ElementwiseAdd", "DuplicateStreams", "ConvolutionInputGenerator"},
+    "concat": {"MVAU", "StreamingConcat", "DuplicateStreams"},
+    "mobilenet": {"MVAU", "VVAU", "ConvolutionInputGenerator"},
+}
+
+
+@pytest.fixture(scope="module")
+def digits():
+    torch.manual_seed(0)
+    return zoo.digits_batches()
+
+
+@pytest.fixture(scope="module")
+def exports(digits, tmp_path_factory):
+    """Each zoo network exported once per module: name -> (DataflowExport, torch outputs)."""
+    train, test = digits
+    done = {}
+
+    def get(name: str):
+        if name not in done:
+            model = zoo.calibrated(name, train[:4])
+            x = test[:24]
+            exporter = ModelExporter(tmp_path_factory.mktemp(name))  # the public API: a directory
+            result = exporter.export_finn_dataflow(model, x, part=PART, target_fps=TARGET_FPS, clock_mhz=CLOCK_MHZ)
+            with torch.no_grad():
+                out = model(x)
+                done[name] = (result, getattr(out, "value", out).numpy())
+        return done[name]
+
+    return get
+
+
+def _json(path: str):
+    return json.loads(Path(path).read_text())
+
+
+def _op(node: onnx.NodeProto) -> str:
+    """A specialized layer's generic type: MVAU_hls -> MVAU."""
+    return node.op_type.rsplit("_", 1)[0] if node.op_type.endswith(("_hls", "_rtl")) else node.op_type
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["tfc", *(pytest.param(n, marks=pytest.mark.slow) for n in ("cnv", "resnet", "concat", "mobilenet"))],
+)
+def test_network_reaches_one_partition_with_torch_outputs(exports, name):
+    result, torch_out = exports(name)
+    # the files, re-read with plain onnx / json
+    parent = onnx.load(result.files["parent"])
+    partitions = [n for n in parent.graph.node if n.op_type == "StreamingDataflowPartition"]
+    assert len(partitions) == 1
+    ops = [n.op_type for n in parent.graph.node]
+    outside = set(ops) - {"StreamingDataflowPartition"}
+    # on the host: NCHW -> NHWC / flattening of the input, and the output's float scale and bias after the partition
+    assert outside <= {"Transpose", "Flatten", "Mul", "Add"}
+    partition = ops.index("StreamingDataflowPartition")
+    assert all(i > partition for i, op in enumerate(ops) if op in ("Mul", "Add"))
+    partition = onnx.load(result.files["partition"])
+    assert all(n.domain.startswith(HW_DOMAIN) for n in partition.graph.node)
+    assert LAYERS[name] | {"Thresholding"} <= {_op(n) for n in partition.graph.node}
+    # the hardware-layer graph, executed in Python, against torch
+    verification = _json(result.files["verification"])["hardware_graph"]
+    assert (
+        verification["passed"]
+        and verification["predictions_identical"]
+        and verification["reference"] == "torch"
+    )
+    assert result.verification.max_abs_diff <= 1e-5 * max(1.0, float(np.abs(torch_out).max()))
+    assert result.verification.samples == len(torch_out)
+    # every step kept the outputs
+    assert [s.name for s in result.steps][1:] == [
+        "ConvertQONNXtoFINN",
+        "AbsorbClipIntoMultiThreshold",
+        "streamline",
+        "accumulating pools",
+        "convert to hardware layers",
+    ]
+    assert all(s.max_abs_diff <= 1e-5 for s in result.steps)
+    # an estimate report per layer of the partition, in JSON and markdown
+    estimate = _json(result.files["estimate_json"])
+    assert [layer["name"] for layer in estimate["layers"]] == [n.name for n in partition.graph.node]
+    for resource in ("LUT", "BRAM_18K", "URAM", "DSP"):
+        assert estimate["totals"][resource] == pytest.approx(
+            sum(layer["resources"][resource] for layer in estimate["layers"])
+        )
+    assert "| **total** |" in Path(result.files["estimate_md"]).read_text()
+    folding = _json(result.files["folding_config"])
+    assert set(folding) - {"Defaults"} == {n.name for n in partition.graph.node}
+
+
+def _attr(node: onnx.NodeProto, name: str, default=None):
+    """A node attribute; FINN leaves attributes at their default unset (``default``)."""
+    value = next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _finn_r_bram18(omega: float, mem_width: int) -> int:
+    """FINN-R (Blott et al., 2018) weight memory in RAMB18 (SDP mode, UG573 table 1-10): a depth of
+    omega words of mem_width bits; narrow words pack 16k x 1, 8k x 2, 4k x 4, 2k x 9, 1k x 18,
+    512 x 36 (the 36-bit mode only pays off for shallow memories, <= 512 words)."""
+    for width, depth in ((1, 16384), (2, 8192), (4, 4096), (9, 2048)):
+        if mem_width <= width:
+            return math.ceil(omega / depth) * math.ceil(mem_width / width)
+    if mem_width <= 18 or omega > 512:
+        return math.ceil(omega / 1024) * math.ceil(mem_width / 18)
+    return math.ceil(omega / 512) * math.ceil(mem_width / 36)
+
+
+def test_estimates_follow_finns_published_formulas(exports):
+    """MVAU cycles per frame = MH/PE x MW/SIMD x input vectors (FINN's documented folding model),
+    BRAM from FINN-R's weight-memory formula; fps = clock / slowest layer's cycles."""
+    result, _ = exports("tfc")
+    partition = onnx.load(result.files["partition"])
+    layers = {layer.name: layer for layer in result.estimate.layers}
+    checked_bram = 0
+    for node in partition.graph.node:
+        if _op(node) != "MVAU":
+            continue
+        mw, mh, pe, simd = (_attr(node, k) for k in ("MW", "MH", "PE", "SIMD"))
+        vectors = int(np.prod(_attr(node, "numInputVectors")))
+        assert layers[node.name].cycles == mh // pe * (mw // simd) * vectors
+        weight_bits = int("".join(c for c in _attr(node, "weightDataType") if c.isdigit()))
+        # FINN's defaults: mem_mode internal_decoupled, ram_style auto (weights in block RAM)
+        if _attr(node, "mem_mode", "internal_decoupled") == "internal_decoupled" and _attr(
+            node, "ram_style", "auto"
+        ) in ("auto", "block"):
+            omega = mw * mh / (pe * simd)
+            assert layers[node.name].resources["BRAM_18K"] == _finn_r_bram18(omega, pe * simd * weight_bits)
+            checked_bram += 1
+    assert checked_bram >= 1
+    slowest = max(layer.cycles for layer in result.estimate.layers)
+    assert result.estimate.fps == pytest.approx(CLOCK_MHZ * 1e6 / slowest)
+    assert result.estimate.meets_target and result.estimate.fits and not result.estimate.problems
+
+
+def test_too_large_for_the_part_names_the_layer(digits, tmp_path):
+    train, test = digits
+    model = zoo.calibrated(partial(zoo.tfc, width=1024), train[:2])
+    result = ModelExporter(tmp_path).export_finn_dataflow(model, test[:4], part="Pynq-Z1", target_fps=1e6)
+    assert not result.estimate.fits and not result.estimate.meets_target
+    fit = next(p for p in result.estimate.problems if p.startswith("fit: "))
+    assert "LUT estimated, xc7z020clg400-1 has 53,200" in fit
+    assert "largest: MVAU_hls_1, module '5'" in fit  # the 1024 x 1024 layer, zoo.tfc's module 5
+    assert "lower target_fps" in fit
+    speed = next(p for p in result.estimate.problems if p.startswith("throughput: layer "))
+    assert "mvau_wwidth_max" in speed and "allows 100" in speed
+    assert "Problems" in Path(result.files["estimate_md"]).read_text()
+    # the same network fits a larger part at the same folding
+    assert fpga_parts.resolve("ZCU104").capacity["LUT"] > result.estimate.totals["LUT"]
+
+
+def test_node_finn_cannot_map_is_named_with_its_module(digits, tmp_path):
+    train, test = digits
+
+    def float_sigmoid():
+        return nn.Sequential(
+            nn.Flatten(),
+            zoo._input_quant(),
+            zoo._linear(64, 32),
+            nn.Sigmoid(),
+            zoo._linear(32, 10, bias=True),
+        )
+
+    model = zoo.calibrated(float_sigmoid, train[:2])
+    with pytest.raises(FinnError, match=r"could not map 2 node") as error:
+        ModelExporter(tmp_path).export_finn_dataflow(model, test[:4])
+    sigmoid, matmul = error.value.problems
+    assert sigmoid.startswith(
+        "Sigmoid_0 (Sigmoid, module '3'): a float activation: follow it with a quantizer"
+    )
+    assert matmul.startswith("MatMul_0 (MatMul") and "quantize the layer's input" in matmul
+    assert not (tmp_path / "dataflow_partition.onnx").exists()
+
+
+@pytest.mark.slow
+def test_half_even_requantizer_after_a_residual_add_is_caught_at_conversion(digits, tmp_path):
+    """FINN's thresholds round ties up; a ReLU rounding half-even after a residual addition (a sum
+    on a finer grid: ties occur) changes the outputs at ConvertQONNXtoFINN, and the step says why."""
+    train, test = digits
+    model = zoo.calibrated(partial(zoo.ResNetLike, relu_quant=Uint8ActPerTensorFixedPoint), train[:4])
+    with pytest.raises(
+        FinnError, match=r"step 'ConvertQONNXtoFINN' changed the outputs .*round half up"
+    ):
+        ModelExporter(tmp_path).export_finn_dataflow(model, test[:8])
+
+
+def test_top_k_becomes_a_label_select_layer(digits, tmp_path):
+    """FINN's TFC way: a bias-free head's per-tensor scale is absorbed into TopK, which becomes LabelSelect;
+    with a float bias the TopK is refused with the change that fixes it."""
+    train, test = digits
+    model = zoo.calibrated(partial(zoo.tfc, head_bias=False), train[:2])
+    labelled = ModelExporter(tmp_path / "top1").export_finn_dataflow(model, test[:24], top_k=1, part=PART)
+    partition = onnx.load(labelled.files["partition"])
+    assert _op(partition.graph.node[-1]) == "LabelSelect"
+    assert labelled.verification.predictions_identical and labelled.verification.max_abs_diff == 0
+    biased = zoo.calibrated("tfc", train[:2])
+    with pytest.raises(
+        FinnError, match=r"TopK_0 \(TopK, module '8'\): top-k on a float input .* drop the last"
+    ):
+        ModelExporter(tmp_path / "biased").export_finn_dataflow(biased, test[:4], top_k=1)
+
+
+def test_parts_come_from_finns_tables_and_match_the_datasheets():
+    # Zynq-7000 DS190: XC7Z020 53,200 LUTs, 106,400 FFs, 140 x 36 Kb block RAM, 220 DSP slices
+    assert fpga_parts.resolve("xc7z020clg400-1").capacity == {
+        "LUT": 53200,
+        "FF": 106400,
+        "BRAM_18K": 280,
+        "URAM": 0,
+        "DSP": 220,
+    }
+    # Zynq UltraScale+ DS891: XCZU7EV 230,400 LUTs (FINN: 230,000), 312 BRAM36, 96 URAM (FINN: 92), 1,728 DSP
+    zu7 = fpga_parts.resolve("ZCU104").capacity
+    assert zu7["DSP"] == 1728 and zu7["BRAM_18K"] == 2 * 305
+    assert fpga_parts.resolve("xczu3eg-sbva484-1-i").capacity == fpga_parts.resolve("Ultra96").capacity
+    assert fpga_parts.resolve("U250").part == "xcu250-figd2104-2L-e"
+    assert fpga_parts.resolve("U280").capacity["URAM"] == 960
+
+
+def test_unknown_part_is_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(
+        ValueError, match=r"part='xc7z010': not a known FPGA part or board; known: .*xc7z020clg400-1"
+    ):
+        export_finn_dataflow(
+            tmp_path / "missing.onnx", np.zeros((1, 64), np.float32), tmp_path / "out", part="xc7z010"
+        )
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "node, module",
+    [
+        ("/blocks/blocks.0/conv1/Conv", "blocks.0.conv1"),
+        ("/blocks/blocks.0/add_quant/act_quant/export_handler_1/Quant", "blocks.0.add_quant"),
+        ("/0/act_quant/export_handler/Quant", "0"),
+        ("/stem/stem.2/act_quant/activation_impl/Relu", "stem.2"),
+        ("/blocks/blocks.1/Add", "blocks.1"),
+        ("Add_0", None),
+    ],
+)
+def test_module_of_reads_torchscript_node_names(node, module):
+    assert module_of(node) == module

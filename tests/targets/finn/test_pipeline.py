@@ -1,0 +1,165 @@
+"""The FINN hand-off: QONNX exports of FINN-style networks pass qonnx cleanup, ConvertQONNXtoFINN
+and Streamline with the outputs of the QONNX graph (which equals torch), on real digits."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from _shared.models import unit_batches
+from _shared.quantize import quantized_on_unit_batches
+from _shared.zoo import ZOO
+from torch import nn
+
+from quark.torch.extensions.brevitas._backend.targets.finn import interface as finn_interface
+from quark.torch.extensions.brevitas.api import (
+    FinnError,
+    ModelExporter,
+    ModelQuantizer,
+    finn_handoff,
+)
+from quark.torch.extensions.brevitas.presets import finn
+from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
+from quark.torch.quantization.config.type import (
+    Dtype,
+    QSchemeType,
+    RoundType,
+    ScaleType,
+)
+from quark.torch.quantization.observer import PerChannelMinMaxObserver, PerTensorMinMaxObserver
+
+pytest.importorskip(
+    "finn.transformation.qonnx.convert_qonnx_to_finn",
+    reason="finn-plus is not installed (pip install --no-deps finn-plus==1.6.1; see docs/export.md)",
+)
+
+
+def _finn_config(
+    weight_dtype: Dtype, act_dtype: Dtype, per_channel: bool, rounding: RoundType = RoundType.half_even
+) -> Config:
+    """FINN-friendly: unsigned activations (inputs in [0, 1], after ReLU), zero points 0, pof2 scales."""
+    if per_channel:
+        weight = QuantizationSpec(
+            dtype=weight_dtype,
+            observer_cls=PerChannelMinMaxObserver,
+            qscheme=QSchemeType.per_channel,
+            ch_axis=0,
+        )
+    else:
+        weight = QuantizationSpec(
+            dtype=weight_dtype, observer_cls=PerTensorMinMaxObserver, scale_type=ScaleType.pof2
+        )
+    act = QuantizationSpec(
+        dtype=act_dtype,
+        observer_cls=PerTensorMinMaxObserver,
+        scale_type=ScaleType.pof2,
+        round_method=rounding,
+    )
+    return Config(global_quant_config=QuantizationConfig(weight=weight, input_tensors=act))
+
+
+CASES = {
+    "tfc-w4a4": ("tfc", _finn_config(Dtype.int4, Dtype.uint4, per_channel=False)),
+    "cnv-w4a4": ("cnv", _finn_config(Dtype.int4, Dtype.uint4, per_channel=True)),
+    # on the 2-bit grid (step 1/4) digits pixels k/16 fall on rounding ties: round them as FINN does
+    "tfc-w2a2": ("tfc", _finn_config(Dtype.int2, Dtype.uint2, per_channel=False, rounding=RoundType.round)),
+}
+
+
+@pytest.fixture(scope="module")
+def digits():
+    from quark.torch.examples import digits as data
+
+    return data.load(seed=0)
+
+
+def _quantized(case: str, digits):
+    name, config = CASES[case]
+    torch.manual_seed(0)
+    calib = [x for x, _ in digits.loader("train", batch_size=64)][:4]
+    qmodel = ModelQuantizer(config).quantize_model(ZOO[name].build().eval(), calib, progress=False)
+    return qmodel, next(iter(digits.loader("test", batch_size=16)))[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES)
+def test_finn_convert_and_streamline_keep_the_outputs(tmp_path, digits, case):
+    qmodel, x = _quantized(case, digits)
+    path = tmp_path / f"{case}.onnx"
+    report = ModelExporter(path).export_qonnx_model(qmodel, x)
+    assert report.passed
+    assert "Shape" not in {
+        n.op_type for n in onnx.load(str(path)).graph.node
+    }  # nn.Flatten, no dynamic shapes
+
+    finn = finn_handoff(path, x)
+    assert [s.name for s in finn.steps] == [
+        "QONNX (cleaned, batch 1)", "ConvertQONNXtoFINN", "AbsorbClipIntoMultiThreshold", "streamline"
+    ]  # fmt: skip
+    converted, streamlined = finn.steps[1], finn.steps[3]
+    assert "MultiThreshold" in converted.op_types and "Quant" not in converted.op_types
+    assert {"MultiThreshold", "MatMul"} <= set(
+        streamlined.op_types
+    ) and "BatchNormalization" not in streamlined.op_types
+    assert converted.max_abs_diff <= 1e-5 and streamlined.max_abs_diff <= 1e-5
+    assert (tmp_path / f"{case}_finn.onnx").exists()
+
+
+def test_finn_rounds_activation_ties_up_whatever_the_quant_node_says(tmp_path, digits):
+    """FINN's ConvertQONNXtoFINN ignores Quant's rounding_mode: its thresholds sit at (k + 1/2) x step
+    and MultiThreshold counts x >= threshold, i.e. ties round up. A half-even 2-bit activation on
+    digits pixels (k/16 on a grid of step 1/4: ties at 2/16, 6/16, ...) then changes the outputs,
+    and the hand-off names the step; RoundType.round (ties away from zero, up for x >= 0) matches."""
+    config = _finn_config(Dtype.int2, Dtype.uint2, per_channel=False, rounding=RoundType.half_even)
+    torch.manual_seed(0)
+    calib = [x for x, _ in digits.loader("train", batch_size=64)][:4]
+    qmodel = ModelQuantizer(config).quantize_model(ZOO["tfc"].build().eval(), calib, progress=False)
+    assert qmodel[1].input_quant.scale().item() == 0.25
+    x = next(iter(digits.loader("test", batch_size=16)))[0]
+    assert ((x * 16) % 4 == 2).any()  # ties on the input grid
+    path = tmp_path / "half_even.onnx"
+    assert ModelExporter(path).export_qonnx_model(qmodel, x).passed
+    with pytest.raises(
+        FinnError, match=r"FINN step 'ConvertQONNXtoFINN' changed the outputs .*max \|diff\|"
+    ):
+        finn_handoff(path, x)
+
+
+def test_finn_rejects_signed_relu_activations_and_names_the_step(tmp_path, digits):
+    """FINN converts only unsigned Quant nodes after a ReLU (Xilinx/finn#1031): a signed config fails there."""
+    config = _finn_config(Dtype.int2, Dtype.int2, per_channel=False)
+    torch.manual_seed(0)
+    calib = [x for x, _ in digits.loader("train", batch_size=64)][:2]
+    qmodel = ModelQuantizer(config).quantize_model(ZOO["tfc"].build().eval(), calib, progress=False)
+    x = next(iter(digits.loader("test", batch_size=4)))[0]
+    path = tmp_path / "signed.onnx"
+    assert ModelExporter(path).export_qonnx_model(qmodel, x).passed
+    with pytest.raises(
+        FinnError,
+        match=r"FINN step 'ConvertQONNXtoFINN' failed .*unsigned and non-narrow Quant nodes for Relu",
+    ):
+        finn_handoff(path, x)
+
+
+def test_the_handoff_absorbs_relu6_clips_into_thresholds(tmp_path):
+    """ReLU6 + quantizer becomes Clip -> MultiThreshold in FINN; the hand-off folds the clip into
+    the thresholds, so streamlining leaves an integer dataflow that computes what torch does."""
+    pytest.importorskip("finn.transformation.qonnx.convert_qonnx_to_finn", reason="finn-plus is not installed")
+    from qonnx.core.modelwrapper import ModelWrapper
+
+    from quark.torch.extensions.brevitas._backend.export.verify import execute_qonnx
+    from quark.torch.extensions.brevitas.api import finn_handoff
+
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU6(), nn.Linear(8, 8), nn.ReLU6(), nn.Linear(8, 3))
+    qmodel = quantized_on_unit_batches(finn(unsigned=("ReLU6",)), model)
+    x = unit_batches(1)[0] * 8  # large enough to clip at 6
+    ModelExporter(tmp_path / "m.onnx").export_qonnx_model(qmodel, x)
+    integer = finn_interface.integer_input(tmp_path / "m.onnx", tmp_path / "int.onnx")
+    x_int = np.clip(np.floor(x.numpy() / integer.scale + 0.5), 0, 255).astype(np.float32)
+    report = finn_handoff(tmp_path / "int.onnx", torch.from_numpy(x_int))
+    assert "Clip" in report.steps[1].op_types and "Clip" not in report.steps[2].op_types
+    streamlined = ModelWrapper(report.path)
+    assert finn_interface.float_operations(streamlined) == []
+    out = execute_qonnx(streamlined, [x_int])[0]  # the hand-off's graph takes one sample at a time
+    np.testing.assert_array_equal(out, qmodel(x).detach().numpy())
