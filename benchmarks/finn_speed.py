@@ -6,11 +6,12 @@ change of load on a shared machine hits both alike, with Python's and numpy's ra
 reseeded before each run. The pipeline is what the FINN dataflow export runs: the preparation
 (module tags, qonnx's ``cleanup_model``, batch 1, shapes, datatypes), then FINN's front-end steps in
 order (``targets/finn/pipeline.FRONT_END``: ConvertQONNXtoFINN, clip absorption, streamlining,
-accumulating pools, hardware layers) and CreateDataflowPartition. Printed per stage and for the
-whole pipeline: the median wall-clock and process-CPU seconds of the plain and the indexed runs and
-their ratio, and whether the graphs after the stage serialize to the same bytes in every run (the
-index must change nothing). A stage that fails (a network FINN cannot map) is recorded with its
-first error line and ends that run.
+accumulating pools, hardware layers) and CreateDataflowPartition; the steps are called directly, so
+the plain runs are plain although the package's FINN entry points run inside the index. Printed per
+stage and for the whole pipeline: the median wall-clock and process-CPU seconds of the plain and the
+indexed runs and their ratio, and whether the graphs after the stage serialize to the same bytes in
+every run (the index must change nothing). A stage that fails (a network FINN cannot map) is
+recorded with its first error line and ends that run.
 
 Networks: ``--finn-zoo`` names FINN-style Brevitas networks of ``tests/_shared/finn_zoo.py``
 (digits, 1x8x8); ``--vision`` names torchvision / timm networks of ``quark.torch.examples.vision_zoo``

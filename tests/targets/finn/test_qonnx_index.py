@@ -2,7 +2,7 @@
 indexes kept exact through ModelWrapper's mutators, the patch restored on exit and per thread,
 qonnx's and FINN's real passes giving byte-identical graphs with and without it (FINN's front end
 to the dataflow partition on the FINN-style zoo networks of ``_shared.finn_zoo``, the first steps on
-torchvision's SqueezeNet)."""
+torchvision's SqueezeNet), and the FINN pipeline and the QONNX verification running inside it."""
 
 from __future__ import annotations
 
@@ -348,10 +348,12 @@ def _front_end(model: onnx.ModelProto, work_dir: str, stages: int | None = None)
 
 
 def _assert_identical(run, *args) -> None:
-    """``run(*args)`` plainly and inside ``indexed_lookups()``: the same graph bytes after every
-    stage, the same outputs."""
+    """``run(*args)`` plainly (the index switched off, also where the package turns it on) and
+    inside ``indexed_lookups()``: the same graph bytes after every stage, the same outputs."""
     assert not qonnx_index.installed()
-    plain = _seeded(run, *args)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("QUARK_QONNX_INDEX", "0")
+        plain = _seeded(run, *args)
     with indexed_lookups():
         indexed = _seeded(run, *args)
     assert not qonnx_index.installed()
@@ -412,3 +414,47 @@ def test_torchvision_network_identical(tmp_path):
         ModelExporter(path).export_qonnx_model(qmodel, entry.sample(1, seed=2), verify=False)
     _assert_identical(_front_end, onnx.load(str(path)), str(tmp_path / "partitions"), 1)
 
+
+# -- where the package turns it on -----------------------------------------------------------------
+
+
+def _installed_while(monkeypatch, owner, name: str) -> list[bool]:
+    """Replace ``owner.name`` by a spy recording whether the index is installed, then calling it."""
+    seen: list[bool] = []
+    original = getattr(owner, name)
+
+    def spy(*args, **kwargs):
+        seen.append(qonnx_index.installed())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, spy)
+    return seen
+
+
+@needs_finn
+@QONNX_NOTICES
+def test_the_finn_pipeline_and_the_qonnx_verification_run_indexed(finn_zoo_exports, tmp_path, monkeypatch):
+    """finn_handoff (and dataflow_from_qonnx, export_finn_dataflow: the same decorator) and the
+    QONNX export's verification run inside indexed_lookups(); QUARK_QONNX_INDEX=0 turns it off."""
+    from _shared import finn_zoo
+
+    from quark.torch.extensions.brevitas._backend.export import verify
+    from quark.torch.extensions.brevitas._backend.targets.finn import dataflow, pipeline
+
+    path = tmp_path / "concat.qonnx.onnx"
+    onnx.save(finn_zoo_exports["concat"], str(path))
+    x = finn_zoo.digits_batches()[1][:2].numpy()  # real digits
+    in_handoff = _installed_while(monkeypatch, pipeline, "run_checked")
+    in_verification = _installed_while(monkeypatch, verify, "execute_qonnx")
+    for switch, expected in (("1", True), ("0", False)):
+        monkeypatch.setenv("QUARK_QONNX_INDEX", switch)
+        in_handoff.clear()
+        pipeline.finn_handoff(path, x, tmp_path / f"finn{switch}.onnx")
+        assert in_handoff == [expected]
+        in_verification.clear()
+        verify._run_qonnx(finn_zoo_exports["concat"], [x])
+        assert in_verification and set(in_verification) == {expected}
+    assert (tmp_path / "finn1.onnx").read_bytes() == (tmp_path / "finn0.onnx").read_bytes()
+    assert not qonnx_index.installed()
+    for function in (pipeline.dataflow_from_qonnx, dataflow.export_finn_dataflow):
+        assert function.__wrapped__.__name__ == function.__name__  # contextlib's decorator form

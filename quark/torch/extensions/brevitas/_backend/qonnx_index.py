@@ -54,6 +54,11 @@ which indexes it may use). Most of qonnx's quadratic cost sits in these routines
 every transformation and look up every tensor of the graph (profiled on FINN's front end of
 MobileNetV2; the lookups FINN's passes make themselves took under 1 % of it).
 
+Where it is on: the FINN target's pipeline (``targets/finn/pipeline.finn_handoff`` /
+``dataflow_from_qonnx``, ``targets/finn/dataflow.export_finn_dataflow``) and the QONNX export's
+verification (``export/verify._run_qonnx``: qonnx's cleanup and shape inference) run inside
+``indexed_lookups()``; ``QUARK_QONNX_INDEX=0`` in the environment turns it off.
+
 Thread-agnostic: the class patch is installed by the first ``indexed_lookups()`` of the process and
 removed by the last one to exit; indexes are used only in the thread that opened the context (other
 threads, and code outside regions, get qonnx's own methods' behaviour). Written against qonnx 1.0.0
@@ -67,6 +72,7 @@ import ast
 import contextlib
 import functools
 import logging
+import os
 import threading
 from collections.abc import Iterator
 
@@ -676,8 +682,9 @@ def _uninstall() -> None:
 def indexed_lookups() -> Iterator[None]:
     """qonnx's ModelWrapper lookups from dict indexes inside the audited bulk routines (module
     docstring); qonnx's own functions are back when the last open context exits. With a qonnx
-    version other than ``AUDITED_QONNX`` it patches nothing (and logs why)."""
-    if not _audited():
+    version other than ``AUDITED_QONNX``, or with the environment variable ``QUARK_QONNX_INDEX=0``
+    (read at each entry), it patches nothing."""
+    if os.environ.get("QUARK_QONNX_INDEX", "1") == "0" or not _audited():
         yield
         return
     with _install_lock:
