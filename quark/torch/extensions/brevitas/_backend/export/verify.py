@@ -33,6 +33,7 @@ from quark.torch.extensions.brevitas._backend.export.onnx_graph import (
     Graph,
     is_pof2,
 )
+from quark.torch.extensions.brevitas._backend.qonnx_index import indexed_lookups
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +83,8 @@ def _run_qonnx(model: onnx.ModelProto, inputs: Sequence[np.ndarray]) -> list[np.
     from qonnx.transformation.infer_shapes import InferShapes
     from qonnx.util.cleanup import cleanup_model
 
-    return execute_qonnx(cleanup_model(ModelWrapper(model)).transform(InferShapes()), inputs)
+    with indexed_lookups():  # qonnx's lookups indexed in its bulk routines (cleanup, shape inference)
+        return execute_qonnx(cleanup_model(ModelWrapper(model)).transform(InferShapes()), inputs)
 
 
 RUNNERS: dict[ExportFormat, Callable[[onnx.ModelProto, Sequence[np.ndarray]], list[np.ndarray]]] = {

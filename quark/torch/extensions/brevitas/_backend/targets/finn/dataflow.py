@@ -20,6 +20,7 @@ from quark.torch.extensions.brevitas._backend.export.verify import (
     float_tolerance,
     max_diff,
 )
+from quark.torch.extensions.brevitas._backend.qonnx_index import indexed_lookups
 from quark.torch.extensions.brevitas._backend.targets.finn.errors import FinnError
 from quark.torch.extensions.brevitas._backend.targets.finn.estimate import (
     FOLDING_ATTRIBUTES,
@@ -105,6 +106,7 @@ class DataflowExport:
         return "\n".join(lines)
 
 
+@indexed_lookups()  # qonnx's lookups indexed in its bulk routines (qonnx_index)
 def export_finn_dataflow(
     qonnx_path: str | os.PathLike,
     inputs: Any,

@@ -25,6 +25,7 @@ import numpy as np
 
 from quark.torch.extensions.brevitas._backend.export.safe_graph import load_checked
 from quark.torch.extensions.brevitas._backend.export.verify import FLOAT_RTOL, execute_qonnx, float_tolerance
+from quark.torch.extensions.brevitas._backend.qonnx_index import indexed_lookups
 from quark.torch.extensions.brevitas._backend.targets.finn.errors import FinnError
 from quark.torch.extensions.brevitas._backend.targets.finn.origins import named, run_transform, tag_origins
 from quark.torch.extensions.brevitas._backend.targets.pipeline import StepCheck, op_types, run_checked
@@ -378,6 +379,7 @@ class FinnReport:
         return "\n".join([*lines, *("  " + s.describe() for s in self.steps)])
 
 
+@indexed_lookups()  # qonnx's lookups indexed in its bulk routines (qonnx_index)
 def finn_handoff(
     qonnx_path: str | os.PathLike,
     inputs: Any,
@@ -519,6 +521,7 @@ class Dataflow:
     float_layers: list[str]  # hardware layers with a float input or output (FINN warns likewise)
 
 
+@indexed_lookups()  # qonnx's lookups indexed in its bulk routines (qonnx_index)
 def dataflow_from_qonnx(
     qonnx_path: str | os.PathLike,
     inputs: np.ndarray,

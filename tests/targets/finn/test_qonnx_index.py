@@ -1,0 +1,460 @@
+"""``qonnx_index.indexed_lookups()``: qonnx's answers (objects, None, exceptions, first matches),
+indexes kept exact through ModelWrapper's mutators, the patch restored on exit and per thread,
+qonnx's and FINN's real passes giving byte-identical graphs with and without it (FINN's front end
+to the dataflow partition on the FINN-style zoo networks of ``_shared.finn_zoo``, the first steps on
+torchvision's SqueezeNet), and the FINN pipeline and the QONNX verification running inside it."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import threading
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto
+from onnx import helper as oh
+
+pytest.importorskip("qonnx.core.modelwrapper", reason="qonnx is not installed (the export extra)")
+
+from qonnx.core.datatype import DataType
+from qonnx.core.modelwrapper import ModelWrapper
+
+from quark.torch.extensions.brevitas._backend import qonnx_index
+from quark.torch.extensions.brevitas._backend.qonnx_index import ALL_KINDS, indexed_lookups, region
+
+PATCHED = (
+    "get_tensor_valueinfo",
+    "get_tensor_shape",
+    "get_initializer",
+    "find_producer",
+    "find_consumers",
+    "get_tensor_datatype",
+    "get_tensor_layout",
+    "set_tensor_shape",
+    "set_initializer",
+    "rename_tensor",
+    "transform",
+    "check_all_tensor_shapes_specified",
+)
+ORIGINAL = {name: vars(ModelWrapper)[name] for name in PATCHED}
+
+
+def _graph() -> ModelWrapper:
+    """Names that repeat where qonnx's first-match and error paths matter: a node consuming one
+    tensor twice, two producers of one tensor, two initializers of one name, a value info given
+    twice, annotations (one repeated, one not a literal), an optional empty input, an initializer
+    without value info."""
+    nodes = [
+        oh.make_node("Add", ["x", "x"], ["a"], name="twice"),
+        oh.make_node("Mul", ["a", "w"], ["b"], name="mul"),
+        oh.make_node("Relu", ["b"], ["c"], name="relu0"),
+        oh.make_node("Relu", ["b"], ["c"], name="relu1"),  # a second producer of c
+        oh.make_node("Clip", ["c", "", "hi"], ["y"], name="clip"),
+    ]
+    inits = [
+        onnx.numpy_helper.from_array(np.full((1, 4), 2.0, np.float32), "w"),
+        onnx.numpy_helper.from_array(np.array(6.0, np.float32), "hi"),
+        onnx.numpy_helper.from_array(np.arange(3, dtype=np.int64), "dup"),
+        onnx.numpy_helper.from_array(np.arange(5, dtype=np.int64), "dup"),
+    ]
+    vis = [oh.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4]) for n in ("a", "b", "c", "b")]
+    graph = oh.make_graph(
+        nodes,
+        "g",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        inits,
+        value_info=vis,
+    )
+    model = ModelWrapper(oh.make_model(graph), fix_missing_initializer_valueinfo=False)
+    model.set_tensor_datatype("a", DataType["INT4"])
+    model.set_tensor_layout("a", ["N", "C"])
+    model.set_tensor_datatype("c", DataType["UINT4"])
+    qa = model.graph.quantization_annotation.add()
+    qa.tensor_name = "c"  # a repeated annotation: qonnx's get_by_name raises
+    qa = model.graph.quantization_annotation.add()
+    qa.tensor_name = "y"  # a layout that is no literal: qonnx eval()s it, the index hands it to qonnx
+    qa.quant_parameter_tensor_names.add(key="tensor_layout", value="list('NC')")
+    return model
+
+
+NAMES = ("x", "a", "b", "c", "y", "w", "hi", "dup", "", "missing", None, 3)
+
+
+def _answers(model: ModelWrapper, name) -> dict:
+    calls = {
+        "valueinfo": lambda: model.get_tensor_valueinfo(name),
+        "shape": lambda: model.get_tensor_shape(name),
+        "initializer": lambda: model.get_initializer(name),
+        "initializer+dtype": lambda: model.get_initializer(name, return_dtype=True),
+        "producer": lambda: model.find_producer(name),
+        "consumers": lambda: model.find_consumers(name),
+        "consumer": lambda: model.find_consumer(name),
+        "datatype": lambda: model.get_tensor_datatype(name),
+        "layout": lambda: model.get_tensor_layout(name),
+    }
+    out = {}
+    for key, call in calls.items():
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                out[key] = ("value", call(), [str(w.message) for w in caught])
+        except Exception as error:  # noqa: BLE001  the exception is part of qonnx's answer
+            out[key] = ("raised", type(error), str(error))
+    return out
+
+
+def _same(expected, actual, identity: bool) -> bool:
+    if isinstance(expected, np.ndarray):
+        return (
+            isinstance(actual, np.ndarray)
+            and expected.dtype == actual.dtype
+            and np.array_equal(expected, actual)
+            and (expected is not actual)
+        )
+    if isinstance(expected, (list, tuple)):
+        return (
+            type(expected) is type(actual)
+            and len(expected) == len(actual)
+            and all(_same(e, a, identity) for e, a in zip(expected, actual))
+        )
+    if hasattr(expected, "SerializeToString"):
+        if identity:
+            return expected is actual
+        return type(expected) is type(actual) and expected.SerializeToString() == actual.SerializeToString()
+    return expected == actual
+
+
+def _assert_same_answers(reference: ModelWrapper, model: ModelWrapper, identity: bool) -> None:
+    for name in NAMES:
+        expected, actual = _answers(reference, name), _answers(model, name)
+        for key in expected:
+            assert expected[key][0] == actual[key][0], (name, key, expected[key], actual[key])
+            assert _same(expected[key][1:], actual[key][1:], identity), (name, key, expected[key], actual[key])
+
+
+def test_lookups_answer_as_qonnx():
+    model = _graph()
+    with indexed_lookups():
+        expected = {n: _answers(model, n) for n in NAMES}  # outside a region: qonnx's scans
+        with region(ALL_KINDS):
+            assert qonnx_index._table(model, qonnx_index.PROD, "c") is not None  # indexed here
+            actual = {n: _answers(model, n) for n in NAMES}
+    for name in NAMES:
+        for key in expected[name]:
+            e, a = expected[name][key], actual[name][key]
+            assert e[0] == a[0] and _same(e[1:], a[1:], identity=True), (name, key, e, a)
+
+
+def _mutations(model: ModelWrapper) -> list:
+    return [
+        lambda: model.set_tensor_shape("a", [2, 4]),  # in value_info
+        lambda: model.set_tensor_shape("x", [3, 4]),  # a graph input
+        lambda: model.set_tensor_shape("y", [5, 4], dtype=TensorProto.INT8),  # a graph output
+        lambda: model.set_tensor_shape("new", [7]),  # no value info yet
+        lambda: model.set_initializer("w", np.ones((1, 4), np.float32)),  # replaced
+        lambda: model.set_initializer("dup", np.zeros(2, np.int64)),  # the first of two removed
+        lambda: model.set_initializer("fresh", np.ones(3, np.float32)),
+        lambda: model.get_tensor_shape("hi", fix_missing_init_shape=True),
+        lambda: model.del_initializer("hi"),
+        lambda: model.set_tensor_datatype("b", DataType["INT8"]),  # a new annotation
+        lambda: model.set_tensor_datatype("a", DataType["UINT2"]),  # an existing one
+        lambda: model.set_tensor_datatype("a", None),
+        lambda: model.set_tensor_layout("x", ["N", "C"]),  # a new annotation
+        lambda: model.set_tensor_layout("a", ["N", "H"]),  # an existing layout
+        lambda: model.set_tensor_layout("b", ["N", "C"]),  # an annotation without a layout
+        lambda: model.set_tensor_layout("b", ("N", "C")),  # not a list: qonnx's assertion
+        lambda: model.set_tensor_datatype("c", DataType["INT2"]),  # annotated twice: qonnx raises
+        lambda: model.rename_tensor("a", "a_renamed"),  # indexed rename
+        lambda: model.rename_tensor("x", "b"),  # onto an existing name: qonnx's own
+        lambda: model.rename_tensor("b", "b2"),  # a name given twice: qonnx's own
+        lambda: model.rename_tensor("w", "w2"),
+        lambda: model.rename_tensor("dup", "dup2"),  # two initializers: qonnx raises midway
+    ]
+
+
+def _snapshot(value):
+    """A comparable copy of an answer, taken now (later writes change protobuf objects in place)."""
+    if isinstance(value, np.ndarray):
+        return ("array", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, *(_snapshot(v) for v in value))
+    if hasattr(value, "SerializeToString"):
+        return (type(value).__name__, value.SerializeToString())
+    return value if value is None or isinstance(value, (int, str, type)) else str(value)
+
+
+def _run_steps(model: ModelWrapper) -> list:
+    """After each mutation: its outcome, the graph's bytes and every lookup's answer."""
+    record = []
+    for do in _mutations(model):
+        try:
+            do()
+            outcome = None
+        except Exception as error:  # noqa: BLE001  compared between the runs
+            outcome = (type(error), str(error))
+        answers = {n: {k: _snapshot(v) for k, v in _answers(model, n).items()} for n in NAMES}
+        record.append((outcome, model.model.SerializeToString(), answers))
+    return record
+
+
+def test_mutators_keep_the_indexes_exact():
+    """One region open through every mutation: the indexes built at its first lookups must follow
+    qonnx's writes (set_tensor_shape, set_initializer, del_initializer, set_tensor_datatype /
+    layout, rename_tensor indexed and qonnx's own, a rename qonnx aborts midway)."""
+    expected = _run_steps(_graph())
+    with indexed_lookups(), region(ALL_KINDS):
+        model = _graph()
+        assert qonnx_index._table(model, qonnx_index.VI, "a") is not None
+        actual = _run_steps(model)
+        index = next(iter(qonnx_index._regions()[-1].indexes.values()))
+        assert set(index.kinds) == ALL_KINDS  # the last answers came from the indexes
+    for step, (e, a) in enumerate(zip(expected, actual)):
+        assert e[0] == a[0], (step, e[0], a[0])
+        assert e[1] == a[1], f"step {step}: the graphs differ"
+        for name in NAMES:
+            assert e[2][name] == a[2][name], (step, name)
+
+
+def test_outside_regions_in_place_writes_are_seen():
+    """FINN's passes rename through the protobuf between lookups: outside the audited regions
+    every lookup is qonnx's scan, so it sees them."""
+    model = _graph()
+    with indexed_lookups():
+        relu = model.find_producer("c")
+        relu.output[0] = "renamed"
+        assert model.find_producer("renamed") is relu
+        model.graph.value_info[0].name = "a2"
+        assert model.get_tensor_shape("a2") == [1, 4] and model.get_tensor_valueinfo("a") is None
+
+
+def test_a_transformation_called_in_a_region_is_not_trusted():
+    """An audited routine may call ``model.transform``; the transformation runs untrusted, and the
+    enclosing region's indexes are rebuilt afterwards."""
+    from qonnx.transformation.base import Transformation
+
+    class RenameInPlace(Transformation):
+        def apply(self, model):
+            node = model.find_producer("a")
+            node.output[0] = "a_new"
+            assert model.find_producer("a_new") is node
+            return model, False
+
+    model = _graph()
+    with indexed_lookups(), region(ALL_KINDS):
+        assert model.find_producer("a") is not None  # the region's index is built
+        model.transform(RenameInPlace(), make_deepcopy=False, cleanup=False)
+        assert model.find_producer("a") is None
+        assert model.find_producer("a_new").name == "twice"
+
+
+def test_restored_on_exit_and_on_exceptions():
+    with indexed_lookups():
+        assert qonnx_index.installed()
+        assert all(vars(ModelWrapper)[n] is not ORIGINAL[n] for n in PATCHED)
+        with indexed_lookups():  # nested
+            pass
+        assert qonnx_index.installed()
+    assert not qonnx_index.installed()
+    assert all(vars(ModelWrapper)[n] is ORIGINAL[n] for n in PATCHED)
+    with pytest.raises(KeyError), indexed_lookups():
+        raise KeyError("inside")
+    assert all(vars(ModelWrapper)[n] is ORIGINAL[n] for n in PATCHED)
+
+
+def test_threads_share_the_patch_not_the_indexes():
+    inside, release = threading.Event(), threading.Event()
+    seen = {}
+
+    def other():
+        with indexed_lookups():
+            inside.set()
+            release.wait(10)
+            seen["tables"] = qonnx_index._table(_graph(), qonnx_index.PROD, "c")
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    inside.wait(10)
+    with indexed_lookups(), region(ALL_KINDS):
+        assert qonnx_index._table(_graph(), qonnx_index.PROD, "c") is not None
+    assert qonnx_index.installed()  # the other thread is still inside
+    release.set()
+    thread.join(10)
+    assert seen["tables"] is None  # no region open in that thread
+    assert not qonnx_index.installed()
+    assert all(vars(ModelWrapper)[n] is ORIGINAL[n] for n in PATCHED)
+
+
+# -- real graphs: qonnx's and FINN's passes, with and without the index ---------------------------
+
+needs_finn = pytest.mark.skipif(
+    importlib.util.find_spec("finn") is None,
+    reason="finn-plus is not installed (pip install --no-deps finn-plus==1.6.1)",
+)
+
+#: qonnx's notices on every run of GemmToMatMul and InferDataLayouts
+QONNX_NOTICES = pytest.mark.filterwarnings("ignore::UserWarning:qonnx")
+
+
+def _seeded(function, *args):
+    random.seed(0)
+    np.random.seed(0)
+    return function(*args)
+
+
+def _verification_path(model: onnx.ModelProto):
+    """What the exporter's QONNX verification runs: cleanup, shape inference, execution."""
+    from qonnx.core.onnx_exec import execute_onnx
+    from qonnx.transformation.infer_shapes import InferShapes
+    from qonnx.util.cleanup import cleanup_model
+
+    wrapper = cleanup_model(ModelWrapper(onnx.ModelProto.FromString(model.SerializeToString())))
+    wrapper = wrapper.transform(InferShapes())
+    x = np.random.default_rng(0).random(_input_shape(wrapper), dtype=np.float32)
+    out = execute_onnx(wrapper, {wrapper.graph.input[0].name: x})[wrapper.graph.output[0].name]
+    return [wrapper.model.SerializeToString()], out
+
+
+def _input_shape(wrapper) -> list[int]:
+    return wrapper.get_tensor_shape(wrapper.graph.input[0].name)
+
+
+def _front_end(model: onnx.ModelProto, work_dir: str, stages: int | None = None):
+    """FINN's front end as the dataflow export runs it; the graph after each stage and the outputs."""
+    from qonnx.core.onnx_exec import execute_onnx
+    from qonnx.transformation.change_batchsize import ChangeBatchSize
+    from qonnx.transformation.infer_datatypes import InferDataTypes
+    from qonnx.transformation.infer_shapes import InferShapes
+    from qonnx.util.cleanup import cleanup_model
+
+    from quark.torch.extensions.brevitas._backend.targets.finn import pipeline
+    from quark.torch.extensions.brevitas._backend.targets.finn.origins import tag_origins
+
+    wrapper = ModelWrapper(onnx.ModelProto.FromString(model.SerializeToString()))
+    tag_origins(wrapper)
+    wrapper = cleanup_model(wrapper).transform(ChangeBatchSize(1)).transform(InferShapes())
+    wrapper = wrapper.transform(InferDataTypes())
+    graphs = [wrapper.model.SerializeToString()]
+    steps = [step for _, step in pipeline.FRONT_END] + [lambda m: pipeline._partition(m, work_dir)[0]]
+    for step in steps[:stages]:
+        wrapper = step(wrapper)
+        graphs.append(wrapper.model.SerializeToString())
+    x = np.random.default_rng(0).random(_input_shape(wrapper), dtype=np.float32)
+    return graphs, execute_onnx(wrapper, {wrapper.graph.input[0].name: x})[wrapper.graph.output[0].name]
+
+
+def _assert_identical(run, *args) -> None:
+    """``run(*args)`` plainly (the index switched off, also where the package turns it on) and
+    inside ``indexed_lookups()``: the same graph bytes after every stage, the same outputs."""
+    assert not qonnx_index.installed()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("QUARK_QONNX_INDEX", "0")
+        plain = _seeded(run, *args)
+    with indexed_lookups():
+        indexed = _seeded(run, *args)
+    assert not qonnx_index.installed()
+    assert len(plain[0]) == len(indexed[0])
+    for stage, (p, i) in enumerate(zip(plain[0], indexed[0])):
+        assert p == i, f"stage {stage}: the graphs differ"
+    np.testing.assert_array_equal(plain[1], indexed[1])
+
+
+@pytest.fixture(scope="module")
+def finn_zoo_exports(tmp_path_factory):
+    """The repo's FINN-style networks (residual, concat, depthwise), exported as QONNX."""
+    from _shared import finn_zoo as zoo
+
+    from quark.torch.extensions.brevitas.api import ModelExporter
+
+    train, test = zoo.digits_batches()
+    done = {}
+    for name in ("resnet", "concat", "mobilenet"):
+        path = tmp_path_factory.mktemp(name) / "m.qonnx.onnx"
+        ModelExporter(path).export_qonnx_model(zoo.calibrated(name, train[:2]), test[:2], verify=False)
+        done[name] = onnx.load(str(path))
+    return done
+
+
+@needs_finn
+@QONNX_NOTICES
+@pytest.mark.parametrize("name", ["resnet", "concat", "mobilenet"])
+def test_finn_front_end_identical(finn_zoo_exports, name, tmp_path):
+    """cleanup_model, InferShapes, FoldConstants, ConvertQONNXtoFINN, Streamline (with
+    LowerConvsToMatMul and the residual passes), the convert_to_hw Infer* passes and
+    CreateDataflowPartition: the same bytes after every stage, the same outputs."""
+    _assert_identical(_front_end, finn_zoo_exports[name], str(tmp_path / "partitions"))
+    _assert_identical(_verification_path, finn_zoo_exports[name])
+
+
+@pytest.mark.slow
+@needs_finn
+@QONNX_NOTICES
+def test_torchvision_network_identical(tmp_path):
+    """A real torchvision network (SqueezeNet 1.1, W4A4 graph mode): FINN's cleanup (the export
+    verification's passes) and ConvertQONNXtoFINN give the same bytes."""
+    from quark.torch.examples import vision_zoo
+
+    if vision_zoo.missing_libraries():
+        missing = ", ".join(vision_zoo.missing_libraries())
+        pytest.skip(f"not installed: {missing} (pip install --no-deps torchvision timm)")
+    from quark.torch.extensions.brevitas import presets
+    from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
+
+    entry = vision_zoo.ZOO["squeezenet1_1"]
+    model = entry.build(seed=0)
+    qmodel = ModelQuantizer(presets.finn(weight_bits=4, act_bits=4)).quantize_model(
+        model, [entry.sample(4, seed=1)], progress=False
+    )
+    path = tmp_path / "squeezenet.qonnx.onnx"
+    with torch.no_grad():
+        ModelExporter(path).export_qonnx_model(qmodel, entry.sample(1, seed=2), verify=False)
+    _assert_identical(_front_end, onnx.load(str(path)), str(tmp_path / "partitions"), 1)
+
+
+# -- where the package turns it on -----------------------------------------------------------------
+
+
+def _installed_while(monkeypatch, owner, name: str) -> list[bool]:
+    """Replace ``owner.name`` by a spy recording whether the index is installed, then calling it."""
+    seen: list[bool] = []
+    original = getattr(owner, name)
+
+    def spy(*args, **kwargs):
+        seen.append(qonnx_index.installed())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, spy)
+    return seen
+
+
+@needs_finn
+@QONNX_NOTICES
+def test_the_finn_pipeline_and_the_qonnx_verification_run_indexed(finn_zoo_exports, tmp_path, monkeypatch):
+    """finn_handoff (and dataflow_from_qonnx, export_finn_dataflow: the same decorator) and the
+    QONNX export's verification run inside indexed_lookups(); QUARK_QONNX_INDEX=0 turns it off."""
+    from _shared import finn_zoo
+
+    from quark.torch.extensions.brevitas._backend.export import verify
+    from quark.torch.extensions.brevitas._backend.targets.finn import dataflow, pipeline
+
+    path = tmp_path / "concat.qonnx.onnx"
+    onnx.save(finn_zoo_exports["concat"], str(path))
+    x = finn_zoo.digits_batches()[1][:2].numpy()  # real digits
+    in_handoff = _installed_while(monkeypatch, pipeline, "run_checked")
+    in_verification = _installed_while(monkeypatch, verify, "execute_qonnx")
+    for switch, expected in (("1", True), ("0", False)):
+        monkeypatch.setenv("QUARK_QONNX_INDEX", switch)
+        in_handoff.clear()
+        pipeline.finn_handoff(path, x, tmp_path / f"finn{switch}.onnx")
+        assert in_handoff == [expected]
+        in_verification.clear()
+        verify._run_qonnx(finn_zoo_exports["concat"], [x])
+        assert in_verification and set(in_verification) == {expected}
+    assert (tmp_path / "finn1.onnx").read_bytes() == (tmp_path / "finn0.onnx").read_bytes()
+    assert not qonnx_index.installed()
+    for function in (pipeline.dataflow_from_qonnx, dataflow.export_finn_dataflow):
+        assert function.__wrapped__.__name__ == function.__name__  # contextlib's decorator form
