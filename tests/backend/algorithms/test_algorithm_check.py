@@ -88,3 +88,33 @@ def test_the_check_reads_the_first_output_only():
     qmodel = quantizer.quantize_model(WithCache(), DATA, progress=False)
     check = quantizer.algorithm_check
     assert check.error_with == check.error_without == pytest.approx(_error(lambda x: _model()(x), lambda x: qmodel(x)[0]), rel=1e-9)
+
+
+def _with_batch_norm() -> nn.Module:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 4))
+    model.train()
+    with torch.no_grad():
+        for x in DATA:
+            model(x)
+    return model.eval()
+
+
+def test_merge_batch_norm_is_structural_kept_on_both_sides():
+    """MergeBatchNorm (XINT8 folds batch norm, as the NPU needs) is no accuracy algorithm: alone it
+    is not checked (no second quantization, no warning); beside another algorithm the check's
+    baseline folds batch norm too, so only the other algorithm is compared."""
+    from quark.torch.quantization.config.algorithms import MergeBatchNorm
+
+    layer = QuantizationConfig(weight=INT8, input_tensors=U8_ASYM)
+    quantizer = ModelQuantizer(Config(layer, pre_quant_opt_config=[MergeBatchNorm()]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quantizer.quantize_model(_with_batch_norm(), DATA, progress=False)
+    assert quantizer.algorithm_check is None
+
+    quantizer = ModelQuantizer(Config(layer, pre_quant_opt_config=[MergeBatchNorm(), Nothing()]))
+    qmodel = quantizer.quantize_model(_with_batch_norm(), DATA, progress=False)
+    check = quantizer.algorithm_check
+    assert check.algorithms == ("Nothing",)
+    assert check.error_with == check.error_without == pytest.approx(_error(_with_batch_norm(), qmodel), rel=1e-9)

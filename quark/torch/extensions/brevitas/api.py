@@ -7,6 +7,7 @@ the rules (per layer). The numerics live in ``_backend``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import warnings
@@ -169,7 +170,8 @@ class ModelQuantizer:
                 load a quantized checkpoint into it; ``qat.uncalibrated_quantizers`` lists what
                 is still uncalibrated.
             check_algorithms: when the config has algorithms and data is given (a list or a
-                DataLoader), also quantize without them and compare the two models' output error
+                DataLoader), also quantize without them (structural ones such as ``MergeBatchNorm``
+                stay on both sides; alone they are not checked) and compare the two models' output error
                 against the float model on the calibration data; the result is
                 :attr:`algorithm_check`, and an :class:`AlgorithmWorseWarning` names the algorithms
                 when they made it worse. Skipped with ``inplace=True`` (no float model is left).
@@ -197,20 +199,24 @@ class ModelQuantizer:
                 raise
             raise explained from error
         self.algorithm_check = None
-        if check_algorithms and self.algorithms and data is not None and not inplace and not isinstance(calib_loader, Iterator):
+        checked = [algo for algo, impl in self.algorithms if not impl.structural]
+        if check_algorithms and checked and data is not None and not inplace and not isinstance(calib_loader, Iterator):
             self.algorithm_check = self._check_algorithms(model, work, calib_loader, num_calib_batches)
         return work
 
     def _check_algorithms(self, model: nn.Module, work: nn.Module, calib_loader: Any, num_batches: int | None) -> AlgorithmCheck:
         """The config's algorithms against round-to-nearest, on the calibration data (see ``check_algorithms``)."""
-        plain = copy.copy(self.config)
-        plain.pre_quant_opt_config, plain.algo_config = [], []
-        baseline = ModelQuantizer(plain).quantize_model(
-            model, calib_loader, num_calib_batches=num_batches, progress=False, check_algorithms=False
-        )
+        plain = copy.copy(self.config)  # structural algorithms (MergeBatchNorm) on both sides
+        plain.pre_quant_opt_config = _structural(plain.pre_quant_opt_config)
+        plain.algo_config = _structural(plain.algo_config)
+        with warnings.catch_warnings(), _quiet(logging.getLogger("quark")):  # said once, by the run the user asked for
+            warnings.simplefilter("ignore")
+            baseline = ModelQuantizer(plain).quantize_model(
+                model, calib_loader, num_calib_batches=num_batches, progress=False, check_algorithms=False
+            )
         data = CalibrationData(calib_loader, num_batches, progress=False)
         result = AlgorithmCheck(
-            tuple(type(algo).__name__ for algo, _ in self.algorithms),
+            tuple(type(algo).__name__ for algo, impl in self.algorithms if not impl.structural),
             output_error(model, baseline, data, "algorithm check (without)"),
             output_error(model, work, data, "algorithm check (with)"),
         )
@@ -313,6 +319,23 @@ def calibrate(
         error.args = (f"calibration, {data.position}: {error.args[0]}; the model is as it was", *error.args[1:])
         raise
     return model
+
+
+def _structural(algorithms: Any) -> list:
+    """The structural algorithms (``Implementation.structural``) of a config's algorithm field."""
+    listed = [] if algorithms is None else list(algorithms) if isinstance(algorithms, (list, tuple)) else [algorithms]
+    return [algo for algo in listed if implementation_of(algo).structural]
+
+
+@contextlib.contextmanager
+def _quiet(log: logging.Logger) -> Iterator[None]:
+    """``log`` and its children say only errors inside the block."""
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def _uncalibrated_message(names: list[str]) -> str:

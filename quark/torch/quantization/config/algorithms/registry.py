@@ -154,7 +154,8 @@ class Implementation:
     the layer rules before anything is built. ``wants_plans``: a ``before_quantization`` algorithm
     that is called with ``plans=`` (layer name -> ``LayerPlan``: the config resolved over the float
     model's layers, as the layerwise backend sees them), to fit what it does to the quantizers
-    that will follow.
+    that will follow. ``structural``: it makes the model what the target needs (batch norm
+    folded) rather than more accurate: ``quantize_model``'s algorithm check keeps it on both sides.
     """
 
     phase: Phase
@@ -162,6 +163,7 @@ class Implementation:
     needs_data: bool = False
     check: Callable[[Any, Any, Any], Any] | None = None
     wants_plans: bool = False
+    structural: bool = False
 
 
 #: implementations registered one by one (a user's own, with :func:`register_implementation`)

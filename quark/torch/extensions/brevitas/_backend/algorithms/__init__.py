@@ -50,7 +50,7 @@ BEFORE, CALIBRATED, LAST = Phase.before_quantization, Phase.after_calibration, P
 _TABLE: dict[type[AlgoConfig], Implementation] = {
     # on the float model
     Preprocess: Implementation(BEFORE, preprocess.preprocess),
-    MergeBatchNorm: Implementation(BEFORE, batch_norm.merge_batch_norm),
+    MergeBatchNorm: Implementation(BEFORE, batch_norm.merge_batch_norm, structural=True),
     HadamardRotation: Implementation(BEFORE, rotation.hadamard_rotation),
     RotationConfig: Implementation(BEFORE, rotation.rotation_config),
     ActivationEqualization: Implementation(
