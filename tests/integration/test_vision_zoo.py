@@ -93,3 +93,50 @@ def test_timm_batch_norm_act_folds_and_keeps_its_activation():
     folded = merge_batch_norm(MergeBatchNorm(), model, batches)
     assert not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in folded.modules())
     torch.testing.assert_close(folded(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def _calibration(entry, batches: int = 2, batch: int = 8) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    return [torch.rand(batch, *entry.input_shape, generator=generator) for _ in range(batches)]
+
+
+def _unsigned(model) -> tuple[str, ...]:
+    present = {type(m).__name__ for m in model.modules()}
+    return tuple(t for t in ("ReLU", "ReLU6", "Sigmoid", "Hardsigmoid") if t in present)
+
+
+@needs_libraries
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet18", "squeezenet1_1"])
+def test_torchvision_network_reaches_one_finn_partition(name, tmp_path):
+    """torchvision's definition, graph mode + the FINN preset: one dataflow partition whose hardware
+    graph equals torch on every input, no hardware layer on floats (benchmarks/vision_zoo.py: the zoo)."""
+    from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
+    from quark.torch.extensions.brevitas.presets import finn
+
+    entry = vision_zoo.ZOO[name]
+    model = entry.build(seed=0)
+    qmodel = ModelQuantizer(finn(unsigned=_unsigned(model))).quantize_model(model, _calibration(entry), progress=False)
+    x = entry.sample(batch=4, seed=2)
+    result = ModelExporter(tmp_path).export_finn_dataflow(qmodel, x, integer_input=True)
+    assert result.verification.passed and result.verification.identical_predictions == 4
+    assert result.float_layers == ()
+    assert {o.split(" ")[0].rstrip("_0123456789") for o in result.outside} <= {"Transpose", "Mul", "Add"}
+
+
+@needs_libraries
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2", "mobilenetv4_conv_small"])
+def test_xint8_graph_mode_exports_a_verified_npu_graph(name, tmp_path):
+    """Graph mode + XINT8: the QDQ graph passes the IPU checks and equals torch in ONNX Runtime,
+    also with ONNX Runtime's default optimizations."""
+    from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
+    from quark.torch.extensions.brevitas.presets import xint8
+
+    entry = vision_zoo.ZOO[name]
+    quantizer = ModelQuantizer(xint8(graph=True))
+    qmodel = quantizer.quantize_model(entry.build(seed=0), _calibration(entry), progress=False)
+    report = ModelExporter(tmp_path / "model.onnx").export_onnx_model(qmodel, entry.sample(batch=4, seed=2), plans=quantizer.plans)
+    assert report.passed and report.max_abs_diff == 0.0
+    assert len(report.target_checks) >= 4
+    assert report.optimized_runtime_diff == 0.0

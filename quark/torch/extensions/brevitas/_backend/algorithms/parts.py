@@ -89,7 +89,7 @@ def fold_by_running(model: nn.Module, run: Callable[[nn.Module], Any]) -> nn.Mod
     computes, each kept only if the outputs on that batch stay within float rounding; in place."""
     names = {m: n for n, m in model.named_modules()}
     produced: dict[int, tuple[nn.Module, torch.Tensor]] = {}
-    feeds: dict[nn.Module, int] = {}
+    feeds: dict[nn.Module, torch.Tensor] = {}
     hooks = [m.register_forward_hook(_record(produced)) for m in model.modules() if isinstance(m, FOLDABLE)]
     hooks += [m.register_forward_pre_hook(_record_input(feeds)) for m in model.modules() if isinstance(m, BATCH_NORMS)]
     try:
@@ -98,7 +98,7 @@ def fold_by_running(model: nn.Module, run: Callable[[nn.Module], Any]) -> nn.Mod
     finally:
         for hook in hooks:
             hook.remove()
-    pairs = [(bn, produced[i][0]) for bn, i in feeds.items() if i in produced]
+    pairs = [(bn, produced[id(x)][0]) for bn, x in feeds.items() if id(x) in produced]
 
     def fold(chosen: list[tuple[nn.Module, nn.Module]]) -> Callable[[], None]:
         """Fold ``chosen`` in place; returns what puts them back."""
@@ -146,7 +146,7 @@ def _record(produced: dict) -> Callable:
 def _record_input(feeds: dict) -> Callable:
     def hook(module, inputs):
         if inputs and isinstance(inputs[0], torch.Tensor):
-            feeds.setdefault(module, id(inputs[0]))
+            feeds.setdefault(module, inputs[0])  # kept alive: a freed tensor's id is given to the next
 
     return hook
 
