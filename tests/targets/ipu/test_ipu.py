@@ -324,3 +324,47 @@ def test_every_quantizer_and_layer_rule_refuses_its_case_alone_before_export(onn
         ModelExporter(onnx_path).export_onnx_model(model, torch.randn(2, 8), target_device=DeviceType.IPU)
     assert len(caught.value.problems) == 1 and caught.value.problems[0].endswith(f"({rule.reason})"), caught.value.problems
     assert not onnx_path.exists()
+
+
+class _ConvActs(torch.nn.Module):
+    """Conv -> Hardswish (the NPU runs it only between DQ and Q), Conv -> ReLU (fused into the Conv),
+    an addition, then SiLU on the addition's quantized output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1, self.act1 = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Hardswish()
+        self.conv2, self.act2 = torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU()
+        self.act3 = torch.nn.SiLU()
+        self.head = torch.nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        y = self.act1(self.conv1(x))
+        return self.head(self.act3(self.act2(self.conv2(y)) + y))
+
+
+def _op_before(model: onnx.ModelProto, op_type: str) -> list[str]:
+    producer = {o: n for n in model.graph.node for o in n.output}
+    return [producer[n.input[0]].op_type for n in model.graph.node if n.op_type == op_type]
+
+
+@pytest.mark.parametrize("target", ["ipu", "none"])
+def test_graph_mode_quantizes_an_activation_input_where_the_target_needs_it(onnx_path, target):
+    """IPU: an activation the runtime does not fuse into the layer before it (Hardswish) gets its
+    float input quantized (DQ -> HardSwish -> Q), a fused one (ReLU) does not, nor one whose input
+    arrives quantized (SiLU after the addition); without a target nothing is added."""
+    torch.manual_seed(0)
+    config = xint8(graph=True)
+    if target == "none":
+        config.global_quant_config.target_device = None
+    quantizer = ModelQuantizer(config)
+    calib = [torch.rand(4, 3, 8, 8, generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    qmodel = quantizer.quantize_model(_ConvActs().eval(), calib, progress=False)
+    assert hasattr(qmodel.act1, "input_quant") == (target == "ipu")
+    assert not hasattr(qmodel.act2, "input_quant") and not hasattr(qmodel.act3, "input_quant")
+    report = ModelExporter(onnx_path).export_onnx_model(qmodel, calib[0], plans=quantizer.plans)
+    assert report.passed and report.max_abs_diff == 0.0
+    model = onnx.load(str(onnx_path))
+    assert _op_before(model, "HardSwish") == ["DequantizeLinear" if target == "ipu" else "Conv"]
+    assert _op_before(model, "Relu") == ["Conv"]
+    if target == "ipu":
+        assert len(report.target_checks) == 5

@@ -30,7 +30,11 @@ from torch import fx, nn
 
 from quark.torch.extensions.brevitas._backend.mapping import LAYERS, act_quant, build_layer
 from quark.torch.extensions.brevitas._backend.rewrite import tracing
-from quark.torch.extensions.brevitas._backend.targets import AveragePooling, average_pooling
+from quark.torch.extensions.brevitas._backend.targets import (
+    AveragePooling,
+    activation_input_quantized,
+    average_pooling,
+)
 from quark.torch.extensions.brevitas.graph import ACTIVATIONS, Add, Cat, GraphInput
 from quark.torch.quantization.config.spec import ROLES
 from quark.torch.quantization.plan import ConfigView, LayerPlan, Site, layer_type
@@ -183,12 +187,15 @@ class GraphRewriter:
             _unsigned_where_non_negative(model, plans_by_name)
         for node in model.graph.nodes:
             plan = plans_by_name.get(node.target) if node.op == "call_module" else None
-            if plan is None or plan.module_type not in WEIGHTED or not node.args:
+            if plan is None or plan.module_type not in (*WEIGHTED, *ACTIVATIONS) or not node.args:
                 continue
             producer = _producer(model, node.args[0])
             upstream = plans_by_name.get(_site_name(producer)) if producer is not None else None
             spec = _produced_spec(upstream) if upstream is not None else None
             if spec is None:
+                continue
+            if plan.module_type in ACTIVATIONS:  # its input arrives quantized (see _activation)
+                plan.upstream["input_tensors"] = upstream.name
                 continue
             own = plan.specs["input_tensors"]
             if own is not None and own != spec and not plan.origins["input_tensors"].startswith("global_quant_config"):
@@ -236,10 +243,18 @@ def _quant_identity(spec: TensorQuant) -> nn.Module:
 
 
 def _activation(plan: LayerPlan, site: Site) -> nn.Module:
+    """The activation, its output quantized; its input too where the plan's target runs it only
+    between DequantizeLinear and QuantizeLinear (``targets.activation_input_quantized``) and it
+    arrives float (a layer's output), on the signed grid of the output's spec."""
     activation = copy.deepcopy(site.module)
     if getattr(activation, "inplace", False):
         activation.inplace = False  # it may receive a tensor other nodes still read
-    return nn.Sequential(OrderedDict(act=activation, quant=_quant_identity(plan.specs["output_tensors"])))
+    output = plan.specs["output_tensors"]
+    stages = OrderedDict(act=activation, quant=_quant_identity(output))
+    if "input_tensors" not in plan.upstream and activation_input_quantized(plan.target_device, site.type):
+        signed = replace(output, signed=True) if output.format is Format.integer else output
+        stages = OrderedDict(input_quant=_quant_identity(signed), **stages)
+    return nn.Sequential(stages)
 
 
 def _two_sided(layer: type[nn.Module]) -> Callable[[LayerPlan, Site], nn.Module]:

@@ -13,7 +13,7 @@ from quark.torch.extensions.brevitas._backend.targets import finn, ipu
 from quark.torch.extensions.brevitas._backend.targets.target import AveragePooling, Step, Target
 from quark.torch.quantization.config.type import DeviceType
 
-__all__ = ["TARGETS", "AveragePooling", "Step", "Target", "average_pooling"]
+__all__ = ["TARGETS", "AveragePooling", "Step", "Target", "activation_input_quantized", "average_pooling"]
 
 #: device -> its target (CPU has none)
 TARGETS: dict[DeviceType, Target] = {target.device: target for target in (ipu.TARGET, finn.TARGET)}
@@ -24,3 +24,11 @@ def average_pooling(device: DeviceType | None, windowed: bool) -> AveragePooling
     the target computes them (requantized without a target)."""
     target = TARGETS.get(device)
     return target.windowed_pools if windowed and target is not None else AveragePooling.requantized
+
+
+def activation_input_quantized(device: DeviceType | None, activation: type) -> bool:
+    """Whether ``device`` needs the input of an ``activation`` quantized (it runs only the
+    activations in its ``fused_activations`` on a layer's float output)."""
+    target = TARGETS.get(device)
+    fused = target.fused_activations if target is not None else None
+    return fused is not None and activation.__name__ not in fused

@@ -36,7 +36,9 @@ class Target:
     ``quantizer_rules`` take a :class:`~..rules.Quantizer`, ``layer_rules`` a
     :class:`~..inventory.Module` (with the roles its plan takes from upstream), ``site_rules`` the
     model's plans, ``graph_rules`` the written ``onnx.ModelProto``; ``windowed_pools`` the form of
-    the average pools it computes (graph mode builds them so); ``pipeline()`` the passes after
+    the average pools it computes (graph mode builds them so); ``fused_activations``, where set, the
+    activations its runtime fuses into the layer before them: graph mode quantizes the input of every
+    other activation (so that it runs as DequantizeLinear -> op -> QuantizeLinear); ``pipeline()`` the passes after
     export, in order; ``advice(plans)`` what to warn about before export (what the target will leave
     float, say).
     """
@@ -50,6 +52,7 @@ class Target:
     site_rules: tuple[Rule, ...] = ()
     graph_rules: tuple[Rule, ...] = ()
     windowed_pools: AveragePooling = AveragePooling.requantized  # global pools are always requantized
+    fused_activations: tuple[str, ...] | None = None  # class names; None: activations take any input
     pipeline: Callable[[], tuple[Step, ...]] = tuple  # loads the passes (and their libraries) when called
     advice: Callable[[Sequence[Any]], str | None] | None = None  # a warning on the plans, said before export
     variant: Callable[[nn.Module], Target] | None = None  # the target for this model (rules that follow the preset)

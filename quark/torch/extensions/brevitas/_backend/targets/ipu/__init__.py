@@ -51,5 +51,8 @@ TARGET_XINT8 = Target(
     quantizer_rules=QUANTIZER_RULES,
     layer_rules=LAYER_RULES,
     graph_rules=GRAPH_RULES,
+    # ONNX Runtime's QDQ fusion takes Conv / Gemm -> Relu / Clip -> QuantizeLinear as one integer
+    # kernel (the graph rule lets them pass); any other activation needs DequantizeLinear before it
+    fused_activations=("ReLU", "ReLU6", "Hardtanh"),
 )
 TARGET = replace(TARGET_XINT8, variant=lambda model: precisions.target_for(model, TARGET_XINT8))
