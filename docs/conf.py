@@ -42,5 +42,17 @@ def _literal_absolute_values(app, what, name, obj, options, lines):
     lines[:] = [pattern.sub(r"``|\1|``", line) for line in lines]
 
 
+def _public_bases(app, name, obj, options, bases):
+    """A private base (``_PerTensorFields``: fields that helpers share) is shown as its own public bases."""
+
+    def public(cls):
+        if not cls.__name__.startswith("_"):
+            return [cls]
+        return [p for base in cls.__bases__ for p in public(base)]
+
+    bases[:] = list(dict.fromkeys(p for base in bases for p in public(base)))
+
+
 def setup(app):
     app.connect("autodoc-process-docstring", _literal_absolute_values)
+    app.connect("autodoc-process-bases", _public_bases)

@@ -10,7 +10,9 @@ the table cannot drift from the behaviour. Pure config: no Brevitas.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields
+from typing import Any
 
 from quark.torch.quantization.config.algorithms import AWQConfig, GPTQConfig, SmoothQuantConfig
 from quark.torch.quantization.config.algorithms.quark013 import QUARK013_ALGORITHMS
@@ -60,30 +62,32 @@ QUARK013_NAMES = (
     "AutoRoundConfig",
 )
 
-#: Quark 0.13's config classes, functions and the spec / config fields beyond this package's earlier ones
-CLASSES: tuple[Row, ...] = (
-    Row("QConfig / Config", HONOURED, "the model's config; Quark 0.13's fields below"),
-    Row("QLayerConfig / QuantizationConfig", HONOURED, "per-layer specs; a list of specs (two-stage) is refused by role"),
-    Row("QTensorConfig / QuantizationSpec", HONOURED, "one tensor's spec; Quark 0.13's fields below"),
-    Row("DataTypeSpec", HONOURED, "base of the helpers: `to_quantization_spec()` builds Quark's QTensorConfig"),
-    Row("TwoStageSpec / ProgressiveSpec / ScaleQuantSpec", REFUSED, "build Quark's list of two specs; a layer config refuses the list by role (one stage per tensor here)"),
-    Row("QATSpec / TQTSpec", HONOURED, "TQT: trained power-of-two thresholds (`_3SD`, `_LL_J` / `_KL_J`)"),
-    Row("PreQuantOptConfig / AlgoConfig", HONOURED, "bases of the algorithm configs; a subclass overriding `apply` runs in its phase"),
-    Row("load_pre_optimization_config_from_file / load_quant_algo_config_from_file", HONOURED, "the config a JSON / YAML file names"),
-)
+_CLASSES, _SPEC_FIELDS = "Config classes and functions", "QTensorConfig fields, dtypes and scale types"
 
-SPEC_FIELDS: tuple[Row, ...] = (
-    Row("scale_format", HONOURED, "`'e8m0'`: OCP MX (with PerBlockMXObserver and per_group 32); `'float32'`: per-group minifloats' float scales; `'e5m3'`, `'e4m3'` refused"),
-    Row("scale_calculation_mode", HONOURED, "OCP MX's shared exponent: `'even'` (Quark's default: the block maximum rounded to the element's precision first), `'floor'` (the OCP spec; None means it here), `'ceil'`; MX6 / MX9 / BFP16 take None or `'even'` (Quark's kernels do not read it); other formats None"),
-    Row("is_scale_quant", REFUSED, "True is refused (scale quantization, ScaleQuantSpec's second stage); False accepted"),
-    Row("enable_buffer_reuse / max_input_numel", HONOURED, "accepted: a memory option of Quark's MX observer and its bound; no effect on the numbers (this package's MX keeps no observer buffers)"),
-    Row("block_size (and QSchemeType.per_block)", REFUSED, "2-D weight blocks have no quantizer here; use per_group"),
-    Row("ScaleType.float on mx / mx6 / mx9 / bfp16 and OCP MX", HONOURED, "the e8m0 shared scale is a power of two: the same quantizer as ScaleType.pof2, bit for bit"),
-    Row("ScaleType.float8_e8m0fnu", HONOURED, "on block formats (OCP MX, MX6 / MX9, BFP16), as pof2; refused elsewhere (use pof2)"),
-    Row("ScaleType.float8_e5m3", REFUSED, "AMD FP4's unsigned e5m3 group scales have no quantizer here"),
-    Row("Dtype.bfp16", HONOURED, "8-element blocks, one 8-bit exponent, 8-bit two's complement elements (AMD's BFP16)"),
-    Row("Dtype.fp8_e5m3", REFUSED, "an unsigned float; Quark names it for AmdFP4Spec's scales; no signed tensor format"),
+#: the hand-written rows (section, name, status, what): Quark 0.13's config classes and functions, and
+#: the spec fields, dtypes and scale types beyond this package's earlier ones
+_HAND_WRITTEN: tuple[tuple[str, str, str, str], ...] = (
+    (_CLASSES, "QConfig / Config", HONOURED, "the model's config; Quark 0.13's fields below"),
+    (_CLASSES, "QLayerConfig / QuantizationConfig", HONOURED, "per-layer specs; a list of specs (two-stage) is refused by role"),
+    (_CLASSES, "QTensorConfig / QuantizationSpec", HONOURED, "one tensor's spec; Quark 0.13's fields below"),
+    (_CLASSES, "DataTypeSpec", HONOURED, "base of the helpers: `to_quantization_spec()` builds Quark's QTensorConfig"),
+    (_CLASSES, "TwoStageSpec / ProgressiveSpec / ScaleQuantSpec", REFUSED, "build Quark's list of two specs; a layer config refuses the list by role (one stage per tensor here)"),
+    (_CLASSES, "QATSpec / TQTSpec", HONOURED, "TQT: trained power-of-two thresholds (`_3SD`, `_LL_J` / `_KL_J`)"),
+    (_CLASSES, "PreQuantOptConfig / AlgoConfig", HONOURED, "bases of the algorithm configs; a subclass overriding `apply` runs in its phase"),
+    (_CLASSES, "load_pre_optimization_config_from_file / load_quant_algo_config_from_file", HONOURED, "the config a JSON / YAML file names"),
+    (_SPEC_FIELDS, "scale_format", HONOURED, "`'e8m0'`: OCP MX (with PerBlockMXObserver and per_group 32); `'float32'`: per-group minifloats' float scales; `'e5m3'`, `'e4m3'` refused"),
+    (_SPEC_FIELDS, "scale_calculation_mode", HONOURED, "OCP MX's shared exponent: `'even'` (Quark's default: the block maximum rounded to the element's precision first), `'floor'` (the OCP spec; None means it here), `'ceil'`; MX6 / MX9 / BFP16 take None or `'even'` (Quark's kernels do not read it); other formats None"),
+    (_SPEC_FIELDS, "is_scale_quant", REFUSED, "True is refused (scale quantization, ScaleQuantSpec's second stage); False accepted"),
+    (_SPEC_FIELDS, "enable_buffer_reuse / max_input_numel", HONOURED, "accepted: a memory option of Quark's MX observer and its bound; no effect on the numbers (this package's MX keeps no observer buffers)"),
+    (_SPEC_FIELDS, "block_size (and QSchemeType.per_block)", REFUSED, "2-D weight blocks have no quantizer here; use per_group"),
+    (_SPEC_FIELDS, "ScaleType.float on mx / mx6 / mx9 / bfp16 and OCP MX", HONOURED, "the e8m0 shared scale is a power of two: the same quantizer as ScaleType.pof2, bit for bit"),
+    (_SPEC_FIELDS, "ScaleType.float8_e8m0fnu", HONOURED, "on block formats (OCP MX, MX6 / MX9, BFP16), as pof2; refused elsewhere (use pof2)"),
+    (_SPEC_FIELDS, "ScaleType.float8_e5m3", REFUSED, "AMD FP4's unsigned e5m3 group scales have no quantizer here"),
+    (_SPEC_FIELDS, "Dtype.bfp16", HONOURED, "8-element blocks, one 8-bit exponent, 8-bit two's complement elements (AMD's BFP16)"),
+    (_SPEC_FIELDS, "Dtype.fp8_e5m3", REFUSED, "an unsigned float; Quark names it for AmdFP4Spec's scales; no signed tensor format"),
 )
+CLASSES: tuple[Row, ...] = tuple(Row(*row) for section, *row in _HAND_WRITTEN if section == _CLASSES)
+SPEC_FIELDS: tuple[Row, ...] = tuple(Row(*row) for section, *row in _HAND_WRITTEN if section == _SPEC_FIELDS)
 
 #: what Quark's algorithm configs run on here (the refused ones say why themselves)
 ALGORITHMS_ON: dict[str, str] = {
@@ -175,29 +179,31 @@ OBSERVERS_DO: dict[str, str] = {
 }
 
 
+def _class_row(cls: Any, status: str, what: Callable[[Any], str]) -> Row:
+    """A class's row: refused with its own reason (its ``refused``), else ``status`` and ``what(cls)``."""
+    if cls.refused:
+        return Row(cls.__name__, REFUSED, cls.refused)
+    return Row(cls.__name__, status, what(cls))
+
+
+def _observer_does(cls: Any) -> str:
+    return OBSERVERS_DO[cls.__name__] + (f"; refused for weights: {cls.not_for_weights}" if cls.not_for_weights else "")
+
+
 def observer_rows() -> list[Row]:
-    rows = []
-    for name in QUARK_OBSERVERS:
-        cls = OBSERVERS[name]
-        if cls.refused:
-            rows.append(Row(name, REFUSED, cls.refused))
-            continue
-        what = OBSERVERS_DO[name] + (f"; refused for weights: {cls.not_for_weights}" if cls.not_for_weights else "")
-        rows.append(Row(name, HONOURED, what))
-    return rows
+    return [_class_row(OBSERVERS[name], HONOURED, _observer_does) for name in QUARK_OBSERVERS]
+
+
+def _algorithm_runs(cls: Any) -> str:
+    what = f"runs as {ALGORITHMS_ON[cls.__name__]}"
+    refusals = [f"`{field}` allows {allowed}" for field, (_, allowed) in cls.unsupported_values.items()]
+    if refusals:
+        what += "; other values of these fields are refused: " + "; ".join(refusals)
+    return what
 
 
 def algorithm_rows() -> list[Row]:
-    rows = []
-    for cls in (SmoothQuantConfig, AWQConfig, GPTQConfig, *QUARK013_ALGORITHMS):
-        if cls.refused:
-            rows.append(Row(cls.__name__, REFUSED, cls.refused))
-            continue
-        what = f"runs as {ALGORITHMS_ON[cls.__name__]}"
-        refusals = [f"`{field}` allows {allowed}" for field, (_, allowed) in cls.unsupported_values.items()]
-        if refusals:
-            what += "; other values of these fields are refused: " + "; ".join(refusals)
-        rows.append(Row(cls.__name__, MAPPED, what))
+    rows = [_class_row(cls, MAPPED, _algorithm_runs) for cls in (SmoothQuantConfig, AWQConfig, GPTQConfig, *QUARK013_ALGORITHMS)]
     rows.append(Row("OnlineRotationConfig", HONOURED, "RotationConfig's online_config: shared_parallel accepted (one Hadamard matrix either way); online_rotation_layers refused"))
     return rows
 
@@ -212,9 +218,9 @@ def config_field_rows() -> list[Row]:
 
 
 SECTIONS = {
-    "Config classes and functions": lambda: list(CLASSES),
+    _CLASSES: lambda: list(CLASSES),
     "QConfig fields": config_field_rows,
-    "QTensorConfig fields, dtypes and scale types": lambda: list(SPEC_FIELDS),
+    _SPEC_FIELDS: lambda: list(SPEC_FIELDS),
     "DataTypeSpec helpers (their spec, normalised for a weight and an activation)": helper_rows,
     "Observers": observer_rows,
     "Algorithm configs": algorithm_rows,

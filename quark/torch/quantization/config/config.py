@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
+from quark.torch.quantization.config import datatype_specs as _datatype_specs
 from quark.torch.quantization.config._fields import (
     CONFIG_VERSION,
     FileConfig,
@@ -42,52 +43,8 @@ from quark.torch.quantization.config.algorithms import (
     algo_from_dict,
     algo_list,
 )
-from quark.torch.quantization.config.datatype_specs import (
-    DATA_TYPE_SPECS,
-    AmdFP4Spec,
-    Bfloat16Spec,
-    BFP16Spec,
-    DataTypeSpec,
-    Float16Spec,
-    FP4PerGroupSpec,
-    FP6E2M3PerGroupSpec,
-    FP6E3M2PerGroupSpec,
-    FP8E4M3PerChannelSpec,
-    FP8E4M3PerGroupSpec,
-    FP8E4M3PerTensorSpec,
-    FP8E5M2PerChannelSpec,
-    FP8E5M2PerGroupSpec,
-    FP8E5M2PerTensorSpec,
-    FP8E5M3PerTensorSpec,
-    Int2PerGroupSpec,
-    Int3PerChannelSpec,
-    Int3PerGroupSpec,
-    Int4PerChannelSpec,
-    Int4PerGroupSpec,
-    Int4PerTensorSpec,
-    Int8PerChannelSpec,
-    Int8PerGroupSpec,
-    Int8PerTensorSpec,
-    MX6Spec,
-    MX9Spec,
-    OCP_MXFP4DiffsSpec,
-    OCP_MXFP4Spec,
-    OCP_MXFP6E2M3Spec,
-    OCP_MXFP6E3M2Spec,
-    OCP_MXFP8E4M3Spec,
-    OCP_MXFP8E5M2Spec,
-    OCP_MXINT8Spec,
-    OCP_MXSpec,
-    ProgressiveSpec,
-    ScaleQuantSpec,
-    TwoStageSpec,
-    Uint4PerChannelSpec,
-    Uint4PerGroupSpec,
-    Uint4PerTensorSpec,
-    Uint8PerChannelSpec,
-    Uint8PerGroupSpec,
-    Uint8PerTensorSpec,
-)
+from quark.torch.quantization.config.algorithms.fields import check_fields
+from quark.torch.quantization.config.datatype_specs import *  # Quark defines its helpers here
 from quark.torch.quantization.config.spec import (
     ROLES,
     QATSpec,
@@ -252,13 +209,7 @@ class Config(FileConfig):
         self.algo_config = algo_list(owner, "algo_config", self.algo_config)
         self.quant_mode = coerce_enum(owner, "quant_mode", self.quant_mode, QuantizationMode, optional=False)
         check_type(owner, "keep_prequantized_layers", self.keep_prequantized_layers, bool, optional=False)
-        refused = [
-            f"{owner}.{name}={getattr(self, name)!r} is not supported; allowed: {allowed}"
-            for name, (ok, allowed) in QUARK013_CONFIG_FIELDS.items()
-            if not ok(getattr(self, name))
-        ]
-        if refused:
-            raise ValueError("; ".join(refused))
+        check_fields(self, QUARK013_CONFIG_FIELDS, "is not supported")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Config:
@@ -322,50 +273,8 @@ QTensorConfig = QuantizationSpec
 
 
 # AMD Quark 0.13's DataTypeSpec helpers (config/datatype_specs.py, built on config/spec.py), where Quark
-# defines them
-__all__ += [
-    "DATA_TYPE_SPECS",
-    "AmdFP4Spec",
-    "BFP16Spec",
-    "Bfloat16Spec",
-    "DataTypeSpec",
-    "FP4PerGroupSpec",
-    "FP6E2M3PerGroupSpec",
-    "FP6E3M2PerGroupSpec",
-    "FP8E4M3PerChannelSpec",
-    "FP8E4M3PerGroupSpec",
-    "FP8E4M3PerTensorSpec",
-    "FP8E5M2PerChannelSpec",
-    "FP8E5M2PerGroupSpec",
-    "FP8E5M2PerTensorSpec",
-    "FP8E5M3PerTensorSpec",
-    "Float16Spec",
-    "Int2PerGroupSpec",
-    "Int3PerChannelSpec",
-    "Int3PerGroupSpec",
-    "Int4PerChannelSpec",
-    "Int4PerGroupSpec",
-    "Int4PerTensorSpec",
-    "Int8PerChannelSpec",
-    "Int8PerGroupSpec",
-    "Int8PerTensorSpec",
-    "MX6Spec",
-    "MX9Spec",
-    "OCP_MXFP4DiffsSpec",
-    "OCP_MXFP4Spec",
-    "OCP_MXFP6E2M3Spec",
-    "OCP_MXFP6E3M2Spec",
-    "OCP_MXFP8E4M3Spec",
-    "OCP_MXFP8E5M2Spec",
-    "OCP_MXINT8Spec",
-    "OCP_MXSpec",
-    "ProgressiveSpec",
-    "ScaleQuantSpec",
-    "TwoStageSpec",
-    "Uint4PerChannelSpec",
-    "Uint4PerGroupSpec",
-    "Uint4PerTensorSpec",
-    "Uint8PerChannelSpec",
-    "Uint8PerGroupSpec",
-    "Uint8PerTensorSpec",
-]
+# defines them; datatype_specs' own tables stay there
+__all__ += _datatype_specs.__all__
+__all__.remove("CONVERTERS")
+__all__.remove("OCP_MX_HELPERS")
+del CONVERTERS, OCP_MX_HELPERS  # noqa: F821  (imported by the * above)

@@ -14,10 +14,14 @@ Where Quark 0.13's own conversion fails, this one does better, and ``docs/quark0
 spec), ``Uint4PerChannelSpec`` with its default ``is_dynamic=None`` gives a static spec (Quark refuses
 None), and the base class ``OCP_MXSpec`` says which helper to use (Quark fails inside ``vars()``).
 
-The layout: each helper declares its fields (Quark's), and two class attributes say how they become a
-spec: ``fixed`` (the spec fields Quark sets whatever the helper holds) and ``renamed`` (helper field
--> spec field, where the names differ). Every other helper field is passed on under its own name,
-through the converter of :data:`CONVERTERS` where it is a string field. Pure config: no Brevitas.
+The layout: each helper has Quark's fields, and two class attributes say how they become a spec:
+``fixed`` (the spec fields Quark sets whatever the helper holds) and ``renamed`` (helper field ->
+spec field, where the names differ). Every other helper field is passed on under its own name,
+through the converter of :data:`CONVERTERS` where it is a string field. Helpers that take the same
+fields share a private dataclass base that declares them once (``_PerTensorFields``, ...); such a
+helper is one line naming its dtype and Quark's defaults where they differ from the base's
+(``class Uint4PerTensorSpec(_PerTensorFields, dtype=Dtype.uint4, symmetric=False): ...``, see
+``DataTypeSpec.__init_subclass__``). Pure config: no Brevitas.
 """
 
 from __future__ import annotations
@@ -101,6 +105,27 @@ class DataTypeSpec:
     renamed: ClassVar[dict[str, str]] = {"observer_method": "observer_cls"}
     #: helper fields Quark does not pass on, with the only value that means the same here
     unused: ClassVar[dict[str, tuple[Any, str]]] = {}
+    #: on a base of helpers that share fields: what each of them fixes beside the dtype it names
+    _fixed_beside_dtype: ClassVar[dict[str, Any]] = {}
+
+    def __init_subclass__(cls, dtype: Dtype | None = None, **defaults: Any) -> None:
+        """A helper on a base of shared fields is one line, ``class Uint4PerTensorSpec(_PerTensorFields,
+        dtype=Dtype.uint4, symmetric=False): ...``: it is made a dataclass whose ``fixed`` is the dtype with
+        what the base fixes for all its helpers, and each further keyword is Quark's default of an inherited
+        field (as if the field were written again in the class: it keeps its place)."""
+        if dtype is None:
+            super().__init_subclass__(**defaults)
+            return
+        super().__init_subclass__()
+        cls.fixed = {"dtype": dtype, **cls._fixed_beside_dtype}
+        inherited = {f.name: f.type for f in fields(cls)}  # type: ignore[arg-type]
+        for name, default in defaults.items():
+            if name not in inherited:
+                base = cls.__mro__[1].__name__
+                raise TypeError(f"{cls.__name__}: {name}={default!r} names no field of {base}")
+            cls.__annotations__[name] = inherited[name]
+            setattr(cls, name, default)
+        dataclass(cls)
 
     def to_quantization_spec(self) -> QuantizationSpec:
         owner = type(self).__name__
@@ -117,10 +142,6 @@ class DataTypeSpec:
         return QuantizationSpec(**kwargs)
 
 
-#: what Quark's integer helpers fix, by granularity
-_PER_TENSOR = {"qscheme": QSchemeType.per_tensor}
-_PER_CHANNEL = {"observer_cls": PerChannelMinMaxObserver, "qscheme": QSchemeType.per_channel}
-_PER_GROUP = {"observer_cls": PerGroupMinMaxObserver, "qscheme": QSchemeType.per_group}
 #: Quark's per-group minifloats (``FP8E4M3PerGroupSpec``, ...): abs-max scales per group
 _FLOAT_PER_GROUP = {
     "observer_cls": PerBlockMXObserver,
@@ -131,302 +152,140 @@ _FLOAT_PER_GROUP = {
 }
 
 
-# -- integers, per tensor -------------------------------------------------------------------------
+# -- the fields the helpers share, in Quark's order -----------------------------------------------
+# A helper on one of these bases is one line (see DataTypeSpec.__init_subclass__): its dtype, and
+# Quark's default of a field where it is not the base's. Quark's ``symmetric`` default varies from
+# helper to helper without a rule, so each integer helper names it.
 
 
 @dataclass
-class Uint4PerTensorSpec(DataTypeSpec):
-    observer_method: str | None = "min_max"
-    symmetric: bool | None = False
-    scale_type: str | None = "float"
-    round_method: str | None = "half_even"
-    is_dynamic: bool | None = False
+class _PerTensorFields(DataTypeSpec):
+    """The fields of Quark's per-tensor integer helpers (and of ``FP8E5M2PerTensorSpec``)."""
 
-    fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.uint4, **_PER_TENSOR}
-
-
-@dataclass
-class Int4PerTensorSpec(DataTypeSpec):
     observer_method: str | None = "min_max"
     symmetric: bool | None = True
     scale_type: str | None = "float"
     round_method: str | None = "half_even"
     is_dynamic: bool | None = False
 
-    fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.int4, **_PER_TENSOR}
+    _fixed_beside_dtype: ClassVar[dict[str, Any]] = {"qscheme": QSchemeType.per_tensor}
 
 
 @dataclass
-class Uint8PerTensorSpec(DataTypeSpec):
-    observer_method: str | None = "min_max"
-    symmetric: bool | None = False
-    scale_type: str | None = "float"
-    round_method: str | None = "half_even"
-    is_dynamic: bool | None = False
+class _PerChannelFields(DataTypeSpec):
+    """The fields of Quark's per-channel helpers."""
 
-    fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.uint8, **_PER_TENSOR}
-
-
-@dataclass
-class Int8PerTensorSpec(DataTypeSpec):
-    observer_method: str | None = "min_max"
-    symmetric: bool | None = True
-    scale_type: str | None = "float"
-    round_method: str | None = "half_even"
-    is_dynamic: bool | None = False
-
-    fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.int8, **_PER_TENSOR}
-
-
-# -- integers, per channel ------------------------------------------------------------------------
-
-
-@dataclass
-class Uint4PerChannelSpec(DataTypeSpec):
     ch_axis: int
-    symmetric: bool | None = False
+    symmetric: bool | None = True
     scale_type: str | None = "float"
     round_method: str | None = "half_even"
-    is_dynamic: bool | None = None  # Quark 0.13 then refuses its own spec; None is static here
+    is_dynamic: bool | None = False
+
+    _fixed_beside_dtype: ClassVar[dict[str, Any]] = {
+        "observer_cls": PerChannelMinMaxObserver,
+        "qscheme": QSchemeType.per_channel,
+    }
+
+
+@dataclass
+class _PerGroupFields(DataTypeSpec):
+    """The fields of Quark's per-group integer helpers."""
+
+    ch_axis: int
+    group_size: int
+    symmetric: bool | None = True
+    scale_type: str | None = "float"
+    round_method: str | None = "half_even"
+    is_dynamic: bool | None = False
+
+    _fixed_beside_dtype: ClassVar[dict[str, Any]] = {
+        "observer_cls": PerGroupMinMaxObserver,
+        "qscheme": QSchemeType.per_group,
+    }
+
+
+@dataclass
+class _Int4PerGroupFields(DataTypeSpec):
+    """The fields of Quark's 4-bit per-group helpers: ``is_dynamic`` comes before the scale and rounding."""
+
+    ch_axis: int
+    group_size: int
+    symmetric: bool | None = True
+    is_dynamic: bool | None = False
+    scale_type: str | None = "float"
+    round_method: str | None = "half_even"
+
+    _fixed_beside_dtype: ClassVar[dict[str, Any]] = _PerGroupFields._fixed_beside_dtype
+
+
+@dataclass
+class _FP8PerTensorFields(DataTypeSpec):
+    """The fields of Quark's FP8 per-tensor helpers (their symmetry and rounding are fixed)."""
+
+    observer_method: str | None = "min_max"
+    scale_type: str | None = None
+    is_dynamic: bool | None = False
+
+    _fixed_beside_dtype: ClassVar[dict[str, Any]] = {
+        "symmetric": True,
+        "round_method": RoundType.half_even,
+        "qscheme": QSchemeType.per_tensor,
+    }
+
+
+@dataclass
+class _FloatPerGroupFields(DataTypeSpec):
+    """The fields of Quark's per-group minifloat helpers."""
+
+    ch_axis: int
+    group_size: int
+    scale_format: str | None = "float32"
+    scale_calculation_mode: str | None = None
+    is_dynamic: bool | None = True
+
+    _fixed_beside_dtype: ClassVar[dict[str, Any]] = _FLOAT_PER_GROUP
+
+
+# -- integers -------------------------------------------------------------------------------------
+
+class Uint4PerTensorSpec(_PerTensorFields, dtype=Dtype.uint4, symmetric=False): ...
+class Int4PerTensorSpec(_PerTensorFields, dtype=Dtype.int4, symmetric=True): ...
+class Uint8PerTensorSpec(_PerTensorFields, dtype=Dtype.uint8, symmetric=False): ...
+class Int8PerTensorSpec(_PerTensorFields, dtype=Dtype.int8, symmetric=True): ...
+
+
+class Uint4PerChannelSpec(_PerChannelFields, dtype=Dtype.uint4, symmetric=False, is_dynamic=None):
+    # is_dynamic=None: Quark 0.13 then refuses its own spec; None is static here
     zero_point_type: str | None = "int32"
 
-    fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.uint4, **_PER_CHANNEL}
 
-
-@dataclass
-class Int3PerChannelSpec(DataTypeSpec):
-    ch_axis: int
-    symmetric: bool | None = False
-    scale_type: str | None = "float"
-    round_method: str | None = "half_even"
-    is_dynamic: bool | None = False
-
-    fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.int3, **_PER_CHANNEL}
-
-
-@dataclass
-class Int4PerChannelSpec(DataTypeSpec):
-    ch_axis: int
-    symmetric: bool | None = True
-    scale_type: str | None = "float"
-    round_method: str | None = "half_even"
-    is_dynamic: bool | None = False
-
-    fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.int4, **_PER_CHANNEL}
-
-
-@dataclass
-class Uint8PerChannelSpec(DataTypeSpec):
-    ch_axis: int
-    symmetric: bool | None = True
-    scale_type: str | None = "float"
-    round_method: str | None = "half_even"
-    is_dynamic: bool | None = False
-
-    fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.uint8, **_PER_CHANNEL}
-
-
-@dataclass
-class Int8PerChannelSpec(DataTypeSpec):
-    ch_axis: int
-    symmetric: bool | None = False
-    scale_type: str | None = "float"
-    round_method: str | None = "half_even"
-    is_dynamic: bool | None = False
-
-    fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.int8, **_PER_CHANNEL}
-
-
-# -- integers, per group --------------------------------------------------------------------------
-
-
-@dataclass
-class Int2PerGroupSpec(DataTypeSpec):
-    ch_axis: int
-    group_size: int
-    symmetric: bool | None = True
-    scale_type: str | None = "float"
-    round_method: str | None = "half_even"
-    is_dynamic: bool | None = False
-
-    fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.int2, **_PER_GROUP}
-
-
-@dataclass
-class Int3PerGroupSpec(DataTypeSpec):
-    ch_axis: int
-    group_size: int
-    symmetric: bool | None = True
-    scale_type: str | None = "float"
-    round_method: str | None = "half_even"
-    is_dynamic: bool | None = False
-
-    fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.int3, **_PER_GROUP}
-
-
-@dataclass
-class Uint4PerGroupSpec(DataTypeSpec):
-    ch_axis: int
-    group_size: int
-    symmetric: bool | None = False
-    is_dynamic: bool | None = False
-    scale_type: str | None = "float"
-    round_method: str | None = "half_even"
-
-    fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.uint4, **_PER_GROUP}
-
-
-@dataclass
-class Int4PerGroupSpec(DataTypeSpec):
-    ch_axis: int
-    group_size: int
-    symmetric: bool | None = True
-    is_dynamic: bool | None = False
-    scale_type: str | None = "float"
-    round_method: str | None = "half_even"
-
-    fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.int4, **_PER_GROUP}
-
-
-@dataclass
-class Uint8PerGroupSpec(DataTypeSpec):
-    ch_axis: int
-    group_size: int
-    symmetric: bool | None = False
-    scale_type: str | None = "float"
-    round_method: str | None = "half_even"
-    is_dynamic: bool | None = False
-
-    fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.uint8, **_PER_GROUP}
-
-
-@dataclass
-class Int8PerGroupSpec(DataTypeSpec):
-    ch_axis: int
-    group_size: int
-    symmetric: bool | None = True
-    scale_type: str | None = "float"
-    round_method: str | None = "half_even"
-    is_dynamic: bool | None = False
-
-    fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.int8, **_PER_GROUP}
+class Int3PerChannelSpec(_PerChannelFields, dtype=Dtype.int3, symmetric=False): ...
+class Int4PerChannelSpec(_PerChannelFields, dtype=Dtype.int4, symmetric=True): ...
+class Uint8PerChannelSpec(_PerChannelFields, dtype=Dtype.uint8, symmetric=True): ...
+class Int8PerChannelSpec(_PerChannelFields, dtype=Dtype.int8, symmetric=False): ...
+class Int2PerGroupSpec(_PerGroupFields, dtype=Dtype.int2, symmetric=True): ...
+class Int3PerGroupSpec(_PerGroupFields, dtype=Dtype.int3, symmetric=True): ...
+class Uint4PerGroupSpec(_Int4PerGroupFields, dtype=Dtype.uint4, symmetric=False): ...
+class Int4PerGroupSpec(_Int4PerGroupFields, dtype=Dtype.int4, symmetric=True): ...
+class Uint8PerGroupSpec(_PerGroupFields, dtype=Dtype.uint8, symmetric=False): ...
+class Int8PerGroupSpec(_PerGroupFields, dtype=Dtype.int8, symmetric=True): ...
 
 
 # -- minifloats -----------------------------------------------------------------------------------
 
-
-@dataclass
-class FP8E4M3PerTensorSpec(DataTypeSpec):
-    observer_method: str | None = "min_max"
-    scale_type: str | None = None
-    is_dynamic: bool | None = False
-
-    fixed: ClassVar[dict[str, Any]] = {
-        "dtype": Dtype.fp8_e4m3,
-        "symmetric": True,
-        "round_method": RoundType.half_even,
-        **_PER_TENSOR,
-    }
+class FP8E4M3PerTensorSpec(_FP8PerTensorFields, dtype=Dtype.fp8_e4m3): ...
+class FP8E5M3PerTensorSpec(_FP8PerTensorFields, dtype=Dtype.fp8_e5m3): ...
+class FP8E5M2PerTensorSpec(_PerTensorFields, dtype=Dtype.fp8_e5m2, symmetric=True): ...
+class FP8E4M3PerChannelSpec(_PerChannelFields, dtype=Dtype.fp8_e4m3, symmetric=True): ...
+class FP8E5M2PerChannelSpec(_PerChannelFields, dtype=Dtype.fp8_e5m2, symmetric=True): ...
+class FP8E4M3PerGroupSpec(_FloatPerGroupFields, dtype=Dtype.fp8_e4m3): ...
+class FP8E5M2PerGroupSpec(_FloatPerGroupFields, dtype=Dtype.fp8_e5m2): ...
+class FP6E2M3PerGroupSpec(_FloatPerGroupFields, dtype=Dtype.fp6_e2m3): ...
+class FP6E3M2PerGroupSpec(_FloatPerGroupFields, dtype=Dtype.fp6_e3m2): ...
 
 
 @dataclass
-class FP8E5M3PerTensorSpec(DataTypeSpec):
-    observer_method: str | None = "min_max"
-    scale_type: str | None = None
-    is_dynamic: bool | None = False
-
-    fixed: ClassVar[dict[str, Any]] = {
-        "dtype": Dtype.fp8_e5m3,
-        "symmetric": True,
-        "round_method": RoundType.half_even,
-        **_PER_TENSOR,
-    }
-
-
-@dataclass
-class FP8E5M2PerTensorSpec(DataTypeSpec):
-    observer_method: str | None = "min_max"
-    symmetric: bool | None = True
-    scale_type: str | None = "float"
-    round_method: str | None = "half_even"
-    is_dynamic: bool | None = False
-
-    fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.fp8_e5m2, **_PER_TENSOR}
-
-
-@dataclass
-class FP8E4M3PerChannelSpec(DataTypeSpec):
-    ch_axis: int
-    symmetric: bool | None = True
-    scale_type: str | None = "float"
-    round_method: str | None = "half_even"
-    is_dynamic: bool | None = False
-
-    fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.fp8_e4m3, **_PER_CHANNEL}
-
-
-@dataclass
-class FP8E5M2PerChannelSpec(DataTypeSpec):
-    ch_axis: int
-    symmetric: bool | None = True
-    scale_type: str | None = "float"
-    round_method: str | None = "half_even"
-    is_dynamic: bool | None = False
-
-    fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.fp8_e5m2, **_PER_CHANNEL}
-
-
-@dataclass
-class FP8E4M3PerGroupSpec(DataTypeSpec):
-    ch_axis: int
-    group_size: int
-    scale_format: str | None = "float32"
-    scale_calculation_mode: str | None = None
-    is_dynamic: bool | None = True
-
-    fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.fp8_e4m3, **_FLOAT_PER_GROUP}
-
-
-@dataclass
-class FP8E5M2PerGroupSpec(DataTypeSpec):
-    ch_axis: int
-    group_size: int
-    scale_format: str | None = "float32"
-    scale_calculation_mode: str | None = None
-    is_dynamic: bool | None = True
-
-    fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.fp8_e5m2, **_FLOAT_PER_GROUP}
-
-
-@dataclass
-class FP6E2M3PerGroupSpec(DataTypeSpec):
-    ch_axis: int
-    group_size: int
-    scale_format: str | None = "float32"
-    scale_calculation_mode: str | None = None
-    is_dynamic: bool | None = True
-
-    fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.fp6_e2m3, **_FLOAT_PER_GROUP}
-
-
-@dataclass
-class FP6E3M2PerGroupSpec(DataTypeSpec):
-    ch_axis: int
-    group_size: int
-    scale_format: str | None = "float32"
-    scale_calculation_mode: str | None = None
-    is_dynamic: bool | None = True
-
-    fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.fp6_e3m2, **_FLOAT_PER_GROUP}
-
-
-@dataclass
-class FP4PerGroupSpec(DataTypeSpec):
-    ch_axis: int
-    group_size: int
-    scale_format: str | None = "float32"
-    scale_calculation_mode: str | None = None
-    is_dynamic: bool | None = True
+class FP4PerGroupSpec(_FloatPerGroupFields):
     scale_type: str | None = "float"
 
     fixed: ClassVar[dict[str, Any]] = {
@@ -494,63 +353,28 @@ class OCP_MXSpec(DataTypeSpec):
         return super().to_quantization_spec()
 
 
-def _ocp_mx(element: Dtype) -> dict[str, Any]:
-    return {"dtype": element, **OCP_MXSpec.OCP_MX_SPEC_KWARGS}
-
-
 @dataclass
-class OCP_MXFP8E4M3Spec(OCP_MXSpec):
+class _OCP_MXFields(OCP_MXSpec):
+    """The fields of Quark's OCP MX helpers (``OCP_MXSpec`` itself has none)."""
+
     ch_axis: int
     is_dynamic: bool = True
     scale_calculation_mode: str = "even"
 
-    fixed: ClassVar[dict[str, Any]] = _ocp_mx(Dtype.fp8_e4m3)
+    _fixed_beside_dtype: ClassVar[dict[str, Any]] = OCP_MXSpec.OCP_MX_SPEC_KWARGS
+
+
+class OCP_MXFP8E4M3Spec(_OCP_MXFields, dtype=Dtype.fp8_e4m3): ...
+class OCP_MXFP8E5M2Spec(_OCP_MXFields, dtype=Dtype.fp8_e5m2): ...
+class OCP_MXFP6E3M2Spec(_OCP_MXFields, dtype=Dtype.fp6_e3m2): ...
+class OCP_MXFP6E2M3Spec(_OCP_MXFields, dtype=Dtype.fp6_e2m3): ...
+class OCP_MXFP4Spec(_OCP_MXFields, dtype=Dtype.fp4): ...
 
 
 @dataclass
-class OCP_MXFP8E5M2Spec(OCP_MXSpec):
-    ch_axis: int
-    is_dynamic: bool = True
-    scale_calculation_mode: str = "even"
-
-    fixed: ClassVar[dict[str, Any]] = _ocp_mx(Dtype.fp8_e5m2)
-
-
-@dataclass
-class OCP_MXFP6E3M2Spec(OCP_MXSpec):
-    ch_axis: int
-    is_dynamic: bool = True
-    scale_calculation_mode: str = "even"
-
-    fixed: ClassVar[dict[str, Any]] = _ocp_mx(Dtype.fp6_e3m2)
-
-
-@dataclass
-class OCP_MXFP6E2M3Spec(OCP_MXSpec):
-    ch_axis: int
-    is_dynamic: bool = True
-    scale_calculation_mode: str = "even"
-
-    fixed: ClassVar[dict[str, Any]] = _ocp_mx(Dtype.fp6_e2m3)
-
-
-@dataclass
-class OCP_MXFP4Spec(OCP_MXSpec):
-    ch_axis: int
-    is_dynamic: bool = True
-    scale_calculation_mode: str = "even"
-
-    fixed: ClassVar[dict[str, Any]] = _ocp_mx(Dtype.fp4)
-
-
-@dataclass
-class OCP_MXINT8Spec(OCP_MXSpec):
+class OCP_MXINT8Spec(_OCP_MXFields):
     """MXINT8, as Quark writes it: ``Dtype.mx`` with ``mx_element_dtype=Dtype.int8`` (Quark passes
     neither an observer nor ``is_dynamic``: its blocks always take their scales at run time)."""
-
-    ch_axis: int
-    is_dynamic: bool = True
-    scale_calculation_mode: str = "even"
 
     fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.mx, "mx_element_dtype": Dtype.int8, "group_size": 32}
     unused: ClassVar[dict[str, tuple[Any, str]]] = {
@@ -574,29 +398,24 @@ class OCP_MXFP4DiffsSpec(DataTypeSpec):
     }
 
 
-@dataclass(eq=True)
-class MX6Spec(DataTypeSpec):
+@dataclass
+class _MXBlockFields(DataTypeSpec):
+    """The fields of Quark's MX6 / MX9 helpers: ``block_size`` is the spec's ``group_size``."""
+
+    ch_axis: int
+    block_size: int
+    scale_calculation_mode: str | None = "even"
+
+    renamed: ClassVar[dict[str, str]] = {"block_size": "group_size"}
+
+
+class MX6Spec(_MXBlockFields, dtype=Dtype.mx6):
     """MX6 (Rouhani et al.): ``block_size`` is the block (16 here; Quark 0.13 drops it and then refuses
     its own spec for the missing ``group_size``)."""
 
-    ch_axis: int
-    block_size: int
-    scale_calculation_mode: str | None = "even"
 
-    fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.mx6}
-    renamed: ClassVar[dict[str, str]] = {"block_size": "group_size"}
-
-
-@dataclass(eq=True)
-class MX9Spec(DataTypeSpec):
+class MX9Spec(_MXBlockFields, dtype=Dtype.mx9):
     """MX9 (Rouhani et al.); ``block_size`` as in :class:`MX6Spec`."""
-
-    ch_axis: int
-    block_size: int
-    scale_calculation_mode: str | None = "even"
-
-    fixed: ClassVar[dict[str, Any]] = {"dtype": Dtype.mx9}
-    renamed: ClassVar[dict[str, str]] = {"block_size": "group_size"}
 
 
 @dataclass
@@ -654,43 +473,23 @@ OCP_MX_HELPERS: tuple[type[OCP_MXSpec], ...] = (
     OCP_MXINT8Spec,
 )
 
-#: every helper of Quark 0.13, by name
+#: every helper of Quark 0.13, by name, in Quark's order (a line per element type)
 DATA_TYPE_SPECS: dict[str, type[DataTypeSpec]] = {
     cls.__name__: cls
     for cls in (
-        Uint4PerTensorSpec,
-        Uint4PerChannelSpec,
-        Uint4PerGroupSpec,
+        Uint4PerTensorSpec, Uint4PerChannelSpec, Uint4PerGroupSpec,
         Int2PerGroupSpec,
-        Int3PerGroupSpec,
-        Int3PerChannelSpec,
-        Int4PerTensorSpec,
-        Int4PerChannelSpec,
-        Int4PerGroupSpec,
-        Uint8PerTensorSpec,
-        Uint8PerChannelSpec,
-        Uint8PerGroupSpec,
-        Int8PerTensorSpec,
-        Int8PerChannelSpec,
-        Int8PerGroupSpec,
-        FP8E4M3PerTensorSpec,
-        FP8E5M3PerTensorSpec,
-        FP8E4M3PerChannelSpec,
-        FP8E4M3PerGroupSpec,
-        FP8E5M2PerTensorSpec,
-        FP8E5M2PerChannelSpec,
-        FP8E5M2PerGroupSpec,
-        FP4PerGroupSpec,
-        AmdFP4Spec,
-        FP6E2M3PerGroupSpec,
-        FP6E3M2PerGroupSpec,
-        Float16Spec,
-        Bfloat16Spec,
-        OCP_MXSpec,
-        *OCP_MX_HELPERS,
-        OCP_MXFP4DiffsSpec,
-        MX6Spec,
-        MX9Spec,
+        Int3PerGroupSpec, Int3PerChannelSpec,
+        Int4PerTensorSpec, Int4PerChannelSpec, Int4PerGroupSpec,
+        Uint8PerTensorSpec, Uint8PerChannelSpec, Uint8PerGroupSpec,
+        Int8PerTensorSpec, Int8PerChannelSpec, Int8PerGroupSpec,
+        FP8E4M3PerTensorSpec, FP8E5M3PerTensorSpec, FP8E4M3PerChannelSpec, FP8E4M3PerGroupSpec,
+        FP8E5M2PerTensorSpec, FP8E5M2PerChannelSpec, FP8E5M2PerGroupSpec,
+        FP4PerGroupSpec, AmdFP4Spec,
+        FP6E2M3PerGroupSpec, FP6E3M2PerGroupSpec,
+        Float16Spec, Bfloat16Spec,
+        OCP_MXSpec, *OCP_MX_HELPERS, OCP_MXFP4DiffsSpec,
+        MX6Spec, MX9Spec,
         BFP16Spec,
     )
 }

@@ -20,6 +20,13 @@ class _SelectorObserver(ObserverBase):
         )
 
 
+class _BlockMaxObserver(_SelectorObserver):
+    """A block format's shared scale, from each block's absolute maximum (computed by the quantizer)."""
+
+    qscheme = QSchemeType.per_group
+    statistic = "block_max"
+
+
 class PlaceholderObserver(_SelectorObserver):
     """bfloat16 / float16 casts: no scale, no statistics."""
 
@@ -33,18 +40,12 @@ class PerGroupMinMaxObserver(_SelectorObserver):
     statistic = "minmax"
 
 
-class PerBlockMXObserver(_SelectorObserver):
+class PerBlockMXObserver(_BlockMaxObserver):
     """OCP MX: a power-of-two scale per 32-element block, from the block's absolute maximum."""
 
-    qscheme = QSchemeType.per_group
-    statistic = "block_max"
 
-
-class PerBlockBFPObserver(_SelectorObserver):
+class PerBlockBFPObserver(_BlockMaxObserver):
     """MX6 / MX9 (block floating point with shared micro-exponents), per 16-element block."""
-
-    qscheme = QSchemeType.per_group
-    statistic = "block_max"
 
 
 class PerBlock2DMinMaxObserver(_SelectorObserver):

@@ -21,14 +21,20 @@ def required(check: Check) -> Any:
     return field(metadata={"check": check})
 
 
-def check_fields(config: Any, checks: dict[str, Check]) -> None:
-    """Every listed field must pass its test; all failures are reported together."""
+def failed_checks(config: Any, checks: dict[str, Check], verdict: str = "is not valid") -> list[str]:
+    """A message per listed field that fails its test, naming the class, the field, the value, the
+    ``verdict`` and what is allowed."""
     owner = type(config).__name__
-    bad = [
-        f"{owner}.{name}={getattr(config, name)!r} is not valid; allowed: {allowed}"
+    return [
+        f"{owner}.{name}={getattr(config, name)!r} {verdict}; allowed: {allowed}"
         for name, (ok, allowed) in checks.items()
         if not ok(getattr(config, name))
     ]
+
+
+def check_fields(config: Any, checks: dict[str, Check], verdict: str = "is not valid") -> None:
+    """Every listed field must pass its test; all failures are reported together."""
+    bad = failed_checks(config, checks, verdict)
     if bad:
         raise ValueError("; ".join(bad))
 

@@ -180,6 +180,14 @@ class RotationConfig(PreQuantOptConfig):
         return problems
 
 
+def _static_groups_for_desc_act(config: QronosConfig | GPTAQConfig) -> None:
+    """As Quark: ``desc_act=True`` needs ``static_groups=True``."""
+    if config.desc_act and not config.static_groups:
+        raise ValueError(
+            f"{type(config).__name__}.desc_act=True with static_groups=False is not supported; allowed: static_groups=True"
+        )
+
+
 @dataclass(eq=True)
 class QronosConfig(AlgoConfig):
     """Qronos (Zhang et al. 2025) as Quark configures it, on Brevitas' ``Qronos``, block by block:
@@ -215,10 +223,7 @@ class QronosConfig(AlgoConfig):
         self.model_decoder_layers = self.model_decoder_layers or None
         self.inside_layer_modules = self.inside_layer_modules or None
         super().__post_init__()
-        if self.desc_act and not self.static_groups:  # as Quark
-            raise ValueError(
-                "QronosConfig.desc_act=True with static_groups=False is not supported; allowed: static_groups=True"
-            )
+        _static_groups_for_desc_act(self)
 
 
 @dataclass(eq=True)
@@ -242,10 +247,7 @@ class GPTAQConfig(AlgoConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.desc_act and not self.static_groups:  # as Quark
-            raise ValueError(
-                "GPTAQConfig.desc_act=True with static_groups=False is not supported; allowed: static_groups=True"
-            )
+        _static_groups_for_desc_act(self)
 
 
 @dataclass(eq=True)

@@ -18,7 +18,7 @@ from enum import Enum
 from typing import Any, ClassVar
 
 from quark.torch.quantization.config._fields import config_to_dict, from_registry
-from quark.torch.quantization.config.algorithms.fields import Check, check_fields
+from quark.torch.quantization.config.algorithms.fields import Check, check_fields, failed_checks
 
 
 class Phase(Enum):
@@ -60,12 +60,7 @@ class AlgoConfig:
 
     def unsupported(self) -> list[str]:
         """What of this config no backend here runs, one line per field (see ``unsupported_values``)."""
-        owner = type(self).__name__
-        return [
-            f"{owner}.{field}={getattr(self, field)!r} is not supported; allowed: {allowed}"
-            for field, (ok, allowed) in self.unsupported_values.items()
-            if not ok(getattr(self, field))
-        ]
+        return failed_checks(self, self.unsupported_values, "is not supported")
 
     def __post_init__(self) -> None:
         for name in self.empty_as_none:
