@@ -126,8 +126,9 @@ def run(name: str, target: str, timeout: float) -> dict:
 
 
 def _cell(row: dict) -> str:
-    if "error" in row:
-        return "FAIL: " + row["error"].splitlines()[0][:150]
+    if "error" in row:  # its first line, and the first item under it where it lists them
+        lines = [line.strip() for line in row["error"].splitlines() if line.strip()]
+        return "FAIL: " + " ".join(lines[:2] if lines[0].endswith(":") else lines[:1])[:300]
     seconds = " + ".join(f"{k} {v:g}" for k, v in row["seconds"].items())
     if row["target"] == "finn":
         return (
