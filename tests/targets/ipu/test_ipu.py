@@ -20,6 +20,7 @@ from quark.torch.extensions.brevitas.api import (
     TargetCheckError,
     UnsupportedExportError,
 )
+from quark.torch.extensions.brevitas.graph import QuantPoint
 from quark.torch.extensions.brevitas.presets import xint8
 from quark.torch.quantization.config.config import QuantizationConfig, QuantizationSpec
 from quark.torch.quantization.config.type import DeviceType, Dtype, RoundType, ScaleType
@@ -368,3 +369,24 @@ def test_graph_mode_quantizes_an_activation_input_where_the_target_needs_it(onnx
     assert _op_before(model, "Relu") == ["Conv"]
     if target == "ipu":
         assert len(report.target_checks) == 5
+
+
+class _Normalised(torch.nn.Module):
+    """Linear -> QuantPoint, Linear -> Softmax, Linear -> LayerNorm: their inputs are a layer's float
+    output, but none computes element by element (a QuantPoint is the quantizer itself)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.c = (torch.nn.Linear(6, 6) for _ in range(3))
+        self.point, self.softmax, self.norm = QuantPoint(), torch.nn.Softmax(dim=-1), torch.nn.LayerNorm(6)
+
+    def forward(self, x):
+        return self.point(self.a(x)) + self.softmax(self.b(x)) + self.norm(self.c(x))
+
+
+def test_graph_mode_adds_no_input_quantizer_to_normalisations_or_quant_points():
+    """Only element-by-element activations get the IPU's input quantizer: quantizing what a Softmax
+    takes (attention scores with the mask's large negatives) on an int8 grid ruined MiniLM."""
+    calib = [torch.randn(4, 6, generator=torch.Generator().manual_seed(i)) for i in range(2)]
+    qmodel = ModelQuantizer(xint8(graph=True)).quantize_model(_Normalised().eval(), calib, progress=False)
+    assert not [n for n in ("point", "softmax", "norm") if hasattr(qmodel.get_submodule(n), "input_quant")]

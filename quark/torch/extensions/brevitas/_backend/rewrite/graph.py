@@ -35,7 +35,7 @@ from quark.torch.extensions.brevitas._backend.targets import (
     activation_input_quantized,
     average_pooling,
 )
-from quark.torch.extensions.brevitas.graph import ACTIVATIONS, Add, Cat, GraphInput
+from quark.torch.extensions.brevitas.graph import ACTIVATIONS, Add, Cat, GraphInput, QuantPoint
 from quark.torch.quantization.config.spec import ROLES
 from quark.torch.quantization.plan import ConfigView, LayerPlan, Site, layer_type
 from quark.torch.quantization.tensor_quant import Format, TensorQuant
@@ -242,6 +242,12 @@ def _quant_identity(spec: TensorQuant) -> nn.Module:
     return qnn.QuantIdentity(act_quant=act_quant(spec), return_quant_tensor=True)
 
 
+#: the activations that compute element by element: a target may need their float input quantized
+#: (not the normalisations, whose inputs arrive from sites or the host's mask arithmetic, nor
+#: QuantPoint, which is itself the quantizer)
+ELEMENTWISE = tuple(t for t in ACTIVATIONS if t not in (nn.LayerNorm, nn.Softmax, QuantPoint))
+
+
 def _activation(plan: LayerPlan, site: Site) -> nn.Module:
     """The activation, its output quantized; its input too where the plan's target runs it only
     between DequantizeLinear and QuantizeLinear (``targets.activation_input_quantized``) and it
@@ -251,7 +257,8 @@ def _activation(plan: LayerPlan, site: Site) -> nn.Module:
         activation.inplace = False  # it may receive a tensor other nodes still read
     output = plan.specs["output_tensors"]
     stages = OrderedDict(act=activation, quant=_quant_identity(output))
-    if "input_tensors" not in plan.upstream and activation_input_quantized(plan.target_device, site.type):
+    wants_input = site.type in ELEMENTWISE and activation_input_quantized(plan.target_device, site.type)
+    if wants_input and "input_tensors" not in plan.upstream:
         signed = replace(output, signed=True) if output.format is Format.integer else output
         stages = OrderedDict(input_quant=_quant_identity(signed), **stages)
     return nn.Sequential(stages)
