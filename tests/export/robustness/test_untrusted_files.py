@@ -143,7 +143,13 @@ def test_the_package_s_own_exports_pass_the_check(tmp_path, method):
 
 def test_the_allow_list_rows_each_say_why():
     assert all(row.why for row in safe_graph.ALLOWED_OPS)
-    assert {row.domain for row in safe_graph.ALLOWED_OPS} == {"", "ai.onnx", "qonnx.custom_op.general", "onnx.brevitas"}
+    assert {row.domain for row in safe_graph.ALLOWED_OPS} == {
+        "",
+        "ai.onnx",
+        "qonnx.custom_op.general",
+        "onnx.brevitas",
+        "com.microsoft",
+    }
 
 
 def _quant(domain: str) -> onnx.ModelProto:
@@ -151,6 +157,13 @@ def _quant(domain: str) -> onnx.ModelProto:
     inits = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("s", 0.5), ("z", 0.0), ("b", 8.0))]
     node = helper.make_node("Quant", ["x", "s", "z", "b"], ["y"], domain=domain, signed=1, narrow=0, rounding_mode="ROUND")
     return _graph([node], opsets=(("", 17), (domain, 1)), initializers=inits)
+
+
+def _ms_quantize_linear() -> onnx.ModelProto:
+    """ONNX Runtime's 16-bit ``QuantizeLinear`` (domain com.microsoft), as the A16W8 export writes it."""
+    inits = [numpy_helper.from_array(np.array(0.5, np.float32), "s"), numpy_helper.from_array(np.array(0, np.int16), "z")]
+    node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], domain="com.microsoft")
+    return _graph([node], opsets=(("", 17), ("com.microsoft", 1)), initializers=inits)
 
 
 #: allow-list row (by domain) -> (a graph of an op it allows, the graph's problems besides the allow list:
@@ -163,6 +176,7 @@ ALLOWED_CASES = {
     ),
     "qonnx.custom_op.general": (lambda: _quant("qonnx.custom_op.general"), []),
     "onnx.brevitas": (lambda: _quant("onnx.brevitas"), []),
+    "com.microsoft": (lambda: _ms_quantize_linear(), []),
 }
 
 

@@ -209,7 +209,7 @@ class ModelQuantizer:
         plain = copy.copy(self.config)  # structural algorithms (MergeBatchNorm) on both sides
         plain.pre_quant_opt_config = _structural(plain.pre_quant_opt_config)
         plain.algo_config = _structural(plain.algo_config)
-        with warnings.catch_warnings(), _quiet(logging.getLogger("quark")):  # said once, by the run the user asked for
+        with warnings.catch_warnings(), _quiet():  # said once, by the run the user asked for
             warnings.simplefilter("ignore")
             baseline = ModelQuantizer(plain).quantize_model(
                 model, calib_loader, num_calib_batches=num_batches, progress=False, check_algorithms=False
@@ -328,14 +328,14 @@ def _structural(algorithms: Any) -> list:
 
 
 @contextlib.contextmanager
-def _quiet(log: logging.Logger) -> Iterator[None]:
-    """``log`` and its children say only errors inside the block."""
-    level = log.level
-    log.setLevel(logging.ERROR)
+def _quiet() -> Iterator[None]:
+    """Only errors are logged inside the block (whatever level a logger was given)."""
+    previous = logging.root.manager.disable
+    logging.disable(max(previous, logging.WARNING))
     try:
         yield
     finally:
-        log.setLevel(level)
+        logging.disable(previous)
 
 
 def _uncalibrated_message(names: list[str]) -> str:

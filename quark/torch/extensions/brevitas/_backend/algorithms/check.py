@@ -16,11 +16,16 @@ from quark.torch.extensions.brevitas._backend.mixing import first_output
 def output_error(reference: nn.Module, model: nn.Module, data: Any, desc: str) -> float:
     """sum (model - reference)^2 / sum reference^2 over the first output of every batch of ``data``."""
     noise = signal = 0.0
+    modes = [(m, m.training) for m in (*reference.modules(), *model.modules())]  # the user's model keeps its modes
     reference.eval()
     model.eval()
-    for batch in calibration_data(data).passes(desc):
-        expected = first_output(reference, batch).double()
-        produced = first_output(model, batch).double()
-        noise += float(((produced - expected) ** 2).sum())
-        signal += float((expected**2).sum())
+    try:
+        for batch in calibration_data(data).passes(desc):
+            expected = first_output(reference, batch).double()
+            produced = first_output(model, batch).double()
+            noise += float(((produced - expected) ** 2).sum())
+            signal += float((expected**2).sum())
+    finally:
+        for module, training in modes:
+            module.training = training
     return noise / signal if signal else noise
