@@ -303,6 +303,7 @@ def test_max_pool_feeding_a_fork_reaches_one_partition(digits, tmp_path):
     qmodel = ModelQuantizer(finn()).quantize_model(_ResidualStem().eval(), train[:4], progress=False)
     result = ModelExporter(tmp_path).export_finn_dataflow(qmodel, test[:16], integer_input=True)
     assert result.verification.passed and result.verification.max_abs_diff == 0.0
+    assert result.float_layers == () and "hardware layers computing on floats: none" in str(result)
     assert {"Pool", "DuplicateStreams", "ElementwiseAdd"} <= {  # a padded max pool: FMPadding + Pool
         _op(n) for n in onnx.load(result.files["partition"]).graph.node
     }

@@ -95,6 +95,7 @@ class DataflowExport:
             f"FINN dataflow in {self.directory}: one partition of {len(e.layers)} hardware layers; "
             + f"outside: {', '.join(self.outside) or 'nothing'}",
             *("  " + s.describe() for s in self.steps),
+            "  hardware layers computing on floats: " + (", ".join(self.float_layers) or "none"),
             (
                 f"  verified on {v.samples} samples against {v.reference}: max |diff| {v.max_abs_diff:.3g} "
                 f"(allowed {v.allowed:.3g}), identical predictions {v.identical_predictions}/{v.samples} "
