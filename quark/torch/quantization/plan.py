@@ -34,10 +34,14 @@ from quark.torch.quantization.tensor_quant import TensorQuant, normalise
 EQUIVALENT_SUBCLASSES: dict[str, type[nn.Module]] = {"timm.layers.linear.Linear": nn.Linear}
 
 
+def qualified_name(cls: type) -> str:
+    """``module.QualName`` of a class: how tables name classes of libraries they do not import."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def layer_type(module: nn.Module) -> type[nn.Module]:
     """The type ``module`` is quantized as: its class, or the base of an equivalent subclass."""
-    cls = type(module)
-    return EQUIVALENT_SUBCLASSES.get(f"{cls.__module__}.{cls.__qualname__}", cls)
+    return EQUIVALENT_SUBCLASSES.get(qualified_name(type(module)), type(module))
 
 
 @dataclass(frozen=True)

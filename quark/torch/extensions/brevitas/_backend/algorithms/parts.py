@@ -25,6 +25,8 @@ from brevitas.graph.utils import get_output_channel_dim
 from brevitas.nn.utils import merge_bn
 from torch import nn
 
+from quark.torch.quantization.plan import qualified_name
+
 
 def traced(module: nn.Module) -> GraphModule | None:
     """``module`` traced with Brevitas' ``torch.fx`` backport (its graph transforms take those), or
@@ -76,8 +78,7 @@ REMAINDERS: dict[str, Callable[[nn.Module], nn.Module]] = {
 
 def remainder(bn: nn.Module) -> nn.Module:
     """What replaces ``bn`` once folded: ``nn.Identity``, or what its class computes after normalising."""
-    cls = type(bn)
-    return REMAINDERS.get(f"{cls.__module__}.{cls.__qualname__}", lambda _: nn.Identity())(bn)
+    return REMAINDERS.get(qualified_name(type(bn)), lambda _: nn.Identity())(bn)
 
 
 #: layers a batch norm folds into

@@ -61,7 +61,7 @@ class ForkAfterNhwcTranspose(Transformation):
                 continue
             kept, nhwc = to_nhwc[0], to_nhwc[0].output[0]
             back = None
-            for node in consumers[1:] if consumers[0] is kept else [c for c in consumers if c is not kept]:
+            for node in [c for c in consumers if c is not kept]:
                 if node in to_nhwc:  # the same transpose again: its readers read the kept one's output
                     for reader in model.find_consumers(node.output[0]) or []:
                         reader.input[:] = [nhwc if t == node.output[0] else t for t in reader.input]
@@ -71,7 +71,11 @@ class ForkAfterNhwcTranspose(Transformation):
                     back = model.make_new_valueinfo_name()
                     model.set_tensor_shape(back, model.get_tensor_shape(pool.output[0]))
                     transpose = helper.make_node("Transpose", [nhwc], [back], perm=TO_NCHW, name=f"{pool.name}_to_nchw")
-                    model.graph.node.insert(list(model.graph.node).index(kept) + 1, transpose)  # kept sorted
+                    # both transposes right after the pool, before every reader: the graph stays sorted
+                    model.graph.node.remove(kept)
+                    at = list(model.graph.node).index(pool) + 1
+                    model.graph.node.insert(at, kept)
+                    model.graph.node.insert(at + 1, transpose)
                 node.input[:] = [back if t == pool.output[0] else t for t in node.input]
             return model, True
         return model, False

@@ -87,17 +87,7 @@ _W8_GRANULARITY = spec_rule(
     "per_tensor, per_channel",
     "the Ryzen AI flow takes one weight scale per tensor or per output channel",
 )
-_BIAS32 = (
-    spec_rule(BIAS, "dtype", lambda s: s.bit_width == 32, "int32", "the NPU accumulates in 32 bits", shown=lambda s: f"int{s.bit_width}"),
-    spec_rule(
-        BIAS,
-        "observer_cls",
-        lambda s: s.bias_scale_from_product,
-        "None (bias scale = input scale x weight scale)",
-        "the bias is added to the integer accumulator",
-        shown=lambda s: s.observer.__name__,
-    ),
-)
+_BIAS32 = ipu.BIAS32_RULES
 
 
 def _activations(bits: int, signs: str, reason: str) -> Rule:

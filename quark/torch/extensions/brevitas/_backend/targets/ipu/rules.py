@@ -30,6 +30,19 @@ from quark.torch.quantization.tensor_quant import Format
 
 OPSET = 17
 
+#: int32 biases on the product of the input and weight scales (every integer precision)
+BIAS32_RULES: tuple[Rule, ...] = (
+    spec_rule(BIAS, "dtype", lambda s: s.bit_width == 32, "int32", "the NPU accumulates in 32 bits", shown=lambda s: f"int{s.bit_width}"),
+    spec_rule(
+        BIAS,
+        "observer_cls",
+        lambda s: s.bias_scale_from_product,
+        "None (bias scale = input scale x weight scale)",
+        "the bias is added to the integer accumulator",
+        shown=lambda s: s.observer.__name__,
+    ),
+)
+
 #: XINT8, per quantizer
 QUANTIZER_RULES: tuple[Rule, ...] = (
     FROM_A_SPEC,
@@ -57,15 +70,7 @@ QUANTIZER_RULES: tuple[Rule, ...] = (
         "ONNX QuantizeLinear rounds half to even",
     ),
     spec_rule(DATA, "is_dynamic", lambda s: not s.is_dynamic, "False", "XINT8 scales are fixed at compile time"),
-    spec_rule(BIAS, "dtype", lambda s: s.bit_width == 32, "int32", "the NPU accumulates in 32 bits", shown=lambda s: f"int{s.bit_width}"),
-    spec_rule(
-        BIAS,
-        "observer_cls",
-        lambda s: s.bias_scale_from_product,
-        "None (bias scale = input scale x weight scale)",
-        "the bias is added to the integer accumulator",
-        shown=lambda s: s.observer.__name__,
-    ),
+    *BIAS32_RULES,
 )
 
 _LAYER_ROLES = {"input_quant": "input_tensors", "weight_quant": "weight", "bias_quant": "bias"}
