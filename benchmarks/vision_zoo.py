@@ -15,7 +15,7 @@ hangs or runs out of time is reported, not waited on):
 A failing stage prints the first line of its error (which names the node and the fix).
 
     .venv/bin/python benchmarks/vision_zoo.py [--networks resnet18 ...] [--targets finn npu]
-        [--timeout 600] [--markdown]
+        [--timeout 600] [--markdown] [--steps]
 """
 
 from __future__ import annotations
@@ -143,6 +143,17 @@ def _cell(row: dict) -> str:
     )
 
 
+def _steps(row: dict) -> str:
+    """A FINN row's passes with their seconds; the rest of the dataflow export (the QONNX export and its
+    verification, the preparation, the execution that checks each pass, folding and estimates) as
+    ``other``."""
+    steps = row.get("steps") or {}
+    if not steps:
+        return f"  {row['network']} {row['target']}: no pass timings"
+    other = row["seconds"].get("dataflow", 0.0) - sum(steps.values())
+    return f"  {row['network']} passes: " + ", ".join(f"{k} {v:g} s" for k, v in steps.items()) + f"; other {other:.1f} s"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--one", nargs=2, metavar=("NETWORK", "TARGET"), help=argparse.SUPPRESS)
@@ -150,6 +161,7 @@ def main() -> None:
     parser.add_argument("--targets", nargs="*", choices=TARGETS, default=list(TARGETS))
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per network and target")
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--steps", action="store_true", help="each FINN pass's seconds, and the time before them")
     args = parser.parse_args()
     if args.one:
         print(json.dumps(one(*args.one)))
@@ -161,15 +173,18 @@ def main() -> None:
         print("| network | " + " | ".join(args.targets) + " |\n|---|" + "---|" * len(args.targets))
     passed = dict.fromkeys(args.targets, 0)
     for name in names:
-        cells = []
+        cells, rows = [], []
         for target in args.targets:
             row = run(name, target, args.timeout)
             passed[target] += bool(row.get("passed"))
             cells.append(_cell(row))
+            rows.append(row)
         if args.markdown:
             print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
         else:
             print(name + "".join(f"\n  {t}: {c}" for t, c in zip(args.targets, cells)), flush=True)
+        for row in rows if args.steps else ():
+            print(_steps(row), flush=True)
     print(", ".join(f"{t}: {n}/{len(names)} passed" for t, n in passed.items()))
 
 
