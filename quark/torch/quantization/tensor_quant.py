@@ -15,7 +15,7 @@ from enum import Enum
 from typing import Any
 
 from quark.torch.quantization.config import config as main
-from quark.torch.quantization.config.spec import ACTIVATION_ROLES, MAX_BIAS_BITS, MAX_BITS, MIN_BITS
+from quark.torch.quantization.config.spec import ACTIVATION_ROLES, BIPOLAR_BITS, MAX_BIAS_BITS, MAX_BITS, MIN_BITS
 from quark.torch.quantization.config.type import (
     Dtype,
     QSchemeType,
@@ -27,6 +27,7 @@ from quark.torch.quantization.config.type import (
 from quark.torch.quantization.flavours import load_flavours
 from quark.torch.quantization.observer import (
     LSQObserver,
+    MeanAbsObserver,
     ObserverBase,
     PerBlockBFPObserver,
     PerBlockMXObserver,
@@ -39,6 +40,7 @@ from quark.torch.quantization.observer import (
     TQT3SDObserver,
     TQTJeffreysObserver,
     TQTObserver,
+    UnitScaleObserver,
 )
 
 #: integer dtypes of the main API: dtype -> (bit width, signed)
@@ -95,11 +97,12 @@ class Format(Enum):
     cast = "cast"  # bfloat16 / float16, no scale
     mx = "mx"  # OCP MX: 32-element blocks sharing an E8M0 scale
     bdr = "bdr"  # MX6 / MX9: 16-element blocks with shared micro-exponents
+    bipolar = "bipolar"  # sign(x) times a scale: {-1, +1} x s (binary networks)
 
     @property
     def scaled(self) -> bool:
         """Whether the quantizer has a scale of its own per tensor / channel / group (from calibration)."""
-        return self in (Format.integer, Format.minifloat)
+        return self in (Format.integer, Format.minifloat, Format.bipolar)
 
     @property
     def block(self) -> bool:
@@ -138,27 +141,38 @@ class TensorQuant:
     element: Dtype | None = None  # cast: the type cast to; mx: the element type; bdr: mx6, mx9 or bfp16
     scale_rounding: str = "floor"  # mx: how the shared exponent comes from the block maximum (floor | even | ceil)
     lsq: bool = False  # learned step size (LSQ): the scale is a trained parameter, its gradient scaled
+    narrow: bool = False  # integer: the grid without its most negative level (ternary: {-1, 0, 1})
 
     @property
     def needs_calibration(self) -> bool:
-        """Static activations of scaled formats take their range from calibration."""
-        return not self.is_dynamic and self.format.scaled
+        """Static activations of scaled formats take their range from calibration (a bipolar one of
+        scale 1 has none to take)."""
+        return not self.is_dynamic and self.format.scaled and self.statistic != "unit"
     @property
     def statistic(self) -> str:
         return self.observer.statistic
 
     @property
     def threshold_levels(self) -> float:
-        """The integer threshold the quantizers divide a range by: (2^b - 1) / 2 on a signed
-        symmetric grid, 2^b - 1 otherwise (scale = threshold / levels)."""
-        levels = 2.0**self.bit_width - 1
-        return levels / 2 if self.symmetric and self.signed else levels
+        """The integer threshold the quantizers divide a range by: (qmax - qmin) / 2 on a signed
+        symmetric grid ((2^b - 1) / 2, or 2^(b-1) - 1 when narrow), 2^b - 1 otherwise (scale =
+        threshold / levels). Bipolar: 1 (the scale is the threshold); a ternary grid on the mean
+        |x| statistic: 1 / 1.4 (:data:`TERNARY_MEAN_ABS_THRESHOLD`)."""
+        if self.format is Format.bipolar:
+            return 1.0
+        if self.narrow and self.statistic == "mean_abs":
+            return 0.5 / TERNARY_MEAN_ABS_THRESHOLD
+        qmin, qmax = self.grid
+        return (qmax - qmin) / 2 if self.symmetric and self.signed else float(qmax - qmin)
 
     @property
     def grid(self) -> tuple[int, int]:
-        """Integer grid (qmin, qmax). Asymmetric tensors use the unsigned grid with a zero point."""
+        """Integer grid (qmin, qmax). Asymmetric tensors use the unsigned grid with a zero point;
+        a bipolar tensor's levels are -1 and +1, its grid (-1, 1)."""
+        if self.format is Format.bipolar:
+            return -1, 1
         if self.symmetric and self.signed:
-            return -(2 ** (self.bit_width - 1)), 2 ** (self.bit_width - 1) - 1
+            return -(2 ** (self.bit_width - 1)) + self.narrow, 2 ** (self.bit_width - 1) - 1
         return 0, 2**self.bit_width - 1
 
     @property
@@ -197,14 +211,19 @@ class TensorQuant:
         return " ".join(parts)
 
 
+#: a ternary tensor's rounding threshold, in units of its mean |x|: Ternary Weight Networks' (Li & Liu
+#: 2016) 0.7 E|w|; on the grid {-1, 0, 1} x s, rounding to nearest puts it at s / 2, so s = 1.4 E|x|
+TERNARY_MEAN_ABS_THRESHOLD = 0.7
+
 #: format -> the name of a spec's element type
 DTYPE_NAMES: dict[Format, Callable[[TensorQuant], str]] = {
-    Format.integer: lambda tq: f"{'int' if tq.signed else 'uint'}{tq.bit_width}",
+    Format.integer: lambda tq: "ternary" if tq.narrow else f"{'int' if tq.signed else 'uint'}{tq.bit_width}",
     Format.minifloat: lambda tq: f"fp{tq.bit_width}_e{tq.exponent_bit_width}m{tq.mantissa_bit_width}"
     + ("_fnuz" if tq.fnuz else ""),
     Format.cast: lambda tq: tq.element.name,
     Format.mx: lambda tq: f"mx {tq.element.name}",
     Format.bdr: lambda tq: tq.element.name,
+    Format.bipolar: lambda tq: "bipolar",
 }
 
 
@@ -484,6 +503,63 @@ def _block_from_main(spec: main.QuantizationSpec, role: str, where: str) -> Tens
     )
 
 
+#: binary and ternary dtypes -> (bit width, format, narrow integer grid?)
+SIGN_DTYPES: dict[Dtype, tuple[int, Format, bool]] = {
+    Dtype.bipolar: (BIPOLAR_BITS, Format.bipolar, False),
+    Dtype.ternary: (2, Format.integer, True),
+}
+#: the statistics that set a binary or ternary scale: the mean |x| (the L2-optimal sign scale,
+#: :mod:`~quark.torch.quantization.observer.mean_abs`) or the abs-max
+#: statistic or the abs-max; a bipolar activation may have scale 1 (UnitScaleObserver)
+SIGN_OBSERVERS = (None, MeanAbsObserver, PerTensorMinMaxObserver, PerChannelMinMaxObserver, UnitScaleObserver)
+
+
+def _sign_from_main(spec: main.QuantizationSpec, role: str, where: str) -> TensorQuant:
+    """``Dtype.bipolar`` / ``Dtype.ternary``: sign(x) x s, or {-1, 0, 1} x s, symmetric, no zero point."""
+    bits, fmt, narrow = SIGN_DTYPES[spec.dtype]
+    what = f"dtype=Dtype.{spec.dtype.name}"
+    if role == "bias":
+        raise fail(
+            where,
+            f"{what} is not supported for bias: a bias is added to the accumulator at full precision (FINN folds it "
+            "into the thresholds); leave bias=None or give it an integer dtype (int8 .. int32)",
+        )
+    allowed = {
+        "observer_cls": SIGN_OBSERVERS,
+        "symmetric": (None, True),
+        "qscheme": (None, QSchemeType.per_tensor, QSchemeType.per_channel),
+        "scale_type": (None, ScaleType.float, ScaleType.pof2),
+        "is_dynamic": (None, False),
+        "qat_spec": (None,),
+        **_NO_BLOCK_SCALE_FIELDS,
+    }
+    if fmt is not Format.bipolar:
+        allowed["observer_cls"] = SIGN_OBSERVERS[:-1]
+    if fmt is Format.bipolar:  # sign(x): x >= 0 -> +1, nothing is rounded
+        allowed["round_method"] = (None,)
+    reason = {
+        "symmetric": "a zero point: the levels are symmetric about 0 by definition",
+        "qat_spec": "TQT: these train by the straight-through estimator, activation scales as learned parameters",
+        "round_method": "rounding: bipolar is sign(x), x >= 0 -> +1",
+    }
+    for field_name, values in allowed.items():
+        if getattr(spec, field_name) not in values:
+            extra = f" ({reason[field_name]})" if field_name in reason else ""
+            require(where, spec, {field_name: values}, what + extra)
+    qscheme = spec.qscheme or QSchemeType.per_tensor
+    return TensorQuant(
+        bit_width=bits,
+        signed=True,
+        qscheme=qscheme,
+        ch_axis=spec.ch_axis,
+        scale_type=spec.scale_type or ScaleType.float,
+        round_method=spec.round_method or RoundType.half_even,
+        observer=spec.observer_cls or MeanAbsObserver,
+        format=fmt,
+        narrow=narrow,
+    )
+
+
 def _refused_dtype(spec: main.QuantizationSpec, role: str, where: str) -> TensorQuant:
     raise fail(where, f"dtype=Dtype.{spec.dtype.name} is not supported: {REFUSED_DTYPES[spec.dtype]}")
 
@@ -492,6 +568,7 @@ def _refused_dtype(spec: main.QuantizationSpec, role: str, where: str) -> Tensor
 #: form (an element dtype with PerBlockMXObserver and e8m0 scales) before the minifloats.
 MAIN_FORMATS: tuple[tuple[Callable[[Any], bool], Callable[[Any, str, str], TensorQuant]], ...] = (
     (lambda spec: spec.dtype in INT_DTYPES, _int_from_main),
+    (lambda spec: spec.dtype in SIGN_DTYPES, _sign_from_main),
     (_is_mx_element_form, _block_from_main),
     (lambda spec: spec.dtype in FLOAT_DTYPES, _float_from_main),
     (lambda spec: spec.dtype in CAST_DTYPES, _cast_from_main),
@@ -527,8 +604,10 @@ SUPPORTED_SCALE_TYPES = (ScaleType.float, ScaleType.pof2, ScaleType.float32, Sca
 
 def check_role(tq: TensorQuant, role: str, where: str) -> TensorQuant:
     max_bits = MAX_BIAS_BITS if role == "bias" else MAX_BITS
-    if not MIN_BITS <= tq.bit_width <= max_bits:
-        raise fail(where, f"bit width {tq.bit_width} is not supported for {role}; allowed {MIN_BITS}..{max_bits}")
+    min_bits = BIPOLAR_BITS if tq.format is Format.bipolar else MIN_BITS
+    if not min_bits <= tq.bit_width <= max_bits:
+        allowed = f"{MIN_BITS}..{max_bits}" + (" (1: bipolar, Dtype.bipolar)" if role != "bias" else "")
+        raise fail(where, f"bit width {tq.bit_width} is not supported for {role}; allowed {allowed}")
     if tq.scale_type not in SUPPORTED_SCALE_TYPES:
         raise fail(where, f"scale_type={tq.scale_type} not supported; allowed {[s.name for s in SUPPORTED_SCALE_TYPES]}")
     if role == "weight" and tq.is_dynamic:

@@ -20,7 +20,7 @@ from quark.torch.quantization.config._fields import (
 )
 from quark.torch.quantization.config.algorithms import AlgoConfig, Preprocess, algo_list
 from quark.torch.quantization.config.config import LayerConfigBase
-from quark.torch.quantization.config.spec import MAX_BIAS_BITS, MIN_BITS, QATSpec, TQTSpec, check_tqt
+from quark.torch.quantization.config.spec import BIPOLAR_BITS, MAX_BIAS_BITS, QATSpec, TQTSpec, check_tqt
 from quark.torch.quantization.config.spec import QuantizationSpec as MainQuantizationSpec
 from quark.torch.quantization.config.type import QSchemeType, ScaleType
 
@@ -78,7 +78,10 @@ class QuantizationSpec(Serialisable):
         quant_type: int_quant; float_quant arrives with the minifloat formats.
         param_type: stats (weights: abs-max / min-max; activations: the 99.999th percentile,
             as Brevitas' defaults) or mse.
-        bit_width: element bits, 2..16 for weights and activations, up to 32 for bias.
+        bit_width: element bits, 2..16 for weights and activations, up to 32 for bias; 1 for
+            bipolar weights and activations ({-1, +1} x scale: sign(x), scale from the mean |x|,
+            symmetric). Ternary ({-1, 0, +1} x scale) is the main API's
+            ``QuantizationSpec(dtype=Dtype.ternary)``, which this config accepts too.
         exponent_bit_width, mantissa_bit_width: minifloat layout (float_quant only).
         qat_spec: ``TQTSpec(threshold_init_meth=...)`` for trained power-of-two thresholds (needs
             ``scale_type=ScaleType.pof2`` and per-tensor symmetric quantization).
@@ -110,8 +113,8 @@ class QuantizationSpec(Serialisable):
         check_type(owner, "bit_width", self.bit_width, int, optional=False)
         check_type(owner, "exponent_bit_width", self.exponent_bit_width, int)
         check_type(owner, "mantissa_bit_width", self.mantissa_bit_width, int)
-        if not MIN_BITS <= self.bit_width <= MAX_BIAS_BITS:  # weights and activations: up to MAX_BITS (the plan checks)
-            raise ValueError(f"{owner}.bit_width={self.bit_width}: allowed {MIN_BITS}..{MAX_BIAS_BITS}")
+        if not BIPOLAR_BITS <= self.bit_width <= MAX_BIAS_BITS:  # weights and activations: up to MAX_BITS (the plan checks)
+            raise ValueError(f"{owner}.bit_width={self.bit_width}: allowed {BIPOLAR_BITS}..{MAX_BIAS_BITS} (1: bipolar)")
         if self.quant_type is QuantType.int_quant and (
             self.exponent_bit_width is not None or self.mantissa_bit_width is not None
         ):

@@ -8,14 +8,16 @@ both flavours while the config layer knows nothing of the extension. No Brevitas
 from __future__ import annotations
 
 from quark.torch.extensions.brevitas.config import Config, ParamType, QuantizationSpec, QuantType
-from quark.torch.quantization.config.spec import ACTIVATION_ROLES
+from quark.torch.quantization.config.spec import ACTIVATION_ROLES, BIPOLAR_BITS
 from quark.torch.quantization.config.type import QSchemeType
 from quark.torch.quantization.observer import (
+    MeanAbsObserver,
     ObserverBase,
     PerChannelMinMaxObserver,
     PerTensorMinMaxObserver,
     PerTensorMSEObserver,
     PerTensorPercentileObserver,
+    UnitScaleObserver,
 )
 from quark.torch.quantization.plan import ConfigView, register_config_view
 from quark.torch.quantization.tensor_quant import (
@@ -42,6 +44,8 @@ _EXT_OBSERVERS: dict[tuple[ParamType, bool, QSchemeType], type[ObserverBase]] = 
 
 
 def normalise_ext(spec: QuantizationSpec, role: str, where: str) -> TensorQuant:
+    if spec.bit_width == BIPOLAR_BITS:
+        return _ext_bipolar(spec, role, where)
     if role == "bias" and spec.quant_type is not QuantType.int_quant:
         raise fail(where, "bias quantization must be integer (quant_type=QuantType.int_quant)")
     if role == "bias":
@@ -114,6 +118,40 @@ def _ext_float(spec: QuantizationSpec, observer: type[ObserverBase], where: str)
         exponent_bit_width=e,
         mantissa_bit_width=m,
     )
+
+
+#: the extension's spec fields a bipolar tensor cannot honour: field -> (allowed, why)
+_BIPOLAR_FIELDS: dict[str, tuple[tuple, str]] = {
+    "quant_type": ((QuantType.int_quant,), "a 1-bit tensor is sign(x) x scale, not a minifloat"),
+    "symmetric": ((True,), "a bipolar tensor has no zero point: its levels are -1 and +1 times the scale"),
+    "qat_spec": ((None,), "bipolar tensors train by the straight-through estimator"),
+    "param_type": ((ParamType.stats,), "no search: the mean |w| is the L2-optimal scale of sign(w)"),
+}
+
+
+def _ext_bipolar(spec: QuantizationSpec, role: str, where: str) -> TensorQuant:
+    """``bit_width=1``: bipolar, sign(x) x s. Weights: s = mean |w| (the L2-optimal sign scale), per
+    tensor or per output channel; activations: s = 1, Brevitas' ``SignedBinaryActPerTensorConst`` (what
+    FINN takes)."""
+    if role == "bias":
+        raise fail(
+            where,
+            "bit_width=1 is not supported for bias: a bias is added to the accumulator at full precision; "
+            "allowed 2..32 (or no bias spec)",
+        )
+    for field_name, (allowed, why) in _BIPOLAR_FIELDS.items():
+        value = getattr(spec, field_name)
+        if value not in allowed:
+            raise fail(where, f"{field_name}={value} is not supported with bit_width=1 ({why}); allowed: {allowed[0]}")
+    tq = TensorQuant(
+        bit_width=BIPOLAR_BITS,
+        signed=True,
+        qscheme=spec.qscheme,
+        scale_type=spec.scale_type,
+        observer=UnitScaleObserver if role in ACTIVATION_ROLES else MeanAbsObserver,
+        format=Format.bipolar,
+    )
+    return check_role(tq, role, where)
 
 
 def view_ext(config: Config) -> ConfigView:

@@ -33,7 +33,7 @@ from quark.torch.quantization.config.type import (
     RoundType,
     ScaleType,
 )
-from quark.torch.quantization.observer import PerChannelMinMaxObserver, PerTensorMinMaxObserver
+from quark.torch.quantization.observer import PerChannelMinMaxObserver, PerTensorMinMaxObserver, UnitScaleObserver
 
 __all__ = ["a8w8", "a16w8", "bf16", "bfp16", "finn", "xint8"]
 
@@ -184,10 +184,12 @@ def bfp16(exclude: list[str] | None = None, *, graph: bool = False, merge_batch_
     return _npu(layer, exclude, graph, merge_batch_norm)
 
 
-#: bit width -> (signed, unsigned) integer dtype of the main API
+#: bit width -> (signed, unsigned) integer dtype of the main API; 1 bit: bipolar, {-1, +1} x scale,
+#: for both (after ReLU the sign replaces the activation, see :func:`finn`)
 _INTEGERS: dict[int, tuple[Dtype, Dtype]] = {
     bits: (signed, unsigned)
     for bits, signed, unsigned in (
+        (1, Dtype.bipolar, Dtype.bipolar),
         (2, Dtype.int2, Dtype.uint2),
         (3, Dtype.int3, Dtype.uint3),
         (4, Dtype.int4, Dtype.uint4),
@@ -219,12 +221,20 @@ def finn(
     ``uint{input_bits}`` (``int`` with ``input_signed``). Biases stay float (FINN folds them into
     thresholds). ``qat_spec`` (e.g. ``TQTSpec(TQTThresholdInitMeth._3SD)``) trains the thresholds.
 
+    Binary networks (FINN's XNOR-popcount layers, Brevitas' ``bnn_pynq`` TFC / CNV): ``weight_bits=1``
+    gives bipolar weights, sign(w) x mean|w| (a power of two), and ``act_bits=1`` bipolar activations,
+    sign(x) with scale 1 (what FINN takes): the activation types in ``unsigned`` (whose outputs are never negative,
+    so their sign would be +1 everywhere) are replaced by the sign, a binary network's activation
+    (BinaryNet; ``bnn_pynq``: batch norm, then the sign). Mixed W1A2 / W2A2 combine as the widths
+    say. Bipolar quantizers train by the straight-through estimator: ``qat_spec`` applies to the
+    integer quantizers only. A bipolar network input (``input_bits=1``) needs ``input_signed``.
+
     Below 4 bits, the usual FINN practice (Brevitas' ``bnn_pynq`` ResNet: 8-bit first and last
     layer) is expressed with ``layer_weight_bits`` and ``add_bits``; docs/graph.md ("Targets")
     has the measured effect of each on the digits network.
 
     Args:
-        weight_bits, act_bits, input_bits: 2, 3, 4 or 8.
+        weight_bits, act_bits, input_bits: 1 (bipolar), 2, 3, 4 or 8.
         input_signed: the network input can be negative.
         add_bits: bit width of the residual additions (both operands, requantized to one scale,
             and the sum); None: ``act_bits``. Another width needs an addition in the model.
@@ -248,8 +258,15 @@ def finn(
     for name, bits in widths.items():
         if bits is not None and bits not in _INTEGERS:
             raise ValueError(f"finn({name}={bits!r}): allowed {sorted(_INTEGERS)}")
+    if input_bits == 1 and not input_signed:
+        raise ValueError(
+            "finn(input_bits=1) needs input_signed=True: the sign of a non-negative input (pixels in [0, 1]) is +1 "
+            "everywhere (bnn_pynq maps pixels to 2x - 1 first)"
+        )
 
     def activation(dtype: Dtype) -> QuantizationSpec:
+        if dtype is Dtype.bipolar:  # sign(x), scale 1 (FINN's bipolar activations): trained by the straight-through estimator
+            return QuantizationSpec(dtype=dtype, observer_cls=UnitScaleObserver)
         return QuantizationSpec(
             dtype=dtype,
             observer_cls=PerTensorMinMaxObserver,
@@ -260,6 +277,13 @@ def finn(
         )
 
     def weight(bits: int) -> QuantizationSpec:
+        if bits == 1:  # sign(w) x mean|w|, per tensor or per output channel
+            return QuantizationSpec(
+                dtype=Dtype.bipolar,
+                qscheme=QSchemeType.per_channel if per_channel_weights else QSchemeType.per_tensor,
+                ch_axis=0 if per_channel_weights else None,
+                scale_type=ScaleType.pof2,
+            )
         if per_channel_weights:  # TQT learns one threshold per tensor: per-channel scales follow the weights
             return QuantizationSpec(
                 dtype=_INTEGERS[bits][0],

@@ -30,6 +30,8 @@ ROLES = ("input_tensors", "output_tensors", "weight", "bias")
 ACTIVATION_ROLES = ROLES[:2]
 #: bit widths of integer weights and activations; a bias goes up to 32
 MIN_BITS, MAX_BITS, MAX_BIAS_BITS = 2, 16, 32
+#: the one width below: bipolar tensors, {-1, +1} x scale (``Dtype.bipolar``, the extension's bit_width=1)
+BIPOLAR_BITS = 1
 #: Quark 0.13's default bound of its MX observer's buffer-reuse path (elements)
 MAX_INPUT_NUMEL = 4 * 1024 * 1024
 

@@ -58,6 +58,9 @@ class Dtype(Enum):
     elements; AMD Quark 0.13's ``BFP16Spec``), ``fp8_e5m3`` (an unsigned 8-bit float, 5 exponent and
     3 mantissa bits, no sign: AMD Quark 0.13 names it for the scales of ``AmdFP4Spec``; refused as a
     tensor format, see docs/quark013.md).
+    Binary and ternary networks, beyond Quark's list: ``bipolar`` (1 bit: {-1, +1} x scale, the sign
+    of the tensor; QONNX ``BipolarQuant``, FINN's XNOR-popcount layers), ``ternary`` (2 bits:
+    {-1, 0, +1} x scale, a narrow-range int2).
     """
 
     int8 = "int8"
@@ -85,6 +88,8 @@ class Dtype(Enum):
     mx9 = "mx9"
     bfp16 = "bfp16"
     fp8_e5m3 = "fp8_e5m3"
+    bipolar = "bipolar"  # beyond Quark's enum: binary networks, {-1, +1} x scale
+    ternary = "ternary"  # beyond Quark's enum: {-1, 0, +1} x scale
 
     @property
     def is_integer(self) -> bool:

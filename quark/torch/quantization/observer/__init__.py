@@ -21,6 +21,10 @@ PerTensorHistogramObserver      Quark's name for the same objective (torch's
                                 HistogramObserver minimises the L2 quantization error
                                 of a histogram by a greedy search; this one searches
                                 exhaustively, as PerTensorMSEObserver)
+MeanAbsObserver                 the mean of |x|: the scale statistic of ``Dtype.bipolar``
+                                and ``Dtype.ternary`` (:mod:`.binary`; beyond Quark);
+                                ``UnitScaleObserver`` fixes a bipolar activation's
+                                scale at 1 (FINN's bipolar activations)
 =============================== ======================================================
 
 Quark's observers of formats whose scales never come from calibration select a behaviour and
@@ -46,6 +50,7 @@ from quark.torch.quantization.observer.histogram import (
 )
 from quark.torch.quantization.observer.histogram_pro import PerTensorHistogramObserverPro
 from quark.torch.quantization.observer.lsq import LSQObserver
+from quark.torch.quantization.observer.binary import MeanAbsObserver, UnitScaleObserver
 from quark.torch.quantization.observer.minmax import PerChannelMinMaxObserver, PerTensorMinMaxObserver
 from quark.torch.quantization.observer.pof2 import (
     PerChannelPowOf2MinMaxObserver,
@@ -78,6 +83,7 @@ __all__ = [
     "PerTensorHistogramObserver",
     "PerTensorHistogramObserverPro",
     "PerTensorMSEObserver",
+    "MeanAbsObserver",
     "PerTensorMinMaxObserver",
     "PerTensorPercentileObserver",
     "PerTensorPowOf2MinMSEObserver",
@@ -86,6 +92,7 @@ __all__ = [
     "TQT3SDObserver",
     "TQTJeffreysObserver",
     "TQTObserver",
+    "UnitScaleObserver",
     "register_observer",
 ]
 
@@ -113,6 +120,9 @@ OBSERVERS: dict[str, type[ObserverBase]] = {
         PerTensorHistogramObserverPro,
         PerBlock2DMinMaxObserver,
         PerBlockMXDiffsObserver,
+        # binary and ternary networks (beyond Quark)
+        MeanAbsObserver,
+        UnitScaleObserver,
     )
 }
 

@@ -23,6 +23,7 @@ import brevitas.nn as qnn
 import torch
 from brevitas import config as brevitas_config
 from brevitas.core.function_wrapper import FloorSte, RoundSte
+from brevitas.core.quant import BinaryQuant
 from brevitas.core.restrict_val import FloatRestrictValue
 from brevitas.core.stats import NegativePercentileOrZero
 from brevitas.core.zero_point import ParameterZeroPoint
@@ -32,6 +33,7 @@ from brevitas.proxy.float_runtime_quant import DynamicActFloatQuantProxyFromInje
 from brevitas.proxy.groupwise_float_parameter_quant import GroupwiseWeightFloatQuantProxyFromInjector
 from brevitas.proxy.groupwise_int_parameter_quant import GroupwiseWeightQuantProxyFromInjector
 from brevitas.proxy.runtime_quant import DynamicActQuantProxyFromInjector
+from brevitas.quant.binary import SignedBinaryActPerTensorConst, SignedBinaryWeightPerTensorConst
 from brevitas.quant.fixed_point import (
     Int8ActPerTensorFixedPoint,
     Int8WeightPerTensorFixedPoint,
@@ -60,6 +62,7 @@ from quark.torch.extensions.brevitas._backend.quantizers import (
     DynamicScaling,
     DynamicZeroPoint,
     ExactFloorPowerOfTwoRestrictValue,
+    FixedIntScaling,
     FusedPof2IntQuant,
     LSQScaling,
     MXBlockMax,
@@ -106,7 +109,25 @@ WEIGHT_BASES: dict[tuple[bool, str], Any] = {
     ),
     (True, "mse"): Int8WeightPerTensorFloatMSE,
     (False, "mse"): ShiftedUint8WeightPerTensorFloatMSE,
+    (True, "mean_abs"): Int8WeightPerTensorFloat.let(scaling_stats_op=StatsOp.AVE),  # ternary: mean |w|
 }
+
+#: bipolar tensors, sign(x) x s (x >= 0 -> +1), exported as QONNX BipolarQuant; key: weight?
+#: Weights: ``BinaryQuant``, the scale the weight's statistic at every forward and the gradient passed
+#: straight through to every weight (BinaryConnect's estimator). Brevitas' stock binary weight
+#: quantizer clamps the weight in place to a constant scale: on a statistic scale that clamp would
+#: shrink the weights, and their scale, at every step. Activations: Brevitas' stock
+#: ``ClampedBinaryQuant`` (the gradient of hardtanh: none where |x| > s), with scale 1 (Brevitas'
+#: stock quantizer: FINN's bipolar activations) or the scale learned and set by calibration like
+#: every static activation's.
+BIPOLAR_BASES: dict[bool, Any] = {
+    True: SignedBinaryWeightPerTensorConst.let(tensor_quant=BinaryQuant, scaling_impl_type=ScalingImplType.STATS),
+    False: SignedBinaryActPerTensorConst.let(scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0),
+}
+#: a bipolar activation of scale 1 (``UnitScaleObserver``): Brevitas' stock quantizer as it is
+BIPOLAR_UNIT_ACT = SignedBinaryActPerTensorConst
+#: statistic of a bipolar weight -> Brevitas' statistic of |w|
+BIPOLAR_WEIGHT_STATS: dict[str, StatsOp] = {"mean_abs": StatsOp.AVE, "minmax": StatsOp.MAX}
 
 #: static activations: a learned scale (and zero point) initialised by calibration observers.
 STATIC_ACT_BASES: dict[bool, Any] = {
@@ -328,12 +349,14 @@ def _common(tq: TensorQuant) -> dict[str, Any]:
     """Overrides every integer quantizer gets: Quark's grid, threshold, rounding and scale type."""
     kwargs: dict[str, Any] = {
         "bit_width": tq.bit_width,
-        "narrow_range": False,
+        "narrow_range": tq.narrow,
         "signed": tq.symmetric and tq.signed,
         "int_scaling_impl": QuarkIntScaling,
         "float_to_int_impl": ROUND_IMPLS[tq.round_method],
         **_scale_type(tq),
     }
+    if tq.narrow:  # ternary: the grid {-1, 0, 1}, the threshold divided by the spec's levels
+        kwargs.update(int_scaling_impl=FixedIntScaling, int_levels=tq.threshold_levels)
     if not tq.symmetric:
         kwargs["quantize_zero_point"] = tq.zero_point_type is ZeroPointType.int32
     kwargs.update(_fused(tq))
@@ -419,12 +442,18 @@ def _bdr(tq: TensorQuant, weight: bool, axis: int | None) -> Any:
     return shared_microexponent_quant(tq.element.name, "weight" if weight else "act", axis).let(quark_spec=tq)
 
 
+def _bipolar_weight(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
+    inj = BIPOLAR_BASES[True].let(scaling_stats_op=BIPOLAR_WEIGHT_STATS[tq.statistic], **_scale_type(tq))
+    return GRANULARITY[tq.qscheme](inj, tq, module, weight)
+
+
 WEIGHT_FORMATS: dict[Format, Callable[..., Any]] = {
     Format.integer: _int_weight,
     Format.minifloat: _float_weight,
     Format.cast: lambda tq, module, weight: _cast(tq, weight=True),
     Format.mx: lambda tq, module, weight: _mx(tq, weight=True).let(group_dim=weight_axis(tq, module, weight)),
     Format.bdr: lambda tq, module, weight: _bdr(tq, True, weight_axis(tq, module, weight)),
+    Format.bipolar: _bipolar_weight,
 }
 
 
@@ -496,6 +525,9 @@ ACT_FORMATS: dict[Format, Callable[[TensorQuant], Any]] = {
     Format.cast: lambda tq: _cast(tq, weight=False),
     Format.mx: lambda tq: _mx(tq, weight=False),
     Format.bdr: lambda tq: _bdr(tq, False, None),  # axis None: the layer's channel axis
+    Format.bipolar: lambda tq: (
+        BIPOLAR_UNIT_ACT.let(quark_spec=tq) if tq.statistic == "unit" else BIPOLAR_BASES[False].let(**_scale_type(tq))
+    ),
 }
 
 

@@ -1,6 +1,7 @@
 """Brevitas building blocks that Brevitas does not ship, each plugged into stock injectors.
 
-- :class:`QuarkIntScaling`, :class:`TQTIntScaling`: integer thresholds of Quark's and TQT's formulas.
+- :class:`QuarkIntScaling`, :class:`TQTIntScaling`, :class:`FixedIntScaling`: integer thresholds of
+  Quark's and TQT's formulas, and a fixed one (ternary grids).
   :class:`QuarkIntScaling`: Quark's integer threshold. Quark divides a symmetric range by
   (qmax - qmin) / 2 (127.5 for int8), Brevitas by 2^(b-1); the integer grid is the same.
 - :class:`Pof2Scale`, :class:`CastScale`: restrictions applied to the *scale itself* (Brevitas'
@@ -220,6 +221,18 @@ class UnitIntScaling(nn.Module):
 
     def forward(self, bit_width: Tensor) -> Tensor:
         return torch.ones_like(bit_width)
+
+
+class FixedIntScaling(nn.Module):
+    """A fixed integer threshold ``int_levels`` whatever the bit width: a narrow (ternary) grid's
+    levels, which Quark's (2^b - 1) / 2 does not describe (TensorQuant.threshold_levels)."""
+
+    def __init__(self, int_levels: float) -> None:
+        super().__init__()
+        self.int_levels = float(int_levels)
+
+    def forward(self, bit_width: Tensor) -> Tensor:
+        return torch.full_like(bit_width, self.int_levels)
 
 
 class TQTIntScaling(nn.Module):

@@ -183,6 +183,9 @@ class GraphRewriter:
         extension's config), non-negative tensors get unsigned grids first (:func:`_unsigned_where_non_negative`).
         """
         plans_by_name = {p.name: p for p in plans}
+        for plan in plans:
+            if replaced_by_sign(plan):
+                plan.origins["output_tensors"] += f" (bipolar: the sign replaces {plan.module_type.__name__})"
         if view.signs_from_graph:
             _unsigned_where_non_negative(model, plans_by_name)
         for node in model.graph.nodes:
@@ -252,16 +255,31 @@ def _activation(plan: LayerPlan, site: Site) -> nn.Module:
     """The activation, its output quantized; its input too where the plan's target runs it only
     between DequantizeLinear and QuantizeLinear (``targets.activation_input_quantized``) and it
     arrives float (a layer's output), on the signed grid of the output's spec."""
+    output = plan.specs["output_tensors"]
+    if replaced_by_sign(plan):
+        return nn.Sequential(OrderedDict(quant=_quant_identity(output)))
     activation = copy.deepcopy(site.module)
     if getattr(activation, "inplace", False):
         activation.inplace = False  # it may receive a tensor other nodes still read
-    output = plan.specs["output_tensors"]
     stages = OrderedDict(act=activation, quant=_quant_identity(output))
     wants_input = site.type in ELEMENTWISE and activation_input_quantized(plan.target_device, site.type)
     if wants_input and "input_tensors" not in plan.upstream:
         signed = replace(output, signed=True) if output.format is Format.integer else output
         stages = OrderedDict(input_quant=_quant_identity(signed), **stages)
     return nn.Sequential(stages)
+
+
+def replaced_by_sign(plan: LayerPlan) -> bool:
+    """Whether a bipolar output replaces the activation: the output of a non-negative activation
+    (ReLU, ...) has the sign +1 everywhere, and in a binary network the sign is the activation
+    (BinaryNet, Courbariaux et al. 2016; Brevitas' bnn_pynq: batch norm, then the sign)."""
+    output = plan.specs.get("output_tensors")
+    return (
+        output is not None
+        and output.format is Format.bipolar
+        and isinstance(plan.module_type, type)
+        and issubclass(plan.module_type, NON_NEGATIVE_ACTIVATIONS)
+    )
 
 
 def _two_sided(layer: type[nn.Module]) -> Callable[[LayerPlan, Site], nn.Module]:
@@ -338,6 +356,8 @@ def _unsigned_where_non_negative(model: fx.GraphModule, plans: dict[str, LayerPl
     for node in model.graph.nodes:
         plan = plans.get(node.target) if node.op == "call_module" else None
         if plan is None:
+            continue
+        if replaced_by_sign(plan):  # its output is the sign, -1 or +1
             continue
         if issubclass(plan.module_type, NON_NEGATIVE_ACTIVATIONS):
             roles = ("output_tensors",)

@@ -46,6 +46,7 @@ class LayerEstimate:
     cycles: int  # per frame
     folding: dict[str, Any]  # PE, SIMD, ... where the layer has them
     shape: dict[str, Any]  # the attributes that bound the folding (MW, MH, NumChannels, ...)
+    arithmetic: str = ""  # matrix-vector layers: "XNOR-popcount" or "<input type> x <weight type>"
 
 
 @dataclass(frozen=True)
@@ -144,11 +145,11 @@ class Estimate:
                 f"({self.critical_path_cycles:,} cycles through the pipeline)."
             ),
             "",
-            "| layer | module | folding | cycles | "
+            "| layer | module | arithmetic | folding | cycles | "
             + ("within target | " if target is not None else "")
             + " | ".join(ESTIMATED)
             + " |",
-            "|---|---|---|---|" + ("---|" if target is not None else "") + "---|" * len(ESTIMATED),
+            "|---|---|---|---|---|" + ("---|" if target is not None else "") + "---|" * len(ESTIMATED),
         ]
         pad = "| " if target is not None else ""
         for layer in self.layers:
@@ -156,17 +157,17 @@ class Estimate:
             figures = " | ".join(f"{layer.resources[r]:,.0f}" for r in ESTIMATED)
             within = (("yes" if self.within_target(layer) else "**no**") + " | ") if target is not None else ""
             lines.append(
-                f"| {layer.name} | {layer.module or ''} | {folding} | {layer.cycles:,} | {within}{figures} |"
+                f"| {layer.name} | {layer.module or ''} | {layer.arithmetic} | {folding} | {layer.cycles:,} | {within}{figures} |"
             )
         totals = self.totals
-        lines.append(f"| **total** | | | | {pad}" + " | ".join(f"**{totals[r]:,.0f}**" for r in ESTIMATED) + " |")
+        lines.append(f"| **total** | | | | | {pad}" + " | ".join(f"**{totals[r]:,.0f}**" for r in ESTIMATED) + " |")
         lines.append(
-            f"| **{self.part.part}** | | | | {pad}"
+            f"| **{self.part.part}** | | | | | {pad}"
             + " | ".join(f"{self.part.capacity[r]:,}" for r in ESTIMATED)
             + " |"
         )
         lines.append(
-            f"| **used** | | | | {pad}" + " | ".join(f"{100 * self.utilization[r]:.1f} %" for r in ESTIMATED) + " |"
+            f"| **used** | | | | | {pad}" + " | ".join(f"{100 * self.utilization[r]:.1f} %" for r in ESTIMATED) + " |"
         )
         if self.problems:
             lines += ["", "## Problems", "", *(f"- {p}" for p in self.problems)]
@@ -301,7 +302,18 @@ def _layer_estimate(model, node, resources: dict[str, Any], cycles: float) -> La
         int(cycles),
         attrs(FOLDING_ATTRIBUTES),
         attrs(_SHAPE_ATTRIBUTES),
+        _arithmetic(attrs(("binaryXnorMode", "inputDataType", "weightDataType"))),
     )
+
+
+def _arithmetic(types: dict[str, Any]) -> str:
+    """How a matrix-vector layer multiplies: XNOR and popcount (bipolar inputs and weights, FINN's
+    ``binaryXnorMode``), else its input and weight types; empty for other layers."""
+    if types.get("binaryXnorMode"):
+        return "XNOR-popcount"
+    if "weightDataType" in types:
+        return f"{types.get('inputDataType', '?')} x {types['weightDataType']}"
+    return ""
 
 
 def plain(value):

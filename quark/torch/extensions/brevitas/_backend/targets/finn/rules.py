@@ -23,8 +23,13 @@ MAX_BITS = 8
 
 
 def _finn_rounding(spec: TensorQuant) -> bool:
-    # on an unsigned grid (x >= 0 after clamping) ties away from zero are ties up as well
-    return spec.round_method is RoundType.half_up or (not spec.signed and spec.round_method is RoundType.round)
+    # on an unsigned grid (x >= 0 after clamping) ties away from zero are ties up as well; a bipolar
+    # quantizer rounds nothing (x >= 0 -> +1, FINN's bipolar threshold at 0)
+    return (
+        spec.format is Format.bipolar
+        or spec.round_method is RoundType.half_up
+        or (not spec.signed and spec.round_method is RoundType.round)
+    )
 
 
 QUANTIZER_RULES: tuple[Rule, ...] = (
@@ -32,9 +37,10 @@ QUANTIZER_RULES: tuple[Rule, ...] = (
     spec_rule(
         DATA,
         "dtype",
-        lambda s: s.format is Format.integer and s.bit_width <= MAX_BITS,
-        f"integers of 2..{MAX_BITS} bits",
-        f"FINN turns integer quantizers of at most {MAX_BITS} bits into thresholds and integer weights",
+        lambda s: (s.format is Format.integer and s.bit_width <= MAX_BITS) or s.format is Format.bipolar,
+        f"integers of 2..{MAX_BITS} bits, bipolar",
+        f"FINN turns integer quantizers of at most {MAX_BITS} bits into thresholds and integer weights, bipolar "
+        "ones (BipolarQuant) into bipolar thresholds and weights (XNOR-popcount layers where both are bipolar)",
         shown=lambda s: s.dtype_name,
     ),
     spec_rule(
@@ -45,6 +51,15 @@ QUANTIZER_RULES: tuple[Rule, ...] = (
         "ConvertQONNXtoFINN: 'Only Quant nodes with zero-point == 0 are currently supported'",
     ),
     spec_rule(ACT, "is_dynamic", lambda s: not s.is_dynamic, "False", "thresholds are fixed in hardware"),
+    spec_rule(
+        ACT,
+        "observer_cls",
+        lambda s: s.format is not Format.bipolar or s.statistic == "unit",
+        "UnitScaleObserver (bipolar activations of scale 1)",
+        "ConvertQONNXtoFINN: 'FINN only supports Bipolar identity activations with out per channel scaling and "
+        "the scaling must be 1'",
+        shown=lambda s: s.observer.__name__,
+    ),
     spec_rule(
         ACT,
         "round_method",
@@ -69,7 +84,8 @@ def _input_float(plans: Sequence[Any]) -> Iterable[Found]:
 def _signed_after_relu(plans: Sequence[Any]) -> Iterable[Found]:
     for p in plans:
         spec = p.specs.get("output_tensors")
-        if p.module_type is nn.ReLU and spec is not None and spec.signed:
+        # a bipolar output replaces the ReLU (graph mode: the sign is the activation)
+        if p.module_type is nn.ReLU and spec is not None and spec.signed and spec.format is not Format.bipolar:
             yield (
                 f"site {p.name!r}: ReLU output quantized signed ({spec.dtype_name})",
                 f"an unsigned dtype (uint{spec.bit_width}) for layer_type_quant_config['ReLU'].output_tensors",
