@@ -68,14 +68,14 @@ def test_spec_string_coercion():
     assert spec.param_type is ParamType.mse
 
 
-@pytest.mark.parametrize("bits", [2, 8, 16, 32])
+@pytest.mark.parametrize("bits", [1, 2, 8, 16, 32])
 def test_bit_width_bounds_ok(bits):
     assert QuantizationSpec(bit_width=bits).bit_width == bits
 
 
-@pytest.mark.parametrize("bits", [-1, 0, 1, 33, 64])
+@pytest.mark.parametrize("bits", [-1, 0, 33, 64])
 def test_bit_width_out_of_bounds(bits):
-    with pytest.raises(ValueError, match=rf"QuantizationSpec\.bit_width={bits}: allowed 2\.\.32"):
+    with pytest.raises(ValueError, match=rf"QuantizationSpec\.bit_width={bits}: allowed 1\.\.32 \(1: bipolar\)"):
         QuantizationSpec(bit_width=bits)
 
 

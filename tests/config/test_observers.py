@@ -172,6 +172,12 @@ def _lsq(observer, lo, hi, x):
     return lo == 0 and math.isclose(hi, scale * 255, rel_tol=1e-5)
 
 
+def _mean_abs(observer, lo, hi, x):
+    """The mean |x| over all data, on both sides (the bipolar scale: XNOR-Net's L2 optimum)."""
+    mean = float(x.double().abs().mean())
+    return math.isclose(hi, mean, rel_tol=1e-6) and lo == -hi
+
+
 def _refused(reason: str):
     """The spec naming the observer is refused, naming it and why (``reason``: a regex)."""
     return reason
@@ -240,7 +246,9 @@ OBSERVER_CASES = {
     ),
     "PerBlock2DMinMaxObserver": (
         {"dtype": "int8", "qscheme": "per_block", "block_size": [4, 4]}, "weight", _refused("2-D weight blocks"), None
-    ),
+    ),    # binary and ternary tensors (formulas: tests/backend/formats/test_binary.py)
+    "MeanAbsObserver": ({"dtype": "bipolar"}, "weight", _is(Format.bipolar, "mean_abs", _PER_TENSOR), _mean_abs),
+    "UnitScaleObserver": ({"dtype": "bipolar"}, "input_tensors", _is(Format.bipolar, "unit", _PER_TENSOR), None),
 }
 
 

@@ -58,12 +58,12 @@ def test_presets_import_without_brevitas_or_onnx():
 
 @pytest.mark.parametrize("argument", ["weight_bits", "act_bits", "input_bits", "add_bits"])
 def test_the_preset_names_a_bit_width_it_cannot_build(argument):
-    with pytest.raises(ValueError, match=rf"finn\({argument}=5\): allowed \[2, 3, 4, 8\]"):
+    with pytest.raises(ValueError, match=rf"finn\({argument}=5\): allowed \[1, 2, 3, 4, 8\]"):
         finn(**{argument: 5})
 
 
 def test_the_preset_names_a_layer_weight_width_it_cannot_build():
-    with pytest.raises(ValueError, match=r"finn\(layer_weight_bits\['fc'\]=6\): allowed \[2, 3, 4, 8\]"):
+    with pytest.raises(ValueError, match=r"finn\(layer_weight_bits\['fc'\]=6\): allowed \[1, 2, 3, 4, 8\]"):
         finn(layer_weight_bits={"fc": 6})
 
 

@@ -30,6 +30,7 @@ from quark.torch.quantization.tensor_quant import (
     FLOAT_DTYPES,
     INT_DTYPES,
     MAIN_FORMATS,
+    SIGN_DTYPES,
     Format,
     TensorQuant,
     normalise,
@@ -325,6 +326,7 @@ MAIN_FORMAT_CASES = {
     3: [(S(d), "weight", Format.cast) for d in CAST_DTYPES],
     4: [(S("mx", mx_element_dtype="fp8_e4m3"), "weight", Format.mx)] + [(S(d), "weight", Format.bdr) for d in BDR_BITS],
     5: [(S("fp8_e5m3"), "weight", None)],
+    6: [(S("bipolar"), "weight", Format.bipolar), (S("ternary"), "weight", Format.integer)],
 }
 
 
@@ -347,7 +349,9 @@ def test_every_main_format_row_normalises_each_of_its_dtypes(row):
             continue
         tq = normalise(spec, role, "w")
         assert tq.format is fmt, spec.dtype
-        if fmt is Format.integer:
+        if spec.dtype in SIGN_DTYPES:
+            assert (tq.bit_width, tq.format, tq.narrow) == SIGN_DTYPES[spec.dtype]
+        elif fmt is Format.integer:
             assert (tq.bit_width, tq.signed) == INT_DTYPES[spec.dtype]
         elif fmt is Format.minifloat:
             exponent, mantissa, fnuz = FLOAT_DTYPES[spec.dtype]
@@ -362,11 +366,12 @@ def test_every_main_format_row_normalises_each_of_its_dtypes(row):
 
 #: Format -> (spec, its dtype name) per row of DTYPE_NAMES
 DTYPE_NAME_CASES = {
-    Format.integer: [(S("int8"), "int8"), (S("uint4"), "uint4"), (S("int3"), "int3")],
+    Format.integer: [(S("int8"), "int8"), (S("uint4"), "uint4"), (S("int3"), "int3"), (S("ternary"), "ternary")],
     Format.minifloat: [(S("fp8_e4m3"), "fp8_e4m3"), (S("fp8_e5m2fnuz"), "fp8_e5m2_fnuz"), (S("fp4"), "fp4_e2m1")],
     Format.cast: [(S("bfloat16"), "bfloat16"), (S("float16"), "float16")],
     Format.mx: [(S("mx", mx_element_dtype="fp8_e4m3"), "mx fp8_e4m3"), (S("mx", mx_element_dtype="int8"), "mx int8")],
     Format.bdr: [(S("mx6"), "mx6"), (S("mx9"), "mx9")],
+    Format.bipolar: [(S("bipolar"), "bipolar")],
 }
 
 

@@ -48,6 +48,8 @@ EXPECTED = {
             "mx9",
             "bfp16",
             "fp8_e5m3",
+            "bipolar",
+            "ternary",
         )
     },
     ScaleType: {
@@ -109,7 +111,7 @@ def test_tqt_threshold_members_and_alias():
 
 def test_dtype_no_duplicate_values():
     values = [m.value for m in Dtype]
-    assert len(values) == len(set(values)) == 25
+    assert len(values) == len(set(values)) == 27
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,13 @@ from enum import Enum
 from typing import Any
 
 from quark.torch.quantization.config import config as main
-from quark.torch.quantization.config.spec import ACTIVATION_ROLES, BIPOLAR_BITS, MAX_BIAS_BITS, MAX_BITS, MIN_BITS
+from quark.torch.quantization.config.spec import (
+    ACTIVATION_ROLES,
+    BIPOLAR_BITS,
+    MAX_BIAS_BITS,
+    MAX_BITS,
+    MIN_BITS,
+)
 from quark.torch.quantization.config.type import (
     Dtype,
     QSchemeType,
@@ -568,12 +574,12 @@ def _refused_dtype(spec: main.QuantizationSpec, role: str, where: str) -> Tensor
 #: form (an element dtype with PerBlockMXObserver and e8m0 scales) before the minifloats.
 MAIN_FORMATS: tuple[tuple[Callable[[Any], bool], Callable[[Any, str, str], TensorQuant]], ...] = (
     (lambda spec: spec.dtype in INT_DTYPES, _int_from_main),
-    (lambda spec: spec.dtype in SIGN_DTYPES, _sign_from_main),
     (_is_mx_element_form, _block_from_main),
     (lambda spec: spec.dtype in FLOAT_DTYPES, _float_from_main),
     (lambda spec: spec.dtype in CAST_DTYPES, _cast_from_main),
     (lambda spec: spec.dtype in (Dtype.mx, *BDR_DTYPES), _block_from_main),
     (lambda spec: spec.dtype in REFUSED_DTYPES, _refused_dtype),
+    (lambda spec: spec.dtype in SIGN_DTYPES, _sign_from_main),
 )
 
 

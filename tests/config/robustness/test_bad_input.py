@@ -14,8 +14,8 @@ from quark.torch.quantization.config.type import Dtype
     ("make", "error", "match"),
     [
         (lambda: QuantizationSpec(dtype="int17"), ValueError, r"QuantizationSpec.dtype='int17' is not valid; allowed: Dtype.int8"),
-        (lambda: bcfg.QuantizationSpec(bit_width=1), ValueError, r"QuantizationSpec.bit_width=1: allowed 2..32"),
-        (lambda: bcfg.QuantizationSpec(bit_width=33), ValueError, r"QuantizationSpec.bit_width=33: allowed 2..32"),
+        (lambda: bcfg.QuantizationSpec(bit_width=0), ValueError, r"QuantizationSpec.bit_width=0: allowed 1..32 \(1: bipolar\)"),
+        (lambda: bcfg.QuantizationSpec(bit_width=33), ValueError, r"QuantizationSpec.bit_width=33: allowed 1..32"),
         (lambda: bcfg.QuantizationSpec(bit_width=8.0), TypeError, r"bit_width=8.0: expected int, got float"),
         (lambda: bcfg.QuantizationSpec(bit_width=True), TypeError, r"bit_width=True: expected int, got bool"),
         (lambda: QuantizationSpec(dtype=Dtype.int8, group_size=0, qscheme="per_group", ch_axis=0), ValueError, r"group_size=0: must be a positive integer"),

@@ -33,7 +33,11 @@ from quark.torch.quantization.config.type import (
     RoundType,
     ScaleType,
 )
-from quark.torch.quantization.observer import PerChannelMinMaxObserver, PerTensorMinMaxObserver, UnitScaleObserver
+from quark.torch.quantization.observer import (
+    PerChannelMinMaxObserver,
+    PerTensorMinMaxObserver,
+    UnitScaleObserver,
+)
 
 __all__ = ["a8w8", "a16w8", "bf16", "bfp16", "finn", "xint8"]
 

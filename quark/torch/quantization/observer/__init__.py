@@ -43,6 +43,7 @@ their reason when a spec is applied: ``PerChannelPowOf2MinMSEObserver``,
 """
 
 from quark.torch.quantization.observer.base import ObserverBase
+from quark.torch.quantization.observer.binary import MeanAbsObserver, UnitScaleObserver
 from quark.torch.quantization.observer.histogram import (
     PerTensorHistogramObserver,
     PerTensorMSEObserver,
@@ -50,7 +51,6 @@ from quark.torch.quantization.observer.histogram import (
 )
 from quark.torch.quantization.observer.histogram_pro import PerTensorHistogramObserverPro
 from quark.torch.quantization.observer.lsq import LSQObserver
-from quark.torch.quantization.observer.binary import MeanAbsObserver, UnitScaleObserver
 from quark.torch.quantization.observer.minmax import PerChannelMinMaxObserver, PerTensorMinMaxObserver
 from quark.torch.quantization.observer.pof2 import (
     PerChannelPowOf2MinMaxObserver,
@@ -71,6 +71,7 @@ from quark.torch.quantization.observer.tqt import TQT3SDObserver, TQTJeffreysObs
 __all__ = [
     "OBSERVERS",
     "LSQObserver",
+    "MeanAbsObserver",
     "ObserverBase",
     "PerBlock2DMinMaxObserver",
     "PerBlockBFPObserver",
@@ -83,7 +84,6 @@ __all__ = [
     "PerTensorHistogramObserver",
     "PerTensorHistogramObserverPro",
     "PerTensorMSEObserver",
-    "MeanAbsObserver",
     "PerTensorMinMaxObserver",
     "PerTensorPercentileObserver",
     "PerTensorPowOf2MinMSEObserver",
