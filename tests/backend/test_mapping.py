@@ -25,6 +25,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from _reference import bdr as B
+from _reference import binary as BIN
 from _reference import minifloat as M
 from _reference import quant as R
 from _shared.configs import A8, layer_config
@@ -467,6 +468,12 @@ FORMAT_CASES = {
         QuantizationSpec(dtype=Dtype.mx6),
         lambda w: B.quantize(w, "mx6", axis=1),
         lambda x, calib: B.quantize(x, "mx6", axis=-1),
+    ),
+    Format.bipolar: (  # sign(x) x E|x|: per output channel for the weight, calibrated for the input
+        QuantizationSpec(dtype=Dtype.bipolar, qscheme=QSchemeType.per_channel, ch_axis=0),
+        QuantizationSpec(dtype=Dtype.bipolar),
+        lambda w: BIN.bipolar(w, BIN.mean_abs(w, dim=1, accumulate=torch.float32)),
+        lambda x, calib: BIN.bipolar(x, BIN.mean_abs(calib)),
     ),
 }
 

@@ -49,7 +49,7 @@ def _act(**kw) -> QuantizationSpec:
 CASES = {
     "activation/weight `dtype`": (
         preset_with(dtype=Dtype.int16),
-        r"quantizer 'input_quant.act_quant' \(activation\): dtype=int16; FINN allows integers of 2..8 bits",
+        r"quantizer 'input_quant.act_quant' \(activation\): dtype=int16; FINN allows integers of 2..8 bits, bipolar",
     ),
     "activation/weight `symmetric`": (
         preset_with(symmetric=False),
@@ -64,6 +64,13 @@ CASES = {
         (
             r"quantizer 'input_quant.act_quant' \(activation\): round_method=half_even; FINN allows half_up "
             r"\(or round on an unsigned grid\) \(FINN's MultiThreshold counts x >= \(k \+ 1/2\) steps"
+        ),
+    ),
+    "activation `observer_cls`": (
+        preset_with(relu=QuantizationSpec(dtype=Dtype.bipolar)),  # a learned scale (mean |x|), not 1
+        (
+            r"quantizer '.*' \(activation\): observer_cls=MeanAbsObserver; FINN allows UnitScaleObserver \(bipolar "
+            r"activations of scale 1\) \(ConvertQONNXtoFINN: 'FINN only supports Bipolar identity activations"
         ),
     ),
     "a model quantized layer by layer": (
