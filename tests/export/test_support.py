@@ -324,6 +324,7 @@ _B32 = QuantizationSpec(dtype=Dtype.int32)
         ({"weight": _A16}, ExportFormat.qcdq, False, ExportFailedError),
         ({"input_tensors": _FLOAT_ZP}, ExportFormat.qcdq, False, ExportVerificationError),
         ({"input_tensors": A8, "bias": _B32}, ExportFormat.qcdq, True, ExportFailedError),
+        ({"weight": QuantizationSpec(dtype=Dtype.bipolar)}, ExportFormat.qcdq, False, ExportFailedError),
     ],
     ids=[
         "dynamic-qonnx",
@@ -332,6 +333,7 @@ _B32 = QuantizationSpec(dtype=Dtype.int32)
         "int16-weight-qcdq",
         "float-zero-point-qcdq",
         "int32-bias-qcdq-dynamo",
+        "bipolar-weight-qcdq",
     ],
 )
 def test_every_spec_refusal_is_real(onnx_path, monkeypatch, roles, fmt, dynamo, without_check):

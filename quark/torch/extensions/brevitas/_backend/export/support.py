@@ -77,11 +77,12 @@ SPEC_RULES: tuple[Rule, ...] = (
     spec_rule(
         ACT | WEIGHT,
         "format",
-        lambda s: s.format is not Format.minifloat,  # block formats: the row above
+        lambda s: s.format not in (Format.minifloat, Format.bipolar),  # block formats: the row above
         "integer formats, bfloat16 / float16 casts, bfp16",
         "Brevitas 0.13.4's QCDQ minifloat export fails (FP8: NotImplementedError at opsets 17, 19 and 21; other "
         "minifloats: 'Only OCP/FNUZ Standard'); export QONNX (FloatQuant). Casts are written here as "
-        "Cast -> Cast (handlers.QCDQCastActHandler)",
+        "Cast -> Cast (handlers.QCDQCastActHandler). Bipolar: 'Binary quant not supported' (QuantizeLinear has "
+        "no sign); export QONNX (BipolarQuant)",
         shown=lambda s: s.dtype_name,
         scope=_scope(frozenset({QCDQ})),
     ),
