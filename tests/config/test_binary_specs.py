@@ -9,7 +9,13 @@ from quark.torch.extensions.brevitas import config as ext
 from quark.torch.extensions.brevitas.presets import finn
 from quark.torch.quantization.config.config import QuantizationSpec
 from quark.torch.quantization.config.spec import TQTSpec
-from quark.torch.quantization.config.type import Dtype, QSchemeType, RoundType, ScaleType, TQTThresholdInitMeth
+from quark.torch.quantization.config.type import (
+    Dtype,
+    QSchemeType,
+    RoundType,
+    ScaleType,
+    TQTThresholdInitMeth,
+)
 from quark.torch.quantization.observer import MeanAbsObserver, PerTensorMinMaxObserver, UnitScaleObserver
 from quark.torch.quantization.tensor_quant import Format, normalise
 
