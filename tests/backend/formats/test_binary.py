@@ -192,6 +192,7 @@ def test_graph_mode_of_the_extension_config_keeps_the_sign_after_relu():
     quantizer, qm = quantize_with(cfg, _tfc(), [_data()[0][:64]])
     plan = next(p for p in quantizer.plans if p.name == "3")
     assert plan.specs["output_tensors"].dtype_name == "bipolar" and "unsigned" not in plan.origins["output_tensors"]
+    assert not any(isinstance(m, nn.ReLU) for m in qm.modules())
 
 
 @pytest.mark.parametrize(
