@@ -18,11 +18,11 @@ pytest.importorskip(
     reason="finn-plus is not installed (pip install --no-deps finn-plus==1.6.1; see docs/export.md)",
 )
 
-from qonnx.core.modelwrapper import ModelWrapper  # noqa: E402
-from qonnx.custom_op.registry import getCustomOp  # noqa: E402
+from qonnx.core.modelwrapper import ModelWrapper
+from qonnx.custom_op.registry import getCustomOp
 
-from quark.torch.extensions.brevitas import presets  # noqa: E402
-from quark.torch.extensions.brevitas.api import ModelExporter  # noqa: E402
+from quark.torch.extensions.brevitas import presets
+from quark.torch.extensions.brevitas.api import ModelExporter
 
 pytestmark = pytest.mark.slow  # about 30 s here (a loaded machine)
 
