@@ -333,10 +333,10 @@ class ModelExporter:
             ) from error
         graph = checks.Graph(onnx_model)
         outputs = checks.compare(graph, produced, expected, output_names(len(expected)), exact, tolerance_lsb)
-        deployed = (
-            _optimized_runtime_diff(checks, graph, onnx_model, feeds, expected, outputs)
+        deployed, workaround = (
+            _optimized_runtime_diff(checks, onnx_model, feeds, expected, outputs)
             if fmt is ExportFormat.qcdq
-            else None
+            else (None, None)
         )
         report = checks.ExportReport(
             verified=True,
@@ -344,6 +344,7 @@ class ModelExporter:
             tolerance_lsb=float(tolerance_lsb),
             outputs=outputs,
             optimized_runtime_diff=deployed,
+            optimized_runtime_workaround=workaround,
             **common,
         )
         if not report.passed:
@@ -356,13 +357,21 @@ class ModelExporter:
         return report
 
 
-def _optimized_runtime_diff(checks, graph, onnx_model, feeds, expected, outputs) -> float | None:
-    """Largest difference (LSBs where quantized) with ONNX Runtime's default optimizations; warn beyond 1 LSB."""
+def _optimized_runtime_diff(checks, onnx_model, feeds, expected, outputs) -> tuple[float | None, str | None]:
+    """Largest difference (LSBs where quantized) with ONNX Runtime's default optimizations, and the optimizer
+    disabled to work around a known ONNX Runtime bug (or None); warns beyond 1 LSB and on a workaround."""
     try:
-        produced = checks.run_onnxruntime_optimized(onnx_model, feeds)
+        produced, bug = checks.run_onnxruntime_optimized(onnx_model, feeds)
     except Exception as error:  # noqa: BLE001  informative only: the graph was verified as written
         logger.warning("ONNX Runtime with its default optimizations could not run the graph: %s", error)
-        return None
+        return None, None
+    if bug is not None:
+        logger.warning(
+            "%s; the graph as written runs. Deploy with InferenceSession(..., disabled_optimizers=[%r]) or a "
+            "fixed ONNX Runtime.",
+            bug,
+            bug.optimizer,
+        )
     diffs = []
     for out, got, ref in zip(outputs, produced, expected):
         diff = float(abs(got.astype("float64") - ref.astype("float64")).max()) if ref.size else 0.0
@@ -375,7 +384,7 @@ def _optimized_runtime_diff(checks, graph, onnx_model, feeds, expected, outputs)
             "sub-8-bit Clip patterns. Deploy with SessionOptions.graph_optimization_level=ORT_DISABLE_ALL or 8-bit QDQ.",
             worst,
         )
-    return worst
+    return worst, None if bug is None else str(bug)
 
 
 def _keep_for_inspection(error: Exception, written: str, export_path: str) -> None:
