@@ -31,8 +31,10 @@ ACTIVATION_ROLES = ROLES[:2]
 #: bit widths of integer weights and activations; a bias goes up to 32
 MIN_BITS, MAX_BITS, MAX_BIAS_BITS = 2, 16, 32
 #: TQTSpec's default: training steps after which a batch norm folded during QAT stops updating its
-#: statistics (measured: benchmarks/qat_batch_norm.py, docs/qat.md "Batch norm during QAT")
-FREEZE_BATCH_NORM_STEPS = 100
+#: statistics. 0: frozen from the start (the layer computes merged batch norm at the float model's
+#: statistics while weight, gamma and beta train): measured steadiest of never / 0 / 50 / 100 / 200
+#: on the digits CNN, 30 seeds (benchmarks/qat_batch_norm.py; docs/qat.md "Batch norm kept during QAT")
+FREEZE_BATCH_NORM_STEPS = 0
 #: Quark 0.13's default bound of its MX observer's buffer-reuse path (elements)
 MAX_INPUT_NUMEL = 4 * 1024 * 1024
 
@@ -69,7 +71,9 @@ class TQTSpec(QATSpec):
             batch norm float); ignored on activation specs.
         freeze_batch_norm_steps: training steps (forward passes in training mode) after which the
             folded batch norm's statistics stop updating; from then on the layer computes exactly
-            what merged batch norm does. None: never frozen by count.
+            what merged batch norm does. 0 (the default, measured steadiest): frozen from the
+            start, at the float model's statistics; None: never frozen by count (batch statistics
+            with the running-statistics correction throughout).
     """
 
     threshold_init_meth: TQTThresholdInitMeth | None = None
