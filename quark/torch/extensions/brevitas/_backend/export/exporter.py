@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from typing_extensions import Unpack
 
+from quark.torch.extensions.brevitas._backend import folding
 from quark.torch.extensions.brevitas._backend.calibrate import require_calibrated
 from quark.torch.extensions.brevitas._backend.export import support
 from quark.torch.extensions.brevitas._backend.export.errors import (
@@ -241,13 +242,14 @@ class ModelExporter:
             target = target.for_model(model)  # the IPU's rules follow the precision of the quantizers
             target.check_config(model, plans or ())
         require_calibrated(model, f"export to {fmt.value}")
-        support.check(model, fmt, self.dynamo)
+        exported = folding.merged(model)  # batch norm folded during QAT: the graph of merged batch norm
+        support.check(exported, fmt, self.dynamo)
         inputs = ExampleInputs.of(model, args)
         expected = self._reference(model, inputs)
         # written next to export_path and moved there once checked: a failed or interrupted export
         # leaves no partial file and keeps the previous one
         with atomic_path(self.export_path) as written:
-            onnx_model = self._write(model, inputs, fmt, opset, len(expected), written)
+            onnx_model = self._write(exported, inputs, fmt, opset, len(expected), written)
             try:
                 target_checks = target.check_graph(onnx_model) if target is not None else []
                 report = self._verify(
