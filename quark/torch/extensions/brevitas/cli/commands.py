@@ -396,6 +396,40 @@ def mix(args: argparse.Namespace) -> Result:
     }
 
 
+def search(args: argparse.Namespace) -> Result:
+    """Per-layer widths against FINN's cost (the parser: :mod:`.search`)."""
+    import numpy as np
+
+    from quark.torch.extensions.brevitas.search import search as width_search
+
+    try:
+        bits = tuple(int(b) for b in args.bits.split(","))
+    except ValueError as error:
+        raise UsageError(f"--bits {args.bits}: expected comma-separated integers such as 2,3,4,8") from error
+    _positive(args, "target_fps", "clock_mhz")
+    check_model_spec(args.model)
+
+    def batches(path: str, option: str) -> list:
+        if not path.endswith(".npz") or not os.path.isfile(path):
+            raise UsageError(f"{option} {path}: expected an existing .npz file with arrays x and y")
+        arrays = np.load(path)
+        if not {"x", "y"} <= set(arrays.files):
+            raise UsageError(f"{option} {path}: arrays {sorted(arrays.files)}; expected x (inputs) and y (integer labels)")
+        x, y = torch.as_tensor(arrays["x"]).float(), torch.as_tensor(arrays["y"]).long()
+        return [(x[i : i + args.batch_size], y[i : i + args.batch_size]) for i in range(0, len(x), args.batch_size)]
+
+    train, evaluation = batches(args.data, "--data"), batches(args.eval_data, "--eval-data")
+    model = load_model(args.model)
+    model.load_state_dict(torch.load(args.checkpoint, weights_only=True))
+    example = torch.cat([x for x, _ in evaluation])[:16]
+    result = width_search(
+        model.eval(), train, evaluation, example, args.output, part=args.part, target_fps=args.target_fps,
+        clock_mhz=args.clock_mhz, bits=bits, qat_epochs=args.qat_epochs, metric=args.metric,
+    )
+    say(args, f"chosen: {result['chosen']}; wrote {args.output}/pareto.json, pareto.png, chosen.yaml")
+    return OK, {"output": args.output, "chosen": result["chosen"], "points": len(result["points"])}
+
+
 # -- support and init ------------------------------------------------------------------------------
 
 
