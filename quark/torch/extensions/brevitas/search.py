@@ -15,7 +15,7 @@ import logging
 import math
 import os
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,18 +104,24 @@ def quantize(model: nn.Module, calibration: Any, cfg: Config) -> nn.Module:
 def integer_weights(model: nn.Module, calibration: Any, space: Sequence[Variable], bits: Iterable[int]):
     """(weight variable name, bits) -> the layer's integer weights as an MVAU matrix: one PTQ per
     width (a weight's quantizer does not depend on the other layers' widths)."""
+    found = {}
+    for b in bits:
+        widths = {v.name: b for v in space}
+        found.update(weights_of(quantize(model, calibration, config(widths, space)), space, widths))
+    return found
+
+
+def weights_of(qmodel: nn.Module, space: Sequence[Variable], widths: Mapping[str, int]):
+    """(weight variable name, its width) -> the quantized model's integer weights as an MVAU matrix."""
     from quark.torch.extensions.brevitas._backend.targets.finn.cost import integer_matrix
 
-    found = {}
-    weights = [v for v in space if v.kind == "weight"]
-    for b in bits:
-        qmodel = quantize(model, calibration, config({v.name: b for v in space}, space))
-        modules = dict(qmodel.named_modules())
-        for variable in weights:
-            with torch.no_grad():
-                values = modules[variable.site].quant_weight().int().cpu().numpy()
-            found[(variable.name, b)] = integer_matrix(values)
-    return found
+    modules = dict(qmodel.named_modules())
+    with torch.no_grad():
+        return {
+            (v.name, widths[v.name]): integer_matrix(modules[v.site].quant_weight().int().cpu().numpy())
+            for v in space
+            if v.kind == "weight"
+        }
 
 
 def probe_widths(space: Sequence[Variable], bits: Sequence[int]) -> list[dict[str, int]]:
@@ -144,59 +150,38 @@ def build_cost_model(
     metric: str = "lut",
     space: Sequence[Variable] | None = None,
     workdir: str | os.PathLike | None = None,
+    progress: bool = False,
 ):
     """FINN's cost model of ``model`` at per-layer widths (``bits``, 2 and up): probe exports to
     FINN's dataflow find which hardware layer each variable drives, then
     :class:`~._backend.targets.finn.cost.CostModel` prices every layer at every combination of its
     variables' widths. Returns (cost model, variables)."""
-    from qonnx.core.datatype import DataType
-    from qonnx.core.modelwrapper import ModelWrapper
-    from qonnx.custom_op.registry import getCustomOp
-
-    from quark.torch.extensions.brevitas._backend.targets.finn.cost import CostModel
+    from quark.torch.extensions.brevitas._backend.data import batches
+    from quark.torch.extensions.brevitas._backend.targets.finn.cost import CostModel, map_probes
     from quark.torch.extensions.brevitas.api import ModelExporter
 
     bits = tuple(sorted(set(bits)))
     if any(b < 2 for b in bits):
         raise ValueError(f"bits={list(bits)}: the cost model's probes need widths of 2 bits and up")
     space = list(space) if space is not None else variables(model, calibration)
-    weight_codes = {v.name: () for v in space if v.kind == "weight"}
-    act_codes = {v.name: () for v in space if v.kind == "act"}
-    templates = []
+    probes = probe_widths(space, bits)
+    codes = {v.name: tuple(widths[v.name] for widths in probes) for v in space}
     with tempfile.TemporaryDirectory(dir=workdir) as scratch:
-        for index, widths in enumerate(probe_widths(space, bits)):
+        partitions = []
+        for index, widths in enumerate(batches(probes, progress=progress, desc="cost model: probe exports")):
             qmodel = quantize(model, calibration, config(widths, space))
             result = ModelExporter(os.path.join(scratch, f"probe{index}")).export_finn_dataflow(
                 qmodel, example, part=part, clock_mhz=clock_mhz, integer_input=True
             )
-            template = ModelWrapper(os.path.join(result.directory, "partitions", "partition_0.onnx"))
-            templates.append(template)
-            for name in weight_codes:
-                weight_codes[name] += (widths[name],)
-            for name in act_codes:
-                act_codes[name] += (widths[name],)
-    structure = [[(n.name, n.op_type) for n in t.graph.node] for t in templates]
-    if any(s != structure[0] for s in structure):
-        raise RuntimeError(f"the probe exports have different hardware layers: {structure}")
-    by_weight = {code: name for name, code in weight_codes.items()}
-    by_act = {code: name for name, code in act_codes.items()}
-    weight_nodes, threshold_nodes = {}, {}
-    for index, node in enumerate(templates[0].graph.node):
-        ops = [getCustomOp(t.graph.node[index]) for t in templates]
-        if node.op_type in ("MVAU", "VVAU"):
-            code = tuple(DataType[op.get_nodeattr("weightDataType")].bitwidth() for op in ops)
-            if code not in by_weight:
-                raise RuntimeError(f"{node.name}: weight widths {code} across the probes match no layer")
-            weight_nodes[node.name] = by_weight[code]
-        thresholded = node.op_type == "Thresholding" or (node.op_type == "MVAU" and not ops[0].get_nodeattr("noActivation"))
-        if thresholded:
-            code = tuple(DataType[op.get_nodeattr("outputDataType")].bitwidth() for op in ops)
-            if code not in by_act:
-                raise RuntimeError(f"{node.name}: output widths {code} across the probes match no site")
-            threshold_nodes[node.name] = by_act[code]
+            partitions.append(os.path.join(result.directory, "partitions", "partition_0.onnx"))
+        template, weight_nodes, threshold_nodes = map_probes(
+            partitions,
+            {v.name: codes[v.name] for v in space if v.kind == "weight"},
+            {v.name: codes[v.name] for v in space if v.kind == "act"},
+        )
     weights = integer_weights(model, calibration, space, bits)
     cost = CostModel(
-        templates[0],
+        template,
         weight_nodes,
         threshold_nodes,
         weights,
@@ -224,7 +209,7 @@ def mean_loss(model: nn.Module, data: Iterable) -> float:
 
 
 def sensitivities(
-    model: nn.Module, calibration: Any, space: Sequence[Variable], bits: Sequence[int]
+    model: nn.Module, calibration: Any, space: Sequence[Variable], bits: Sequence[int], *, progress: bool = False
 ) -> dict[tuple[str, int], float]:
     """(variable name, bits) -> the rise of the calibration data's cross-entropy when that one
     variable is quantized to ``bits`` by PTQ and every other one to :data:`REFERENCE_BITS`.
@@ -233,15 +218,17 @@ def sensitivities(
     scales, requantized residual additions), which a Hessian trace of the weights does not see; one
     pass per (variable, width) is cheap for the networks FINN maps. The search adds them up
     (HAWQ's separable model); the front's points are then measured (QAT and held-out accuracy)."""
+    from quark.torch.extensions.brevitas._backend.data import batches
+
     reference = mean_loss(quantize(model, calibration, config({}, space)), calibration)
     found = {}
-    for variable in space:
-        for b in bits:
-            if b == REFERENCE_BITS:
-                found[(variable.name, b)] = 0.0
-                continue
-            qmodel = quantize(model, calibration, config({variable.name: b}, space))
-            found[(variable.name, b)] = mean_loss(qmodel, calibration) - reference
+    pairs = list(itertools.product(space, bits))
+    for variable, b in batches(pairs, progress=progress, desc="sensitivities (PTQ per variable and width)"):
+        if b == REFERENCE_BITS:
+            found[(variable.name, b)] = 0.0
+            continue
+        qmodel = quantize(model, calibration, config({variable.name: b}, space))
+        found[(variable.name, b)] = mean_loss(qmodel, calibration) - reference
     return found
 
 
@@ -300,11 +287,13 @@ def greedy_front(cost, space: Sequence[Variable], sensitivity, bits: Sequence[in
 
 
 def milp_front(
-    cost, space: Sequence[Variable], sensitivity, bits: Sequence[int], budgets: int = 24
+    cost, space: Sequence[Variable], sensitivity, bits: Sequence[int], max_points: int = 200
 ) -> list[Candidate]:
-    """``scipy.optimize.milp``: the least summed sensitivity under each of ``budgets`` metric budgets
-    (evenly spread from the cheapest to the widest network), within the part's capacity and with
-    every layer at a folding that meets the target fps.
+    """The exact front by ``scipy.optimize.milp`` (the epsilon-constraint method): the least summed
+    sensitivity under a budget of the metric, then the least metric at that sensitivity (a point
+    of the front), then again under a budget just below that point's metric, until no network
+    fits; within the part's capacity and with every layer at a folding that meets the target fps.
+    Every point of the front is found (up to ``max_points``), cheapest last.
 
     Binary x[v, b] picks variable v's width; binary y[u, c] picks hardware unit u's combination c of
     its variables' widths; sum_c y[u, c] over the c with v at b equals x[v, b] (exact linking)."""
@@ -356,16 +345,25 @@ def milp_front(
     metric_row = np.zeros(n)
     for j, (_, _, layer) in enumerate(y_terms):
         metric_row[len(x_index) + j] = layer.option.resources[resource]
-    cheapest = cost.cost({name: bits[0] for name in names}).totals[resource]
-    widest = cost.cost({name: bits[-1] for name in names}).totals[resource]
-    points = []
-    for budget in np.linspace(cheapest, widest, budgets):
-        constraints = [LinearConstraint(np.array(rows), low, high), LinearConstraint(metric_row[None, :], -np.inf, budget)]
-        result = milp(objective, constraints=constraints, integrality=np.ones(n), bounds=Bounds(0, upper))
-        if result.x is None:
-            continue
-        widths = {name: b for (name, b), i in x_index.items() if result.x[i] > 0.5}
+    fixed = LinearConstraint(np.array(rows), low, high)
+    integrality, bounds = np.ones(n), Bounds(0, upper)
+    exact = {"mip_rel_gap": 0.0}  # HiGHS stops at a 1e-4 relative gap by default: scores are small
+    # the budget steps below a point by less than any two networks' metrics differ (FINN's
+    # estimates are sums of products of integers and a few fractions)
+    step = 1e-6 * max(1.0, float(np.abs(metric_row).max()))
+    points, budget = [], np.inf
+    while len(points) < max_points:
+        least = milp(objective, constraints=[fixed, LinearConstraint(metric_row[None, :], -np.inf, budget)],
+                     integrality=integrality, bounds=bounds, options=exact)
+        if least.x is None:
+            break
+        at_most = least.fun + 1e-9 * max(1.0, abs(least.fun))
+        cheapest = milp(metric_row, constraints=[fixed, LinearConstraint(objective[None, :], -np.inf, at_most)],
+                        integrality=integrality, bounds=bounds, options=exact)
+        chosen = cheapest.x if cheapest.x is not None else least.x
+        widths = {name: b for (name, b), i in x_index.items() if chosen[i] > 0.5}
         points.append(Candidate(widths, score(widths, sensitivity), cost.cost(widths)))
+        budget = float(metric_row @ np.round(chosen)) - step
     return _front(points, cost.metric)
 
 
@@ -417,10 +415,11 @@ class Point:
     uniform: bool
     score: float
     accuracy: float
-    predicted: dict[str, float]  # the cost model's totals
+    predicted: dict[str, float]  # the cost model's totals with the point's trained weights
     estimated: dict[str, float] | None  # export_finn_dataflow's totals at the same folding
     fps: float
     folding: dict[str, dict[str, int]]
+    searched: dict[str, float]  # the cost model's totals the search saw (the float model's PTQ weights)
     config: str = ""
     checkpoint: str = ""
 
@@ -438,9 +437,12 @@ def measure(
     example: torch.Tensor | None = None,
     directory: str | None = None,
     qat_spec: QATSpec | None = None,
+    save_checkpoint: Callable[[str, Config, nn.Module], None] | None = None,
 ) -> Point:
     """PTQ and ``qat_epochs`` of QAT at ``widths``, held-out accuracy, and (with ``example``) the full
-    FINN dataflow estimate at the cost model's folding, written under ``directory``."""
+    FINN dataflow estimate at the cost model's folding, written under ``directory``: the config,
+    the checkpoint (by ``save_checkpoint(path, config, quantized model)``; default: the
+    quantized model's ``state_dict``) and the FINN directory."""
     from quark.torch.extensions.brevitas.api import ModelExporter
     from quark.torch.extensions.brevitas.qat import freeze
 
@@ -449,7 +451,8 @@ def measure(
     if qat_epochs:
         qat(qmodel, train, qat_epochs)
         freeze(qmodel)
-    predicted = cost.cost(widths)
+    searched = cost.cost(widths)
+    predicted = cost.with_weights(weights_of(qmodel, space, widths)).cost(widths)  # the trained weights' own implementation and widths
     name = name_of(widths, space)
     point = Point(
         name,
@@ -461,13 +464,14 @@ def measure(
         None,
         predicted.fps,
         predicted.folding,
+        searched.totals,
     )
     if directory is not None:
         os.makedirs(os.path.join(directory, "points", name), exist_ok=True)
         point.config = os.path.join("points", name, "config.yaml")
         point.checkpoint = os.path.join("points", name, "model.pt")
         cfg.save(os.path.join(directory, point.config))
-        torch.save(qmodel.state_dict(), os.path.join(directory, point.checkpoint))
+        (save_checkpoint or _save_state_dict)(os.path.join(directory, point.checkpoint), cfg, qmodel)
         if example is not None:
             full = ModelExporter(os.path.join(directory, "points", name, "finn")).export_finn_dataflow(
                 qmodel, example, part=cost.part.part, clock_mhz=cost.clock_mhz, target_fps=cost.target_fps,
@@ -475,6 +479,12 @@ def measure(
             )
             point.estimated = full.estimate.totals
     return point
+
+
+def _save_state_dict(path: str, cfg: Config, qmodel: nn.Module) -> None:
+    """The Python API's checkpoint: the quantized ``state_dict`` (re-load: quantize the float model
+    with the point's ``config.yaml``, ``calibrate=False``, then ``load_state_dict``)."""
+    torch.save(qmodel.state_dict(), path)
 
 
 def knee(points: Sequence[Point], resource: str, tolerance: float = 0.5) -> Point:
@@ -522,6 +532,8 @@ def search(
     qat_epochs: int = 0,
     metric: str = "lut",
     points: int = 4,
+    progress: bool = True,
+    save_checkpoint: Callable[[str, Config, nn.Module], None] | None = None,
 ) -> dict[str, Any]:
     """Per-layer widths of ``model`` (a float model under :func:`~.presets.finn`) against FINN's cost.
 
@@ -533,26 +545,43 @@ def search(
     FINN estimate at the cost model's folding). ``train`` / ``evaluation``: (inputs, integer labels)
     batches; ``example``: inputs for the FINN exports. Writes to ``output_dir``: ``pareto.json``,
     ``pareto.png``, ``chosen.yaml`` (the knee: the fewest of the metric within 0.5 points of the best
-    accuracy) and ``points/<name>/`` (config, state_dict, FINN directory). Returns pareto.json's data.
+    accuracy) and ``points/<name>/`` (``config.yaml``, the checkpoint ``model.pt`` written by
+    ``save_checkpoint(path, config, quantized model)`` (default: its ``state_dict``; the command
+    line writes its own checkpoint format), the FINN directory ``finn/``). The cost model and the
+    sensitivities are kept in ``output_dir/cache/`` under a digest of the model, the training data
+    and the arguments that shape them: a second run with the same ones reuses them. Returns
+    pareto.json's data.
     """
     import json
     import time
 
+    from quark.torch.extensions.brevitas._backend.data import batches
     from quark.torch.extensions.brevitas._backend.targets.finn.cost import METRICS
+    from quark.torch.extensions.brevitas._backend.targets.finn.parts import resolve
 
     if metric not in METRICS:
-        raise ValueError(f"metric={metric!r}: allowed {sorted(METRICS)}")
+        raise ValueError(f"search(metric={metric!r}): allowed {sorted(METRICS)}")
+    bits = tuple(sorted({int(b) for b in bits}))
+    if not bits or bits[0] < 2:
+        raise ValueError(f"search(bits={list(bits)}): widths of 2 bits and up (1-bit layers are another FINN structure)")
+    if not (isinstance(qat_epochs, int) and qat_epochs >= 0):
+        raise ValueError(f"search(qat_epochs={qat_epochs!r}): expected an integer >= 0")
+    if not (isinstance(points, int) and points >= 1):
+        raise ValueError(f"search(points={points!r}): expected an integer >= 1")
+    resolve(part)  # an unknown part fails here, before the long steps
     out = os.fspath(output_dir)
     os.makedirs(out, exist_ok=True)
     train, evaluation = list(train), list(evaluation)
+    cache = _Cache(os.path.join(out, "cache"), model, train, example, part, clock_mhz, target_fps, bits, metric)
     timings = {}
     start = time.perf_counter()
-    cost, space = build_cost_model(
-        model, train, example, part=part, clock_mhz=clock_mhz, target_fps=target_fps, bits=bits, metric=metric
-    )
+    cost, space = cache.get("cost", lambda: build_cost_model(
+        model, train, example, part=part, clock_mhz=clock_mhz, target_fps=target_fps, bits=bits, metric=metric,
+        progress=progress,
+    ))
     timings["cost model"] = time.perf_counter() - start
     start = time.perf_counter()
-    sensitivity = sensitivities(model, train, space, bits)
+    sensitivity = cache.get("sensitivity", lambda: sensitivities(model, train, space, bits, progress=progress))
     timings["sensitivities"] = time.perf_counter() - start
     start = time.perf_counter()
     exact = milp_front(cost, space, sensitivity, bits)
@@ -563,19 +592,20 @@ def search(
     resource = METRICS[metric]
     chosen = [exact[round(i * (len(exact) - 1) / max(1, points - 1))] for i in range(min(points, len(exact)))]
     chosen = list({name_of(c.widths, space): c for c in chosen}.values())
-    uniform = [Candidate({v.name: b for v in space}, 0.0, None) for b in sorted(bits)]
+    uniform = [Candidate({v.name: b for v in space}, 0.0, None) for b in bits]
     start = time.perf_counter()
     measured = [
         measure(
             model, cost, space, c.widths, train, evaluation, qat_epochs=qat_epochs,
-            score_=score(c.widths, sensitivity), example=example, directory=out,
+            score_=score(c.widths, sensitivity), example=example, directory=out, save_checkpoint=save_checkpoint,
         )
-        for c in chosen + uniform
+        for c in batches(chosen + uniform, progress=progress, desc="measured points (PTQ, QAT, FINN estimate)")
     ]
     timings["measure"] = time.perf_counter() - start
     best = knee(measured, resource)
     config(best.widths, space).save(os.path.join(out, "chosen.yaml"))
-    plot(measured, os.path.join(out, "pareto.png"), resource, f"{part} at {clock_mhz:g} MHz, target {target_fps} fps")
+    plot(measured, os.path.join(out, "pareto.png"), resource, f"{part} at {clock_mhz:g} MHz, target {target_fps:g} fps"
+         if target_fps else f"{part} at {clock_mhz:g} MHz")
 
     def front_json(front):
         return [{"name": name_of(c.widths, space), "score": c.score, "totals": c.cost.totals} for c in front]
@@ -592,8 +622,45 @@ def search(
         "chosen": best.name,
         "fronts": {"milp": front_json(exact), "greedy": front_json(greedy)},
         "seconds": timings,
+        "cached": sorted(cache.hits),
         "finn_evaluations": cost.evaluations,
     }
     with open(os.path.join(out, "pareto.json"), "w") as handle:
         json.dump(data, handle, indent=2)
     return data
+
+
+class _Cache:
+    """The search's slow intermediate results (the cost model, the sensitivities) as pickles in
+    ``directory``, named by a digest of everything they depend on: the model's state, the training
+    data, the example, the part, clock, target, widths and metric. Pickles, because the cost model
+    holds a qonnx graph and FINN's per-layer tables; they are read back only from the output
+    directory this search wrote."""
+
+    def __init__(self, directory: str, model: nn.Module, train: list, example: torch.Tensor, *arguments: Any):
+        import hashlib
+
+        digest = hashlib.sha256(repr(arguments).encode())
+        digest.update(type(model).__qualname__.encode())
+        tensors = [*model.state_dict().values(), example, *(t for batch in train for t in batch)]
+        for tensor in tensors:
+            digest.update(str((tuple(tensor.shape), tensor.dtype)).encode())
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        self.directory, self.key, self.hits = directory, digest.hexdigest()[:16], set()
+
+    def get(self, name: str, compute: Callable[[], Any]) -> Any:
+        import pickle
+
+        from quark.torch.quantization.files import atomic_path
+
+        path = os.path.join(self.directory, f"{name}-{self.key}.pkl")
+        if os.path.isfile(path):
+            with open(path, "rb") as handle:
+                logger.info("search: %s from %s", name, path)
+                self.hits.add(name)
+                return pickle.load(handle)
+        value = compute()
+        os.makedirs(self.directory, exist_ok=True)
+        with atomic_path(path) as temporary, open(temporary, "wb") as handle:
+            pickle.dump(value, handle)
+        return value

@@ -315,6 +315,20 @@ class CostModel:
                 options.append(_single(op, self.names[index], self.part.part))
             self._cache[key] = tuple(options)
 
+    def with_weights(self, weights: Mapping[tuple[str, int], np.ndarray]) -> CostModel:
+        """A copy that prices ``weights`` ((weight variable, bits) -> integer matrix, e.g. a trained
+        point's) instead of the ones it was built with, its tables empty (filled on demand).
+
+        The weights' values, not only their width, choose a layer's implementation: on parts with
+        DSP48E1 slices (7-series), FINN's SpecializeLayers makes an MVAU without thresholds the RTL
+        MVU (DSPs, no LUTs for the products) only when no weight is ``-2^(b-1)`` (narrow range),
+        else the HLS MVAU (LUTs); ``MinimizeWeightBitWidth`` narrows a layer whose weights stay
+        small. QAT moves weights across both lines, so a measured point is re-priced with its own."""
+        other = copy.copy(self)
+        other.weights = {**self.weights, **weights}
+        other._cache, other.evaluations = {}, 0
+        return other
+
     # -- tables and candidates ---------------------------------------------------------------------------
 
     def fill(self, bits: tuple[int, ...]) -> None:
@@ -399,3 +413,40 @@ def integer_matrix(weights: np.ndarray) -> np.ndarray:
     column each belongs to)."""
     values = np.asarray(weights)
     return values.reshape(values.shape[0], -1).T.copy()
+
+
+def map_probes(
+    partitions: list[str],
+    weight_codes: Mapping[str, tuple[int, ...]],
+    act_codes: Mapping[str, tuple[int, ...]],
+):
+    """Which hardware layer each variable drives, from the dataflow partitions of probe exports
+    (``partitions/partition_0.onnx``) whose variables had distinct sequences of widths
+    (``weight_codes`` / ``act_codes``: variable -> its width in each probe). Returns (the first
+    partition as the template, template node -> weight variable, template node -> activation
+    variable whose width its output has)."""
+    from qonnx.core.datatype import DataType
+    from qonnx.core.modelwrapper import ModelWrapper
+    from qonnx.custom_op.registry import getCustomOp
+
+    templates = [ModelWrapper(path) for path in partitions]
+    structure = [[(n.name, n.op_type) for n in t.graph.node] for t in templates]
+    if any(s != structure[0] for s in structure):
+        raise RuntimeError(f"the probe exports have different hardware layers: {structure}")
+    by_weight = {code: name for name, code in weight_codes.items()}
+    by_act = {code: name for name, code in act_codes.items()}
+    weight_nodes, threshold_nodes = {}, {}
+    for index, node in enumerate(templates[0].graph.node):
+        ops = [getCustomOp(t.graph.node[index]) for t in templates]
+        if node.op_type in ("MVAU", "VVAU"):
+            code = tuple(DataType[op.get_nodeattr("weightDataType")].bitwidth() for op in ops)
+            if code not in by_weight:
+                raise RuntimeError(f"{node.name}: weight widths {code} across the probes match no layer")
+            weight_nodes[node.name] = by_weight[code]
+        thresholded = node.op_type == "Thresholding" or (node.op_type == "MVAU" and not ops[0].get_nodeattr("noActivation"))
+        if thresholded:
+            code = tuple(DataType[op.get_nodeattr("outputDataType")].bitwidth() for op in ops)
+            if code not in by_act:
+                raise RuntimeError(f"{node.name}: output widths {code} across the probes match no site")
+            threshold_nodes[node.name] = by_act[code]
+    return templates[0], weight_nodes, threshold_nodes
