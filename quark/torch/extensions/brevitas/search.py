@@ -618,7 +618,8 @@ def search(
         "bits": list(bits),
         "qat_epochs": qat_epochs,
         "variables": [v.name for v in space],
-        "points": [p.__dict__ for p in measured],
+        # LUT, BRAM_18K, URAM, DSP of each point: FINN's full estimate of its trained network
+        "points": [{**p.__dict__, **(p.estimated or p.predicted)} for p in measured],
         "chosen": best.name,
         "fronts": {"milp": front_json(exact), "greedy": front_json(greedy)},
         "seconds": timings,
