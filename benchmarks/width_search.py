@@ -49,11 +49,14 @@ def main(argv=None) -> dict:
         print(f"{method} front ({len(front)} points): LUT / summed sensitivity")
         for p in front:
             print(f"  {p['totals']['LUT']:8,.0f}  {p['score']:8.4f}  {p['name']}")
-    print("measured (PTQ + QAT, held-out accuracy; LUT predicted / full FINN estimate at the same folding):")
+    print(
+        "measured (PTQ + QAT, held-out accuracy; LUT as the search priced it (PTQ weights), re-priced with the"
+        " trained weights / full FINN estimate at the same folding):"
+    )
     for p in result["points"]:
         full = p["estimated"]["LUT"] if p["estimated"] else float("nan")
         print(
-            f"  {p['name']:<28} acc {p['accuracy']:6.2f} %  LUT {p['predicted']['LUT']:7,.0f} / {full:7,.0f}"
+            f"  {p['name']:<28} acc {p['accuracy']:6.2f} %  LUT {p['searched']['LUT']:7,.0f}, {p['predicted']['LUT']:7,.0f} / {full:7,.0f}"
             f" ({100 * (p['predicted']['LUT'] / full - 1):+.1f} %)  BRAM {p['predicted']['BRAM_18K']:.0f}"
             f"  DSP {p['predicted']['DSP']:.0f}  fps {p['fps']:,.0f}"
         )
