@@ -151,6 +151,7 @@ class ModelExporter:
         clock_mhz: float = 100.0,
         top_k: int | None = None,
         integer_input: bool = False,
+        folding: dict[str, dict[str, Any]] | None = None,
     ):
         """Take the model into FINN's dataflow: ``export_path`` is the output directory.
 
@@ -162,7 +163,8 @@ class ModelExporter:
         on ``part`` and writes the estimate report. ``integer_input``: the accelerator takes the
         integers of the network input's quantizer (e.g. ``UINT8`` pixels, FINN's usual interface: its
         scale folds into the first layer) instead of floats it thresholds itself; the hardware graph
-        is then executed on the integers that quantizer makes of ``example``. Returns a
+        is then executed on the integers that quantizer makes of ``example``. ``folding`` (node name
+        -> PE / SIMD, e.g. a width search's ``SearchPoint.folding``) replaces FINN's SetFolding. Returns a
         ``DataflowExport`` (see :mod:`~quark.torch.extensions.brevitas._backend.targets.finn.dataflow`;
         needs finn-plus). The model is unchanged.
 
@@ -196,6 +198,7 @@ class ModelExporter:
             target_fps=target_fps,
             clock_mhz=clock_mhz,
             top_k=top_k,
+            folding=folding,
         )
 
     # -- the flow ---------------------------------------------------------------------------------
