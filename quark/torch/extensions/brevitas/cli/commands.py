@@ -380,7 +380,9 @@ def mix(args: argparse.Namespace) -> Result:
     calib = load_data(args.data, args.batch_size)
     evaluation = load_data(args.eval_data, args.batch_size)
     model = load_model(args.model)
-    result = search(config, model, calib, evaluation, metric=args.metric, target=args.target, prune=not args.no_prune)
+    result = search(
+        config, model, calib, evaluation, metric=args.metric, target=args.target, prune=not args.no_prune, ranking=args.ranking
+    )
     with removed_on_failure(args.output):
         result.config.save(args.output)
     say(args, f"{result}\n\nwrote {args.output}")
