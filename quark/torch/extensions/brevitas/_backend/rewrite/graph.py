@@ -193,10 +193,10 @@ class GraphRewriter:
         folded = {p.batch_norm for p in plans if p.batch_norm}
         kept = [f"{bn} ({type(model.get_submodule(bn)).__name__})" for bn in pairs.values() if bn not in folded]
         if kept:
-            logger.warning(
-                "graph mode leaves these batch norms float (the weight spec of the layer before each does not fold "
-                "it: TQTSpec(fold_batch_norm=True) on a TQT weight spec folds it; or merge batch norm before "
-                "quantization with MergeBatchNorm): %s",
+            # informative: a float batch norm is a valid graph (FINN absorbs it into thresholds, ONNX Runtime runs it)
+            logger.info(
+                "graph mode keeps these batch norms as float layers (folding them into the weights during QAT needs "
+                "a TQT weight spec, TQTSpec(fold_batch_norm=True); MergeBatchNorm before quantization merges them): %s",
                 ", ".join(kept),
             )
         if view.signs_from_graph:
