@@ -499,6 +499,17 @@ def max_pool(pads: list[int], kernel: int, stride: int) -> Case:
     return case
 
 
+def global_average_pool(height: int, width: int) -> Case:
+    """Sums divided by 49 or 15 (no power of two: ONNX Runtime's division, not a reciprocal's product)."""
+
+    def case():
+        node = standard("GlobalAveragePool", ["x"], ["y"])
+        shape = (1, 64, height, width)
+        return graph([node], {"x": (shape, "INT8")}, {"y": (1, 64, 1, 1)}), [batch("INT8", shape)]
+
+    return case
+
+
 def top_k() -> tuple[ModelWrapper, list[np.ndarray]]:
     """Top-4 of 10 with ties: ONNX Runtime puts the lower index first."""
     node = standard("TopK", ["x", "k"], ["values", "indices"], axis=-1)
@@ -559,6 +570,7 @@ CASES: dict[str, dict[str, Callable]] = {
     "Identity": {"copy": identity},
     "Concat": {"axis-1": concat},
     "MaxPool": {"2x2": max_pool([0, 0, 0, 0], 2, 2), "3x3-padded": max_pool([1, 1, 1, 1], 3, 2)},
+    "GlobalAveragePool": {"7x7": global_average_pool(7, 7), "3x5": global_average_pool(3, 5)},
     "TopK": {"ties": top_k},
 }  # fmt: skip
 CASES["ElementwiseAdd"]["constant"] = elementwise_constant
@@ -597,15 +609,26 @@ def test_row_equals_finns_python_execution(tmp_path, op_type, variant):
 
 
 def test_an_op_type_without_a_row_runs_in_finns_execution_with_a_logged_reason(caplog):
-    node = standard("GlobalAveragePool", ["x"], ["y"])
-    model = graph([node], {"x": ((1, 3, 4, 4), "INT4")}, {"y": (1, 3, 1, 1)})
-    x = batch("INT4", (1, 3, 4, 4))
-    with pytest.raises(execute.Unsupported, match=r"GlobalAveragePool_0 \(GlobalAveragePool\): no row"):
+    node = standard("Softsign", ["x"], ["y"])
+    model = graph([node], {"x": ((1, 3, 4), "FLOAT32")}, {"y": (1, 3, 4)})
+    x = RNG.normal(size=(BATCH, 3, 4)).astype(np.float32)
+    with pytest.raises(execute.Unsupported, match=r"Softsign_0 \(Softsign\): no row"):
         execute.compile_graph(model)
     with caplog.at_level(logging.WARNING, logger=execute.__name__):
         result = execute.execute(model, [x])
-    assert result.engine == execute.FINN_PYTHON and "no row for GlobalAveragePool" in result.reason
-    assert "GlobalAveragePool_0 (GlobalAveragePool): no row" in caplog.text
+    assert result.engine == execute.FINN_PYTHON and "no row for Softsign" in result.reason
+    assert "Softsign_0 (Softsign): no row" in caplog.text
+    assert_identical(result.outputs, execute_qonnx(model, [x]))
+
+
+def test_a_data_dependent_refusal_falls_back_too(caplog):
+    """A global average pool whose sums leave float32's integers: ONNX Runtime's order decides."""
+    node = standard("GlobalAveragePool", ["x"], ["y"])
+    model = graph([node], {"x": ((1, 2, 8, 8), "INT24")}, {"y": (1, 2, 1, 1)})
+    x = batch("INT24", (1, 2, 8, 8))
+    with caplog.at_level(logging.WARNING, logger=execute.__name__):
+        result = execute.execute(model, [x])
+    assert result.engine == execute.FINN_PYTHON and "ONNX Runtime's order decides" in caplog.text
     assert_identical(result.outputs, execute_qonnx(model, [x]))
 
 

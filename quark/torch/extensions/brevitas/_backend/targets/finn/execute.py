@@ -29,9 +29,8 @@ code computes:
   its BLAS picks; this executor gives the exact integer that FINN's hardware accumulator (of FINN's
   accumulator width) computes.
 
-What is not provably equal is refused: a matrix product with a float (non-integer) operand sums
-in an order numpy / ONNX Runtime choose, a global average pool divides in ONNX Runtime's own way,
-and op types without a row have no implementation. :func:`execute` then runs FINN's Python
+What is not provably equal is refused: a matrix product or a sum of float (non-integer) operands
+adds in an order numpy / ONNX Runtime choose, and op types without a row have no implementation. :func:`execute` then runs FINN's Python
 execution on that graph instead, and logs why (a warning): the verification it serves must still
 happen, only slower. :func:`compile_graph` raises :class:`Unsupported` for callers that want the
 refusal. qonnx's sanitization of integer tensors (rounding of values an integer annotation says
@@ -681,6 +680,23 @@ def _concat(node: Node) -> Kernel:
     return lambda inputs: [torch.cat(inputs, dim=axis)]
 
 
+def _global_average_pool(node: Node) -> Kernel:
+    """ONNX ``GlobalAveragePool`` of integers (NCHW): ONNX Runtime divides the float32 sum by the
+    count (measured with onnxruntime 1.25.1; its row test fails if that changes), and the sum of
+    integers is exact while it stays below 2**24 (beyond, ONNX Runtime's summation order decides:
+    refused)."""
+    _integer_operand(node, node.datatype(node.onnx.input[0]), "the input")
+    terms = math.prod(node.in_shape()[2:])
+
+    def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        x = inputs[0]
+        if _largest(x) * terms >= FLOAT32_EXACT:
+            raise node.refuse(f"sums of {terms} values up to {_largest(x):g}: ONNX Runtime's order decides")
+        return [(x.sum(tuple(range(2, x.ndim)), keepdim=True) / terms).to(x.dtype)]
+
+    return run
+
+
 def _top_k(node: Node) -> Kernel:
     """ONNX ``TopK`` (ONNX Runtime: sorted, ties lower index first): values and int64 indices."""
     k = int(np.asarray(node.constant(1)).reshape(-1)[0])
@@ -735,6 +751,7 @@ KERNELS: dict[str, Callable[[Node], Kernel]] = {
     "Identity": _reshape,
     "Concat": _concat,
     "MaxPool": _max_pool,
+    "GlobalAveragePool": _global_average_pool,
     "TopK": _top_k,
 }
 
