@@ -54,9 +54,10 @@ logger = logging.getLogger(__name__)
 
 #: float32's significand: integers up to this magnitude, and sums that stay below it, are exact
 FLOAT32_EXACT = 2**24
-#: samples computed together: bounds the intermediate tensors (the demo's widest, the sliding
-#: windows of a 16-channel 3x3 convolution over 8x8 images, is 37 KB a sample)
-CHUNK = 2048
+#: samples computed together, at most; fewer where the graph's largest tensor of so many samples
+#: would pass CHUNK_BYTES (the demo's largest, the sliding windows of a 16-channel 3x3 convolution
+#: over 8x8 images, is 37 KB a sample: 2048 samples; a 64-channel one over 32x32 images, 2.4 MB: 56)
+CHUNK, CHUNK_BYTES = 2048, 2**27
 
 Kernel = Callable[[list[torch.Tensor]], list[torch.Tensor]]
 
@@ -730,7 +731,7 @@ def _top_k(node: Node) -> Kernel:
 #: op type -> builder of its batched kernel. A graph with an op type not here runs in FINN's Python
 #: execution (:func:`execute`).
 KERNELS: dict[str, Callable[[Node], Kernel]] = {
-    "StreamingDataflowPartition": lambda node: _partition(node),  # the child model, compiled likewise
+    "StreamingDataflowPartition": lambda node: _partition(node),  # defined below, with the program
     # FINN's hardware layers (finn.custom_op.fpgadataflow)
     "MVAU": _mvau,
     "VVAU": _vvau,
@@ -789,6 +790,7 @@ class Program:
     constants: dict[str, torch.Tensor]
     steps: list[_Step] = field(default_factory=list)
     sanitize_inputs: list[Any] = field(default_factory=list)
+    sample_elements: int = 1  # of the largest tensor a sample (child partitions included)
 
     def run(self, feeds: dict[str, torch.Tensor], keep: bool = False) -> dict[str, torch.Tensor]:
         """The graph's outputs (every tensor with ``keep``), for a batch of samples."""
@@ -917,13 +919,16 @@ def compile_graph(model) -> Program:
                 f"{node.name} ({onnx_node.op_type}): no row for {onnx_node.op_type} in execute.KERNELS"
             )
         integral = _integral(node)
+        shapes = [node.out_shape(i) for i in range(len(onnx_node.output))]
+        inner = kernel.program.sample_elements if isinstance(kernel, _Child) else 1
+        program.sample_elements = max(program.sample_elements, inner, *(math.prod(s[1:]) for s in shapes))
         program.steps.append(
             _Step(
                 node.name,
                 onnx_node.op_type,
                 list(onnx_node.input),
                 list(onnx_node.output),
-                [node.out_shape(i) for i in range(len(onnx_node.output))],
+                shapes,
                 kernel,
                 [None if integral else _annotation(model, o, sanitize) for o in onnx_node.output],
             )
@@ -931,20 +936,26 @@ def compile_graph(model) -> Program:
     return program
 
 
+@dataclass
+class _Child:
+    """The kernel of a ``StreamingDataflowPartition``: its child model's program, inputs and outputs
+    matched by position (as FINN's ``execute_node`` renames them)."""
+
+    program: Program
+
+    def __call__(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        produced = self.program.run(dict(zip(self.program.inputs, inputs)))
+        return [produced[name] for name in self.program.outputs]
+
+
 def _partition(node: Node) -> Kernel:
-    """``StreamingDataflowPartition``: its child model, inputs and outputs matched by position."""
+    """``StreamingDataflowPartition``: its child model, compiled likewise."""
     from qonnx.core.modelwrapper import ModelWrapper
 
     path = node.custom.get_nodeattr("model")
     if not os.path.isfile(path):
         raise node.refuse(f"its child model {path} does not exist")
-    child = compile_graph(ModelWrapper(path))
-
-    def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-        produced = child.run(dict(zip(child.inputs, inputs)))
-        return [produced[name] for name in child.outputs]
-
-    return run
+    return _Child(compile_graph(ModelWrapper(path)))
 
 
 # -- the entry point ---------------------------------------------------------------------------------------
@@ -966,7 +977,9 @@ class Execution:
 
 def run_program(program: Program, inputs: Sequence[np.ndarray], chunk: int = CHUNK, keep: bool = False):
     """``program`` on ``inputs`` (batch first, matched with the graph inputs by position), ``chunk``
-    samples at a time; the outputs as numpy (every tensor with ``keep``: name -> array)."""
+    samples at a time (fewer for large tensors, see :data:`CHUNK_BYTES`); the outputs as numpy
+    (every tensor with ``keep``: name -> array)."""
+    chunk = max(1, min(chunk, CHUNK_BYTES // (4 * program.sample_elements)))
     tensors = [torch.from_numpy(np.ascontiguousarray(x)) for x in inputs]
     total = len(tensors[0])
     parts: dict[str, list[torch.Tensor]] = {}
