@@ -2,9 +2,9 @@
 ``execute_onnx`` with its full execution context, one sample at a time), identical (atol=0): the
 demo network's (``examples/digits_qat_finn.py``: digits' ResidualCNN, graph-mode FINN preset W4A4,
 integer input), the FINN zoo's (``_shared/finn_zoo.py``, ``benchmarks/finn_zoo.py``: TFC, CNV,
-ResNet-like, concatenation, MobileNet-like; TFC with FINN's top-1 LabelSelect; a global average
-pool as FINN's GlobalAccPool) and the graph-mode zoo's (``_shared/zoo.py``,
-``benchmarks/graph_finn_zoo.py``). Each network's streamlined graph (FINN's hand-off), its
+ResNet-like, concatenation, MobileNet-like; TFC with FINN's top-1 LabelSelect; TFC-W1A1 with
+FINN's XNOR-popcount MVAUs; a global average pool as FINN's GlobalAccPool) and the graph-mode
+zoo's (``_shared/zoo.py``, ``benchmarks/graph_finn_zoo.py``). Each network's streamlined graph (FINN's hand-off), its
 hardware-layer parent graph and the dataflow partition inside it, on real digits and on random
 inputs of the input's range; and the parent's outputs on 64 test images through :func:`execute`.
 """
@@ -27,6 +27,7 @@ from _shared import finn_zoo
 from _shared.zoo import GRAPH_ZOO, ZOO, calibration, with_statistics
 from qonnx.core.modelwrapper import ModelWrapper
 from qonnx.core.onnx_exec import execute_onnx
+from qonnx.custom_op.registry import getCustomOp
 
 from quark.torch.examples import digits
 from quark.torch.extensions.brevitas._backend.export.verify import execute_qonnx
@@ -65,6 +66,23 @@ def _global_pool_net() -> nn.Module:
     )  # fmt: skip
 
 
+def _binary_tfc() -> nn.Module:
+    """FINN's TFC-W1A1 shape: bipolar weights and activations (FINN's XNOR-popcount MVAUs)."""
+    import brevitas.nn as qnn
+    from brevitas.quant import SignedBinaryActPerTensorConst, SignedBinaryWeightPerTensorConst
+
+    def linear(cin: int, cout: int) -> qnn.QuantLinear:
+        return qnn.QuantLinear(cin, cout, bias=False, weight_quant=SignedBinaryWeightPerTensorConst)
+
+    def sign() -> qnn.QuantIdentity:
+        return qnn.QuantIdentity(act_quant=SignedBinaryActPerTensorConst, return_quant_tensor=True)
+
+    return nn.Sequential(
+        nn.Flatten(), finn_zoo._input_quant(), linear(64, 64), nn.BatchNorm1d(64), sign(),
+        linear(64, 64), nn.BatchNorm1d(64), sign(), linear(64, 10),
+    )  # fmt: skip
+
+
 def _graph_mode(model: nn.Module, calib, unsigned=("ReLU",)) -> nn.Module:
     config = finn(unsigned=unsigned, qat_spec=TQTSpec(TQTThresholdInitMeth._3SD))
     return ModelQuantizer(config).quantize_model(model.eval(), calib, progress=False)
@@ -84,6 +102,8 @@ def _build(name: str, directory) -> tuple[nn.Module, torch.Tensor, bool, int | N
             True,
             None,
         )
+    if name == "tfc-w1a1":
+        return finn_zoo.calibrated(_binary_tfc, list(train[:256].split(64))), test, False, None
     if name == "tfc-top1":
         return (
             finn_zoo.calibrated(partial(finn_zoo.tfc, head_bias=False), list(train[:256].split(64))),
@@ -123,10 +143,9 @@ def graphs_of(name: str, directory) -> Graphs:
     streamlined = pipeline.finn_handoff(path, inputs[:4], directory / f"{name}_streamlined.onnx")
     dataflow = pipeline.dataflow_from_qonnx(path, inputs[:4], directory / name, top_k=top_k)
     parent = dataflow.parent
-    ops = {n.op_type for n in parent.graph.node} | {n.op_type for n in dataflow.partition.graph.node}
-    return Graphs(
-        ModelWrapper(streamlined.path), parent, dataflow.partition, inputs, _random_like(parent, inputs), ops
-    )
+    streamlined = ModelWrapper(streamlined.path)
+    ops = {n.op_type for g in (streamlined, parent, dataflow.partition) for n in g.graph.node}
+    return Graphs(streamlined, parent, dataflow.partition, inputs, _random_like(parent, inputs), ops)
 
 
 def finn_tensors(model: ModelWrapper, x: np.ndarray) -> dict[str, np.ndarray]:
@@ -152,11 +171,12 @@ def assert_tensor_by_tensor(model: ModelWrapper, x: np.ndarray) -> dict[str, np.
     return theirs
 
 
-#: network -> op types its graphs must contain (the rows they exercise)
+#: network -> op types its graphs (streamlined, parent, partition) must contain (the rows they exercise)
 NETWORKS: dict[str, set[str]] = {
     "demo": {"MVAU", "ConvolutionInputGenerator", "FMPadding", "ElementwiseAdd", "DuplicateStreams", "Pool"},
     "tfc": {"MVAU", "Thresholding", "Flatten", "Mul", "Add"},
     "tfc-top1": {"MVAU", "LabelSelect"},
+    "tfc-w1a1": {"MVAU", "XnorPopcountMatMul"},  # binaryXnorMode MVAUs (checked below)
     "cnv": {"MVAU", "Pool", "Thresholding", "Transpose"},
     "resnet": {"ElementwiseAdd", "DuplicateStreams"},
     "concat": {"StreamingConcat", "DuplicateStreams"},
@@ -164,7 +184,7 @@ NETWORKS: dict[str, set[str]] = {
     "global-pool": {"GlobalAccPool"},
     **{f"graph-{name}": {"MVAU"} for name in GRAPH_ZOO},
 }
-FAST = ("tfc", "tfc-top1")  # the others take 10 to 30 s each on two shared cores
+FAST = ("tfc", "tfc-top1", "tfc-w1a1")  # the others take 10 to 30 s each on two shared cores
 
 
 @pytest.mark.parametrize(
@@ -173,6 +193,9 @@ FAST = ("tfc", "tfc-top1")  # the others take 10 to 30 s each on two shared core
 def test_every_tensor_of_the_finn_graphs_equals_finns_execution(tmp_path, name):
     graphs = graphs_of(name, tmp_path)
     assert NETWORKS[name] <= graphs.op_types, graphs.op_types
+    if name == "tfc-w1a1":
+        mvaus = graphs.partition.get_nodes_by_op_type("MVAU")
+        assert sum(getCustomOp(n).get_nodeattr("binaryXnorMode") for n in mvaus) == 2
     for x in (graphs.real[:SAMPLES], graphs.random):
         assert_tensor_by_tensor(graphs.streamlined, x)
         parent = assert_tensor_by_tensor(graphs.parent, x)
