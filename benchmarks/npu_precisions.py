@@ -124,6 +124,7 @@ def measure(rows: list[str], n_calib: int, n_mix_eval: int, mix_offset: int, n_t
                     "met_on_mix_eval": found.met,
                     "values_16bit": found.values_16bit,
                     "evaluations": found.evaluations,
+                    "ranking": found.ranking,
                     "sensitivities": [(c.name, c.gain) for c in found.sites],
                     "bytes_per_sample": found.bytes_per_sample,
                 }

@@ -13,6 +13,7 @@ from quark.torch.quantization.config.config import (
     QuantizationSpec,
     TQTSpec,
 )
+from quark.torch.quantization.config.spec import FREEZE_BATCH_NORM_STEPS
 from quark.torch.quantization.config.type import (
     Dtype,
     QSchemeType,
@@ -87,3 +88,39 @@ def test_every_tqt_observer_row_initialises_the_threshold_of_its_spec(init):
         for role in ("weight", "input_tensors"):
             tq = normalise(spec, role, "x")
             assert tq.tqt and tq.observer is TQT_OBSERVERS[init] and tq.statistic == TQT_OBSERVER_CASES[init]
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,field",
+    [
+        ({"fold_batch_norm": "yes"}, TypeError, "fold_batch_norm"),
+        ({"freeze_batch_norm_steps": True}, TypeError, "freeze_batch_norm_steps"),
+        ({"freeze_batch_norm_steps": 2.5}, TypeError, "freeze_batch_norm_steps"),
+        ({"freeze_batch_norm_steps": -1}, ValueError, "freeze_batch_norm_steps"),
+    ],
+)
+def test_batch_norm_fields_are_checked(kwargs, error, field):
+    with pytest.raises(error, match=rf"TQTSpec\.{field}="):
+        TQTSpec(TQTThresholdInitMeth._3SD, **kwargs)
+
+
+def test_batch_norm_fields_round_trip_and_reach_only_the_weight():
+    tqt = TQTSpec(TQTThresholdInitMeth._LL_J, fold_batch_norm=True, freeze_batch_norm_steps=7)
+    spec = QuantizationSpec(dtype=Dtype.int4, symmetric=True, scale_type=ScaleType.pof2, qat_spec=tqt)
+    cfg = Config(global_quant_config=QuantizationConfig(weight=spec, input_tensors=spec))
+    assert Config.from_dict(cfg.to_dict()) == cfg
+    weight = normalise(spec, "weight", "w")
+    assert (weight.fold_batch_norm, weight.freeze_batch_norm_steps) == (True, 7)
+    activation = normalise(spec, "input_tensors", "x")
+    assert (activation.fold_batch_norm, activation.freeze_batch_norm_steps) == (False, None)
+    off = QuantizationSpec(
+        dtype=Dtype.int4, symmetric=True, scale_type=ScaleType.pof2, qat_spec=TQTSpec(fold_batch_norm=False)
+    )
+    assert not normalise(off, "weight", "w").fold_batch_norm
+    ext = X.QuantizationSpec(bit_width=4, scale_type=ScaleType.pof2, qat_spec=tqt)
+    assert normalise(ext, "weight", "w").fold_batch_norm
+
+
+def test_folding_is_the_default_of_a_tqt_spec():
+    assert TQTSpec().fold_batch_norm is True
+    assert TQTSpec().freeze_batch_norm_steps == FREEZE_BATCH_NORM_STEPS

@@ -186,3 +186,32 @@ def test_report_gives_the_difference_of_onnxruntime_as_deployed(onnx_path, caplo
     # the hint beside the number: which session option makes it exact, and why it differs
     assert "SessionOptions.graph_optimization_level = ORT_DISABLE_ALL runs the graph as written" in str(report)
     assert "fuse QuantizeLinear / DequantizeLinear pairs into integer kernels" in str(report)
+
+
+def test_a_known_onnxruntime_optimizer_bug_is_worked_around_and_named():
+    """A requantization (Q -> DQ -> Q -> DQ, other scales) before an Add: ONNX Runtime 1.25's
+    DoubleQDQPairsRemover rewrites the scales with shape [1] and the QLinearAdd fusion rejects them;
+    the deployed run disables that one optimizer, says so, and still computes the written graph."""
+    import onnxruntime as ort
+
+    z = numpy_helper.from_array(np.array(0, np.int8), "z")
+    scales = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in [("s1", 0.05), ("s2", 0.1), ("s3", 0.2)]]
+
+    def qdq(x, s, out):
+        return [
+            helper.make_node("QuantizeLinear", [x, s, "z"], [out + "_q"]),
+            helper.make_node("DequantizeLinear", [out + "_q", s, "z"], [out]),
+        ]
+
+    nodes = [*qdq("a", "s1", "a1"), *qdq("a1", "s2", "a2"), *qdq("b", "s2", "b2")]
+    nodes += [helper.make_node("Add", ["a2", "b2"], ["sum"]), *qdq("sum", "s3", "y")]
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 8]) for n in ("a", "b", "y")]
+    model = helper.make_model(helper.make_graph(nodes, "g", io[:2], io[2:], [*scales, z]), opset_imports=[helper.make_opsetid("", 17)])
+    a, b = np.random.default_rng(0).normal(size=(2, 2, 8)).astype(np.float32)
+
+    (produced,), bug = verify.run_onnxruntime_optimized(model, [a, b])
+    if tuple(int(p) for p in ort.__version__.split(".")[:2]) <= (1, 25):
+        assert bug is not None and bug.optimizer == "DoubleQDQPairsRemover" and "onnxruntime#28030" in str(bug)
+    q = lambda x, s: np.clip(np.rint(x / s), -128, 127) * s  # QuantizeLinear -> DequantizeLinear
+    expected = q(q(q(a, 0.05), 0.1) + q(b, 0.1), 0.2).astype(np.float32)
+    assert np.max(np.abs(produced - expected)) <= 0.2 + 1e-6  # the fused integer kernels: within one output LSB

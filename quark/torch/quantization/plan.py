@@ -77,7 +77,8 @@ class LayerPlan:
     (``global_quant_config.input_tensors``, ``layer_type_quant_config['ReLU'].output_tensors``,
     ...). ``upstream`` names, per role, the site whose quantizer provides that tensor (graph mode:
     a layer whose input arrives quantized has no input quantizer of its own; its spec is the
-    upstream one).
+    upstream one). ``batch_norm`` names the batch norm folded into the layer during QAT (its
+    weight spec's ``TQTSpec.fold_batch_norm``; set by the backend, which knows what follows the layer).
     """
 
     name: str
@@ -86,6 +87,7 @@ class LayerPlan:
     target_device: Any = None
     origins: dict[str, str] = field(default_factory=dict)
     upstream: dict[str, str] = field(default_factory=dict)
+    batch_norm: str | None = None
 
     @property
     def quantized(self) -> bool:
@@ -270,11 +272,17 @@ def _cell(plan: LayerPlan, role: str) -> str:
     return spec.describe() if spec else "-"
 
 
+def _type_cell(plan: LayerPlan) -> str:
+    name = plan.module_type.__name__
+    return f"{name} + {plan.batch_norm} (folded)" if plan.batch_norm else name
+
+
 def format_plan(plans: list[LayerPlan]) -> str:
     """Plain-text table: one row per site, one column per role, '-' where a role stays float and
-    '= site' where the tensor is quantized upstream, by that site."""
+    '= site' where the tensor is quantized upstream, by that site; a batch norm folded into a
+    layer during QAT follows its type."""
     headers = ("layer", "type", *ROLES)
-    rows = [(p.name, p.module_type.__name__, *(_cell(p, r) for r in ROLES)) for p in plans]
+    rows = [(p.name, _type_cell(p), *(_cell(p, r) for r in ROLES)) for p in plans]
     widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
     line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
     return "\n".join([line(headers), line("-" * w for w in widths), *map(line, rows)])

@@ -138,6 +138,10 @@ class TensorQuant:
     element: Dtype | None = None  # cast: the type cast to; mx: the element type; bdr: mx6, mx9 or bfp16
     scale_rounding: str = "floor"  # mx: how the shared exponent comes from the block maximum (floor | even | ceil)
     lsq: bool = False  # learned step size (LSQ): the scale is a trained parameter, its gradient scaled
+    # weights (TQTSpec.fold_batch_norm): a batch norm after the layer is folded into it during QAT,
+    # its statistics frozen after freeze_batch_norm_steps training steps (None: never)
+    fold_batch_norm: bool = False
+    freeze_batch_norm_steps: int | None = None
 
     @property
     def needs_calibration(self) -> bool:
@@ -334,6 +338,7 @@ def _int_from_main(spec: main.QuantizationSpec, role: str, where: str) -> Tensor
         bias_scale_from_product=role == "bias" and spec.observer_cls is None,
         tqt=tqt,
         lsq=lsq,
+        **batch_norm_folding(spec.qat_spec, role),
     )
     return tq
 
@@ -505,6 +510,14 @@ TQT_OBSERVERS: dict[TQTThresholdInitMeth, type[ObserverBase]] = {
     TQTThresholdInitMeth._3SD: TQT3SDObserver,
     TQTThresholdInitMeth._LL_J: TQTJeffreysObserver,
 }
+
+
+def batch_norm_folding(qat_spec: Any, role: str) -> dict[str, Any]:
+    """The ``TensorQuant`` fields of ``TQTSpec.fold_batch_norm`` / ``freeze_batch_norm_steps``
+    (weights only: a batch norm folds into the weights it follows)."""
+    if role != "weight" or not getattr(qat_spec, "fold_batch_norm", False):
+        return {}
+    return {"fold_batch_norm": True, "freeze_batch_norm_steps": qat_spec.freeze_batch_norm_steps}
 
 
 def tqt_observer(qat_spec: Any, observer: type[ObserverBase], where: str = "spec") -> tuple[type[ObserverBase], bool]:

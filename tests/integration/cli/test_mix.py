@@ -69,6 +69,29 @@ def test_the_mixed_config_is_a8w8_plus_one_16_bit_entry_and_reproduces_the_metri
     assert numerics.sqnr(reference, numerics.outputs(again, evaluation, numerics.first_output)) == result.metric_mixed
 
 
+def test_a_target_near_the_16_bit_end_ranks_sites_by_demotion_losses():
+    """auto: the target nearer the all-16-bit metric, each site's loss when it alone goes back to 8 bits."""
+    model, calib, evaluation = outlier_mlp(), _data(0), _data(1)
+    plain = mix(presets.a8w8(), model, calib, evaluation, metric="sqnr", target=-1e9)
+    target = plain.metric_8bit + 0.95 * (plain.metric_16bit - plain.metric_8bit)
+    result = mix(presets.a8w8(), model, calib, evaluation, metric="sqnr", target=target)
+    assert result.ranking == "demotion" and result.met and "sensitivities by demotion" in str(result)
+    narrow = ModelQuantizer(presets.a8w8()).quantize_model(model, calib, progress=False)
+    wide = ModelQuantizer(presets.a16w8()).quantize_model(model, calib, progress=False)
+    reference = numerics.outputs(model, calib, numerics.first_output)
+    names = [s.name for s in result.sites]
+
+    def sqnr(promoted):
+        with numerics.Swap(narrow, wide, promoted):
+            return numerics.sqnr(reference, numerics.outputs(narrow, calib, numerics.first_output))
+
+    losses = {n: sqnr(names) - sqnr([m for m in names if m != n]) for n in names}
+    assert {s.name: s.gain for s in result.sites} == pytest.approx(losses, rel=1e-9)
+    assert [s.gain for s in result.sites] == sorted(losses.values(), reverse=True)
+    forced = mix(presets.a8w8(), model, calib, evaluation, metric="sqnr", target=target, ranking="promotion")
+    assert forced.ranking == "promotion" and forced.met
+
+
 def test_a_target_no_mix_reaches_is_reported_not_met(caplog):
     result = mix(presets.a8w8(), outlier_mlp(), _data(0), _data(1), metric="sqnr", target=1e9)
     assert not result.met and len(result.promoted) == 3
@@ -81,6 +104,7 @@ def test_a_target_no_mix_reaches_is_reported_not_met(caplog):
         ({"metric": "l2"}, ValueError, r"mix\(metric='l2'\): allowed \['cosine', 'sqnr'\] or a callable"),
         ({"target": "high"}, TypeError, r"mix\(target='high'\): expected a number"),
         ({"sensitivity_batches": 0}, ValueError, r"mix\(sensitivity_batches=0\): expected a positive integer or None"),
+        ({"ranking": "random"}, ValueError, r"mix\(ranking='random'\): allowed 'auto', 'promotion', 'demotion'"),
         (
             {"config": Config(QuantizationConfig(input_tensors=QuantizationSpec(dtype=Dtype.fp8_e4m3)))},
             ValueError,
@@ -99,7 +123,7 @@ def test_command_line_writes_the_mixed_config(tmp_path, capsys):
         np.savez(tmp_path / f"{name}.npz", images=torch.cat(_data(seed)).numpy())
     presets.a8w8().save(tmp_path / "a8w8.yaml")
     args = ["mix", "--config", tmp_path / "a8w8.yaml", "--model", "integration.cli.cli_models:outlier_mlp", "--data", tmp_path / "calib.npz"]
-    args += ["--eval-data", tmp_path / "eval.npz", "--metric", "sqnr", "--batch-size", 16, "-q"]
+    args += ["--eval-data", tmp_path / "eval.npz", "--metric", "sqnr", "--ranking", "promotion", "--batch-size", 16, "-q"]
     assert main([str(a) for a in [*args, "--target", 1e9, "-o", tmp_path / "none.yaml"]]) == 1  # not met
     assert main([str(a) for a in [*args, "--target", 0, "-o", tmp_path / "mixed.yaml"]]) == 0
     written = yaml.safe_load((tmp_path / "mixed.yaml").read_text())

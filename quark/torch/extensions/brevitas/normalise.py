@@ -21,6 +21,7 @@ from quark.torch.quantization.plan import ConfigView, register_config_view
 from quark.torch.quantization.tensor_quant import (
     Format,
     TensorQuant,
+    batch_norm_folding,
     check_role,
     fail,
     register_normaliser,
@@ -82,6 +83,7 @@ def normalise_ext(spec: QuantizationSpec, role: str, where: str) -> TensorQuant:
         observer=observer,
         percentile=EXT_ACT_PERCENTILE if observer is PerTensorPercentileObserver else None,
         tqt=tqt,
+        **batch_norm_folding(spec.qat_spec, role),
     )
     return check_role(tq, role, where)
 

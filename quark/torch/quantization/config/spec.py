@@ -30,6 +30,11 @@ ROLES = ("input_tensors", "output_tensors", "weight", "bias")
 ACTIVATION_ROLES = ROLES[:2]
 #: bit widths of integer weights and activations; a bias goes up to 32
 MIN_BITS, MAX_BITS, MAX_BIAS_BITS = 2, 16, 32
+#: TQTSpec's default: training steps after which a batch norm folded during QAT stops updating its
+#: statistics. 0: frozen from the start (the layer computes merged batch norm at the float model's
+#: statistics while weight, gamma and beta train): measured steadiest of never / 0 / 50 / 100 / 200
+#: on the digits CNN, 30 seeds (benchmarks/qat_batch_norm.py; docs/qat.md "Batch norm kept during QAT")
+FREEZE_BATCH_NORM_STEPS = 0
 #: Quark 0.13's default bound of its MX observer's buffer-reuse path (elements)
 MAX_INPUT_NUMEL = 4 * 1024 * 1024
 
@@ -57,13 +62,34 @@ class TQTSpec(QATSpec):
     Args:
         threshold_init_meth: ``_3SD`` or ``_LL_J`` (alias ``_KL_J``); None initialises the
             threshold from the spec's observer range (abs-max for MinMax).
+        fold_batch_norm: on a weight spec: a batch norm that alone takes the layer's output
+            (Conv1d / Conv2d / Conv3d / Linear -> BatchNorm1d / 2d / 3d) is folded into the layer
+            during QAT (Jacob et al. 2018, PyTorch's ``ConvBn2d``): the quantized weight is
+            ``weight * gamma / sqrt(running_var + eps)``, the output is rescaled to the batch's
+            statistics while they train, and the export is that of merged batch norm. False keeps
+            the batch norm a float layer after the quantized one. Not Quark's field (Quark keeps
+            batch norm float); ignored on activation specs.
+        freeze_batch_norm_steps: training steps (forward passes in training mode) after which the
+            folded batch norm's statistics stop updating; from then on the layer computes exactly
+            what merged batch norm does. 0 (the default, measured steadiest): frozen from the
+            start, at the float model's statistics; None: never frozen by count (batch statistics
+            with the running-statistics correction throughout).
     """
 
     threshold_init_meth: TQTThresholdInitMeth | None = None
+    fold_batch_norm: bool = True
+    freeze_batch_norm_steps: int | None = FREEZE_BATCH_NORM_STEPS
 
     def __post_init__(self) -> None:
         value = coerce_enum("TQTSpec", "threshold_init_meth", self.threshold_init_meth, TQTThresholdInitMeth)
         object.__setattr__(self, "threshold_init_meth", value)
+        check_type("TQTSpec", "fold_batch_norm", self.fold_batch_norm, bool, optional=False)
+        check_type("TQTSpec", "freeze_batch_norm_steps", self.freeze_batch_norm_steps, int)
+        if self.freeze_batch_norm_steps is not None and self.freeze_batch_norm_steps < 0:
+            raise ValueError(
+                f"TQTSpec.freeze_batch_norm_steps={self.freeze_batch_norm_steps}: expected a number of steps >= 0 "
+                "(0: frozen from the start) or None (never frozen by count)"
+            )
 
 
 QAT_SPECS: dict[str, type[QATSpec]] = {"TQTSpec": TQTSpec}

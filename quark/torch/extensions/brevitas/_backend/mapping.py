@@ -524,11 +524,14 @@ ROLE_BUILDERS: dict[str, Callable[..., Any]] = {
 }
 
 
-def build_layer(plan: LayerPlan, module: nn.Module, return_quant_tensor: bool = False) -> nn.Module:
+def build_layer(
+    plan: LayerPlan, module: nn.Module, return_quant_tensor: bool = False, quant_cls: type[nn.Module] | None = None
+) -> nn.Module:
     """The Brevitas layer that replaces ``module`` according to ``plan`` (``module`` is not modified);
-    ``return_quant_tensor`` hands its quantized output on as a QuantTensor (graph mode)."""
+    ``return_quant_tensor`` hands its quantized output on as a QuantTensor (graph mode);
+    ``quant_cls`` replaces the row's Brevitas class by a subclass taking the same arguments."""
     row = LAYERS[layer_type(module)]
-    quant_cls, roles = row.quant_cls, row.roles
+    quant_cls, roles = quant_cls or row.quant_cls, row.roles
     kwargs: dict[str, Any] = {"return_quant_tensor": return_quant_tensor, **dict.fromkeys(row.unmapped)}
     # each weight quantizer keyword, with the tensor it quantizes (MultiheadAttention has two)
     by_keyword = dict(zip(roles["weight"], (tensor for _, tensor in row.weights(module))))

@@ -6,6 +6,7 @@
     quark-brevitas export   --checkpoint qat.pt --format finn --data test.npz -o finn_out
     quark-brevitas verify   --checkpoint qat.pt --onnx model.onnx --data test.npz
     quark-brevitas mix      --config a8w8.yaml --model model.py:build --data calib.npz --eval-data eval.npz --target 0.995 -o mixed.yaml
+    quark-brevitas search   --model model.py:build --checkpoint float.pt --data train.npz --eval-data val.npz --part xc7z020clg400-1 --target-fps 20000 -o search_out
     quark-brevitas support
 
 Exit status: 0 done; 1 a verification or a FINN step failed; 2 a mistake in the command line or
@@ -25,6 +26,7 @@ import time
 from collections.abc import Sequence
 
 from quark.torch.extensions.brevitas.cli import mix
+from quark.torch.extensions.brevitas.cli import search as search_parser
 from quark.torch.extensions.brevitas.cli.errors import (
     FAILED,
     INTERNAL,
@@ -38,7 +40,7 @@ from quark.torch.extensions.brevitas.cli.errors import (
 EPILOG = """exit status: 0 done, 1 verification failed, 2 usage or input error, 3 unexpected error
 (rerun with --debug), 130 interrupted"""
 #: subcommand -> its function in .commands
-COMMANDS = ("init", "quantize", "train", "export", "verify", "mix", "support")
+COMMANDS = ("init", "quantize", "train", "export", "verify", "mix", "search", "support")
 #: preset names of `init` (cli/configs.PRESETS; listed here so that --help imports nothing)
 PRESET_NAMES = ("finn", "xint8", "w8a8", "w4a8", "w8", "w4")
 
@@ -165,6 +167,7 @@ def parser() -> argparse.ArgumentParser:
     _common(v)
 
     mix.add_parser(sub, _add, _common)
+    search_parser.add_parser(sub, _add, _common)
 
     s = _add(sub, "support", "print the support matrix: formats, rules, export")
     s.add_argument("sections", nargs="*", metavar="SECTION", help="formats, rules or export (default: all)")

@@ -380,7 +380,9 @@ def mix(args: argparse.Namespace) -> Result:
     calib = load_data(args.data, args.batch_size)
     evaluation = load_data(args.eval_data, args.batch_size)
     model = load_model(args.model)
-    result = search(config, model, calib, evaluation, metric=args.metric, target=args.target, prune=not args.no_prune)
+    result = search(
+        config, model, calib, evaluation, metric=args.metric, target=args.target, prune=not args.no_prune, ranking=args.ranking
+    )
     with removed_on_failure(args.output):
         result.config.save(args.output)
     say(args, f"{result}\n\nwrote {args.output}")
@@ -394,6 +396,97 @@ def mix(args: argparse.Namespace) -> Result:
         "promoted": list(result.promoted),
         "fraction_16bit": result.fraction_16bit,
     }
+
+
+def search(args: argparse.Namespace) -> Result:
+    """Per-layer widths against FINN's cost (the parser: :mod:`.search`). Each measured point's
+    checkpoint is this command line's format: ``export`` / ``verify --checkpoint DIR/points/NAME/model.pt``."""
+    from quark.torch.extensions.brevitas._backend.targets.finn.parts import resolve
+    from quark.torch.extensions.brevitas._backend.targets.finn.pipeline import require_finn
+    from quark.torch.extensions.brevitas.search import search as width_search
+
+    try:
+        bits = tuple(int(b) for b in args.bits.split(","))
+    except ValueError as error:
+        raise UsageError(f"--bits {args.bits}: expected comma-separated integers such as 2,3,4,8") from error
+    if min(bits) < 2:
+        raise UsageError(f"--bits {args.bits}: widths of 2 bits and up (1-bit layers are another FINN structure)")
+    if args.qat_epochs < 0:
+        raise UsageError(f"--qat-epochs {args.qat_epochs}: must be >= 0")
+    _positive(args, "target_fps", "clock_mhz", "batch_size")
+    try:
+        require_finn()
+    except ImportError as error:
+        raise UsageError(f"search: {one_line(error)}") from error
+    try:
+        resolve(args.part)
+    except ValueError as error:
+        message = one_line(error)
+        raise UsageError(f"--part {args.part}: {message.split(': ', 1)[1] if message.startswith('part=') else message}") from error
+    if os.path.exists(args.output) and not os.path.isdir(args.output):
+        raise UsageError(f"-o {args.output}: a file; search writes a directory")
+    check_model_spec(args.model)
+    train, evaluation = _labelled(args.data, "--data", args.batch_size), _labelled(args.eval_data, "--eval-data", args.batch_size)
+    model = load_model(args.model)
+    state = _read_float_state(args.checkpoint)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as error:
+        raise UsageError(f"--checkpoint {args.checkpoint}: does not fit the model {args.model} builds: {one_line(error)[:300]}") from error
+    model.eval()
+    _check_accepts(model, train[0][0], f"--data {args.data}")
+    example = torch.cat([x for x, _ in evaluation])[:16]
+    origin = origin_of(args.model)
+
+    def checkpoint(path: str, config: Any, qmodel: nn.Module) -> None:
+        save_checkpoint(path, args.model, config, qmodel, origin)
+
+    # a failed or interrupted search keeps DIR: its cache/ lets the same command resume
+    result = width_search(
+        model, train, evaluation, example, args.output, part=args.part, target_fps=args.target_fps,
+        clock_mhz=args.clock_mhz, bits=bits, qat_epochs=args.qat_epochs, metric=args.metric,
+        progress=not args.quiet, save_checkpoint=checkpoint,
+    )
+    for point in result["points"]:
+        say(args, f"{point['name']:<32} accuracy {point['accuracy']:6.2f} %  {args.metric.upper()} "
+                  f"{point['predicted'][_RESOURCE[args.metric]]:,.0f}{'  (uniform)' if point['uniform'] else ''}")
+    say(args, f"chosen: {result['chosen']}; wrote {args.output}/pareto.json, pareto.png, chosen.yaml, points/")
+    return OK, {"output": args.output, "chosen": result["chosen"], "points": len(result["points"])}
+
+
+#: --metric -> FINN's resource name
+_RESOURCE = {"lut": "LUT", "bram": "BRAM_18K", "dsp": "DSP"}
+
+
+def _labelled(path: str, option: str, batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(inputs, integer labels) batches from a .npz with arrays ``x`` and ``y``."""
+    import numpy as np
+
+    if not path.endswith(".npz") or not os.path.isfile(path):
+        raise UsageError(f"{option} {path}: expected an existing .npz file with arrays x (inputs) and y (integer labels)")
+    with np.load(path, allow_pickle=False) as arrays:
+        if not {"x", "y"} <= set(arrays.files):
+            raise UsageError(f"{option} {path}: arrays {sorted(arrays.files)}; expected x (inputs) and y (integer labels)")
+        x, y = torch.as_tensor(arrays["x"]).float(), torch.as_tensor(arrays["y"])
+    if len(x) == 0 or len(x) != len(y):
+        raise UsageError(f"{option} {path}: x has {len(x)} samples and y {len(y)}; expected as many, at least one")
+    if y.is_floating_point() or y.ndim != 1:
+        raise UsageError(f"{option} {path}: y has dtype {y.dtype} and shape {tuple(y.shape)}; expected integer labels, one per sample")
+    y = y.long()
+    return [(x[i : i + batch_size], y[i : i + batch_size]) for i in range(0, len(x), batch_size)]
+
+
+def _read_float_state(path: str) -> dict[str, torch.Tensor]:
+    """The float model's ``state_dict`` (``torch.save(model.state_dict(), path)``)."""
+    if not os.path.isfile(path):
+        raise UsageError(f"--checkpoint {path}: no such file; expected the float model's state_dict (.pt)")
+    try:
+        state = torch.load(path, weights_only=True)
+    except Exception as error:
+        raise UsageError(f"--checkpoint {path}: not a torch file: {one_line(error)[:200]}") from error
+    if not (isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values())):
+        raise UsageError(f"--checkpoint {path}: expected the float model's state_dict (a dict of tensors)")
+    return state
 
 
 # -- support and init ------------------------------------------------------------------------------

@@ -30,5 +30,12 @@ def add_parser(sub: Any, add: Callable[..., argparse.ArgumentParser], common: Ca
     m.add_argument("--metric", choices=["cosine", "sqnr"], default="cosine", help="against the float model; sqnr in dB")
     m.add_argument("--target", type=float, required=True, help="the metric to reach")
     m.add_argument("--no-prune", action="store_true", help="keep every site promoted on the way to the target")
+    m.add_argument(
+        "--ranking",
+        choices=["auto", "promotion", "demotion"],
+        default="auto",
+        help="sensitivities as the gain of each site promoted alone, the loss of each demoted alone, or (auto) from "
+        "the end whose metric is nearer the target",
+    )
     m.add_argument("-o", "--output", required=True, help="mixed config to write (.yaml or .json)")
     common(m)

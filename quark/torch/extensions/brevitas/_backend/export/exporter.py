@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from typing_extensions import Unpack
 
+from quark.torch.extensions.brevitas._backend import folding
 from quark.torch.extensions.brevitas._backend.calibrate import require_calibrated
 from quark.torch.extensions.brevitas._backend.export import support
 from quark.torch.extensions.brevitas._backend.export.errors import (
@@ -150,6 +151,7 @@ class ModelExporter:
         clock_mhz: float = 100.0,
         top_k: int | None = None,
         integer_input: bool = False,
+        folding: dict[str, dict[str, Any]] | None = None,
     ):
         """Take the model into FINN's dataflow: ``export_path`` is the output directory.
 
@@ -161,7 +163,8 @@ class ModelExporter:
         on ``part`` and writes the estimate report. ``integer_input``: the accelerator takes the
         integers of the network input's quantizer (e.g. ``UINT8`` pixels, FINN's usual interface: its
         scale folds into the first layer) instead of floats it thresholds itself; the hardware graph
-        is then executed on the integers that quantizer makes of ``example``. Returns a
+        is then executed on the integers that quantizer makes of ``example``. ``folding`` (node name
+        -> PE / SIMD, e.g. a width search's ``SearchPoint.folding``) replaces FINN's SetFolding. Returns a
         ``DataflowExport`` (see :mod:`~quark.torch.extensions.brevitas._backend.targets.finn.dataflow`;
         needs finn-plus). The model is unchanged.
 
@@ -195,6 +198,7 @@ class ModelExporter:
             target_fps=target_fps,
             clock_mhz=clock_mhz,
             top_k=top_k,
+            folding=folding,
         )
 
     # -- the flow ---------------------------------------------------------------------------------
@@ -241,13 +245,14 @@ class ModelExporter:
             target = target.for_model(model)  # the IPU's rules follow the precision of the quantizers
             target.check_config(model, plans or ())
         require_calibrated(model, f"export to {fmt.value}")
-        support.check(model, fmt, self.dynamo)
+        exported = folding.merged(model)  # batch norm folded during QAT: the graph of merged batch norm
+        support.check(exported, fmt, self.dynamo)
         inputs = ExampleInputs.of(model, args)
         expected = self._reference(model, inputs)
         # written next to export_path and moved there once checked: a failed or interrupted export
         # leaves no partial file and keeps the previous one
         with atomic_path(self.export_path) as written:
-            onnx_model = self._write(model, inputs, fmt, opset, len(expected), written)
+            onnx_model = self._write(exported, inputs, fmt, opset, len(expected), written)
             try:
                 target_checks = target.check_graph(onnx_model) if target is not None else []
                 report = self._verify(
@@ -333,10 +338,10 @@ class ModelExporter:
             ) from error
         graph = checks.Graph(onnx_model)
         outputs = checks.compare(graph, produced, expected, output_names(len(expected)), exact, tolerance_lsb)
-        deployed = (
-            _optimized_runtime_diff(checks, graph, onnx_model, feeds, expected, outputs)
+        deployed, workaround = (
+            _optimized_runtime_diff(checks, onnx_model, feeds, expected, outputs)
             if fmt is ExportFormat.qcdq
-            else None
+            else (None, None)
         )
         report = checks.ExportReport(
             verified=True,
@@ -344,6 +349,7 @@ class ModelExporter:
             tolerance_lsb=float(tolerance_lsb),
             outputs=outputs,
             optimized_runtime_diff=deployed,
+            optimized_runtime_workaround=workaround,
             **common,
         )
         if not report.passed:
@@ -356,13 +362,21 @@ class ModelExporter:
         return report
 
 
-def _optimized_runtime_diff(checks, graph, onnx_model, feeds, expected, outputs) -> float | None:
-    """Largest difference (LSBs where quantized) with ONNX Runtime's default optimizations; warn beyond 1 LSB."""
+def _optimized_runtime_diff(checks, onnx_model, feeds, expected, outputs) -> tuple[float | None, str | None]:
+    """Largest difference (LSBs where quantized) with ONNX Runtime's default optimizations, and the optimizer
+    disabled to work around a known ONNX Runtime bug (or None); warns beyond 1 LSB and on a workaround."""
     try:
-        produced = checks.run_onnxruntime_optimized(onnx_model, feeds)
+        produced, bug = checks.run_onnxruntime_optimized(onnx_model, feeds)
     except Exception as error:  # noqa: BLE001  informative only: the graph was verified as written
         logger.warning("ONNX Runtime with its default optimizations could not run the graph: %s", error)
-        return None
+        return None, None
+    if bug is not None:
+        logger.warning(
+            "%s; the graph as written runs. Deploy with InferenceSession(..., disabled_optimizers=[%r]) or a "
+            "fixed ONNX Runtime.",
+            bug,
+            bug.optimizer,
+        )
     diffs = []
     for out, got, ref in zip(outputs, produced, expected):
         diff = float(abs(got.astype("float64") - ref.astype("float64")).max()) if ref.size else 0.0
@@ -375,7 +389,7 @@ def _optimized_runtime_diff(checks, graph, onnx_model, feeds, expected, outputs)
             "sub-8-bit Clip patterns. Deploy with SessionOptions.graph_optimization_level=ORT_DISABLE_ALL or 8-bit QDQ.",
             worst,
         )
-    return worst
+    return worst, None if bug is None else str(bug)
 
 
 def _keep_for_inspection(error: Exception, written: str, export_path: str) -> None:

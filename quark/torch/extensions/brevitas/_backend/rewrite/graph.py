@@ -18,7 +18,7 @@ import copy
 import logging
 import operator
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 
 import brevitas.nn as qnn
@@ -28,7 +28,8 @@ from brevitas.quant.scaled_int import TruncTo8bit
 from brevitas.quant_tensor import QuantTensor
 from torch import fx, nn
 
-from quark.torch.extensions.brevitas._backend.mapping import LAYERS, act_quant, build_layer
+from quark.torch.extensions.brevitas._backend import folding
+from quark.torch.extensions.brevitas._backend.mapping import LAYERS, act_quant
 from quark.torch.extensions.brevitas._backend.rewrite import tracing
 from quark.torch.extensions.brevitas._backend.targets import (
     AveragePooling,
@@ -143,11 +144,12 @@ class GraphRewriter:
     def sites(self, model: fx.GraphModule) -> list[Site]:
         sites: dict[str, Site] = {}
         left_float = []
+        foldable = set(folding.graph_pairs(model).values())  # said in connect, where the plan decides
         for node in model.graph.nodes:
             site = self._site(model, node)
             if site is not None:
                 sites.setdefault(site.name, site)
-            elif not _transparent(model, node):
+            elif not _transparent(model, node) and node.target not in foldable:
                 left_float.append(_describe(model, node))
         if left_float:
             logger.warning(
@@ -183,13 +185,24 @@ class GraphRewriter:
         extension's config), non-negative tensors get unsigned grids first (:func:`_unsigned_where_non_negative`).
         """
         plans_by_name = {p.name: p for p in plans}
+        pairs = folding.graph_pairs(model)
+        folding.assign(plans, pairs)
+        folded = {p.batch_norm for p in plans if p.batch_norm}
+        kept = [f"{bn} ({type(model.get_submodule(bn)).__name__})" for bn in pairs.values() if bn not in folded]
+        if kept:
+            logger.warning(
+                "graph mode leaves these batch norms float (the weight spec of the layer before each does not fold "
+                "it: TQTSpec(fold_batch_norm=True) on a TQT weight spec folds it; or merge batch norm before "
+                "quantization with MergeBatchNorm): %s",
+                ", ".join(kept),
+            )
         if view.signs_from_graph:
             _unsigned_where_non_negative(model, plans_by_name)
         for node in model.graph.nodes:
             plan = plans_by_name.get(node.target) if node.op == "call_module" else None
             if plan is None or plan.module_type not in (*WEIGHTED, *ACTIVATIONS) or not node.args:
                 continue
-            producer = _producer(model, node.args[0])
+            producer = _producer(model, node.args[0], folded)
             upstream = plans_by_name.get(_site_name(producer)) if producer is not None else None
             spec = _produced_spec(upstream) if upstream is not None else None
             if spec is None:
@@ -209,9 +222,7 @@ class GraphRewriter:
         param = next(model.parameters(), None)
         place = {"device": param.device, "dtype": param.dtype} if param is not None else {}
         # build every replacement first: a failure leaves the model as it was
-        built = {
-            p.name: BUILDERS[_kind(by_name[p.name])](p, by_name[p.name]).to(**place) for p in plans if p.quantized
-        }
+        built = {p.name: _build(p, by_name[p.name], model).to(**place) for p in plans if p.quantized}
         placeholders = {n.target: n for n in model.graph.nodes if n.op == "placeholder"}
         taken = {name for name, _ in model.named_modules()}
         quantizing = set(built)  # the modules that take and give QuantTensors
@@ -227,6 +238,9 @@ class GraphRewriter:
                 node.replace_all_uses_with(quant, delete_user_cb=lambda user, q=quant: user is not q)
             else:
                 model.set_submodule(name, module)
+        for plan in plans:
+            if plan.batch_norm is not None and plan.name in built:
+                _remove(model, plan.batch_norm)  # the layer computes it now
         _float_inputs(model, quantizing)
         _float_outputs(model)
         model.graph.lint()
@@ -236,6 +250,21 @@ class GraphRewriter:
 
 def _kind(site: Site) -> str:
     return KIND_OF_TYPE.get(site.type, "compute")
+
+
+def _build(plan: LayerPlan, site: Site, model: fx.GraphModule) -> nn.Module:
+    """The replacement of a site; a compute layer folding a batch norm takes it from ``model``."""
+    if _kind(site) == "compute":
+        return _compute(plan, site, model)
+    return BUILDERS[_kind(site)](plan, site)
+
+
+def _remove(model: fx.GraphModule, target: str) -> None:
+    """The module ``target`` and its call out of the graph, its input passed on to its users."""
+    node = next(n for n in model.graph.nodes if n.op == "call_module" and n.target == target)
+    node.replace_all_uses_with(node.args[0])
+    model.graph.erase_node(node)
+    model.delete_submodule(target)
 
 
 def _quant_identity(spec: TensorQuant) -> nn.Module:
@@ -298,11 +327,11 @@ def _pool(plan: LayerPlan, site: Site) -> nn.Module:
     return stages["pool"] if len(stages) == 1 else nn.Sequential(stages)
 
 
-def _compute(plan: LayerPlan, site: Site) -> nn.Module:
+def _compute(plan: LayerPlan, site: Site, model: fx.GraphModule | None = None) -> nn.Module:
     own = plan
     if "input_tensors" in plan.upstream:
         own = replace(plan, specs={**plan.specs, "input_tensors": None})
-    return build_layer(own, site.module, return_quant_tensor=plan.specs["output_tensors"] is not None)
+    return folding.build(own, site.module, model, return_quant_tensor=plan.specs["output_tensors"] is not None)
 
 
 #: site kind -> the module that replaces it (an input's quantizer is inserted after the input)
@@ -368,9 +397,10 @@ def _produced_spec(plan: LayerPlan) -> TensorQuant | None:
     return plan.specs["output_tensors"]
 
 
-def _producer(model: fx.GraphModule, node) -> fx.Node | None:
-    """The node that quantized ``node``'s value, walking back through pass-through operations."""
-    while isinstance(node, fx.Node) and _passes_through(model, node):
+def _producer(model: fx.GraphModule, node, folded: Collection[str] = ()) -> fx.Node | None:
+    """The node that quantized ``node``'s value, walking back through pass-through operations (and
+    the batch norms ``folded`` into the layer before them)."""
+    while isinstance(node, fx.Node) and (_passes_through(model, node) or (node.op == "call_module" and node.target in folded)):
         node = node.args[0]
     return node if isinstance(node, fx.Node) else None
 

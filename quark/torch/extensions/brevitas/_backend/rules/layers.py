@@ -18,6 +18,7 @@ from quark.torch.extensions.brevitas._backend.mapping import OUTPUT_CHANNEL_AXIS
 from quark.torch.extensions.brevitas._backend.rules import Found, Rule
 from quark.torch.extensions.brevitas._backend.rules import markdown as rules_markdown
 from quark.torch.extensions.brevitas._backend.rules import problems as collect
+from quark.torch.quantization.config.algorithms import Phase
 from quark.torch.quantization.config.type import QSchemeType, ScaleType
 from quark.torch.quantization.plan import LayerPlan, Site
 from quark.torch.quantization.tensor_quant import Format
@@ -252,12 +253,31 @@ def algorithm_problems(
     ]
 
 
+def folding_problems(plans: Sequence[LayerPlan], algorithms: Iterable[tuple[Any, Any]]) -> list[str]:
+    """Algorithms that run on the quantized model with batch norm folded into layers during QAT:
+    they would edit (or re-estimate) a layer's float weight and bias, not the folded ones it quantizes."""
+    folded = [f"{p.name} + {p.batch_norm}" for p in plans if p.batch_norm]
+    late = [type(algo).__name__ for algo, impl in algorithms if impl.phase is not Phase.before_quantization]
+    if not folded or not late:
+        return []
+    return [
+        (
+            f"{', '.join(late)} (run on the quantized model) with batch norm folded into layers during QAT "
+        f"({', '.join(folded[:5])}{' ...' if len(folded) > 5 else ''}); allowed: the weight spec's "
+        "TQTSpec(fold_batch_norm=False), or batch norm merged before quantization "
+        "(pre_quant_opt_config=[MergeBatchNorm()]) (those algorithms edit a layer's own weight and bias, "
+            "not the folded ones it quantizes)"
+        )
+    ]
+
+
 def check(
     plans: Sequence[LayerPlan], sites: Sequence[Site], algorithms: Iterable[tuple[Any, Any]] = ()
 ) -> None:
     """Raise one ``ValueError`` listing every problem of the layers and of the algorithms'
     preconditions (``(config, implementation)`` pairs), before anything is built."""
-    found = problems(plans, sites) + algorithm_problems(plans, sites, algorithms)
+    algorithms = list(algorithms)
+    found = problems(plans, sites) + algorithm_problems(plans, sites, algorithms) + folding_problems(plans, algorithms)
     if found:
         raise ValueError("the config cannot be applied to this model:\n  " + "\n  ".join(found))
 

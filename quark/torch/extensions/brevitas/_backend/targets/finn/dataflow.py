@@ -120,13 +120,16 @@ def export_finn_dataflow(
     check_samples: int = 4,
     rtol: float = FLOAT_RTOL,
     mvau_wwidth_max: int = MVAU_WWIDTH_MAX,
+    folding: dict[str, dict[str, Any]] | None = None,
 ) -> DataflowExport:
     """From a QONNX file to a directory ready for FINN's ``build_dataflow`` (with Vivado).
 
     Runs :func:`dataflow_from_qonnx` (each step checked on the first ``check_samples`` inputs),
     executes the hardware-layer graph on every input (:mod:`.execute`: batched, bit-exact to FINN's
     Python execution) and compares it with ``expected`` (the torch model's outputs; default: the
-    QONNX graph's), then :func:`fold_and_estimate` for ``part``. Writes to ``output_dir``:
+    QONNX graph's), then :func:`fold_and_estimate` for ``part`` (or sets ``folding``, node name ->
+    PE / SIMD, instead of FINN's SetFolding: see :func:`~.estimate.fold_and_estimate`). Writes to
+    ``output_dir``:
 
     - ``model.qonnx.onnx``: the QONNX file;
     - ``dataflow_parent.onnx`` / ``dataflow_partition.onnx``: FINN's parent graph (host-side layout
@@ -172,7 +175,12 @@ def export_finn_dataflow(
         clock_mhz,
     )
     folded, estimate = fold_and_estimate(
-        dataflow.partition, fpga, target_fps=target_fps, clock_mhz=clock_mhz, mvau_wwidth_max=mvau_wwidth_max
+        dataflow.partition,
+        fpga,
+        target_fps=target_fps,
+        clock_mhz=clock_mhz,
+        mvau_wwidth_max=mvau_wwidth_max,
+        folding=folding,
     )
     files.update(
         {

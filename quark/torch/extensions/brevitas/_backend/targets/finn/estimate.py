@@ -205,10 +205,15 @@ def fold_and_estimate(
     target_fps: float | None = None,
     clock_mhz: float = 100.0,
     mvau_wwidth_max: int = MVAU_WWIDTH_MAX,
+    folding: dict[str, dict[str, Any]] | None = None,
 ):
     """Specialize the partition's layers for ``part``, fold them for ``target_fps`` at
     ``clock_mhz`` (FINN's SetFolding; without a target every layer keeps PE = SIMD = 1), minimize
-    bit widths, and estimate resources and cycles. Returns (folded model, :class:`Estimate`)."""
+    bit widths, and estimate resources and cycles. Returns (folded model, :class:`Estimate`).
+
+    ``folding``: node name of the partition (before specialization: ``MVAU_0``, ...) -> folding
+    attributes (``{"PE": 4, "SIMD": 9}``) set instead of SetFolding's (the width search's
+    per-layer folding, :mod:`.cost`); ``target_fps`` is then only reported against."""
     from finn.analysis.fpgadataflow.dataflow_performance import dataflow_performance
     from finn.analysis.fpgadataflow.exp_cycles_per_layer import exp_cycles_per_layer
     from finn.analysis.fpgadataflow.res_estimation import res_estimation
@@ -227,6 +232,8 @@ def fold_and_estimate(
     if target_fps is not None and not (isinstance(target_fps, (int, float)) and target_fps > 0):
         raise ValueError(f"target_fps={target_fps!r}: expected frames per second > 0, or None")
     model = partition
+    if folding is not None:
+        _apply_folding(model, folding)
     for transform in (SpecializeLayers(fpga.part), GiveUniqueNodeNames(), InferShapes(), InferDataTypes()):
         model = run_transform(model, transform)
     notes = _Collect()
@@ -234,7 +241,7 @@ def fold_and_estimate(
     finn_log.addHandler(notes)
     propagate, finn_log.propagate = finn_log.propagate, False  # FINN's notes go to the report
     try:
-        if target_fps is not None:
+        if target_fps is not None and folding is None:
             cycles = max(1, int(clock_mhz * 1e6 / target_fps))
             model = run_transform(
                 model, SetFolding(cycles, mvau_wwidth_max=mvau_wwidth_max, two_pass_relaxation=True)
@@ -268,6 +275,19 @@ def fold_and_estimate(
     estimate = Estimate(**{**estimate.__dict__, "problems": tuple(_problems(estimate, mvau_wwidth_max))})
     logger.info("FINN estimate on %s: %.0f fps, %s", fpga.part, estimate.fps, estimate.totals)
     return model, estimate
+
+
+def _apply_folding(model, folding: dict[str, dict[str, Any]]) -> None:
+    from qonnx.custom_op.registry import getCustomOp
+
+    nodes = {node.name: node for node in model.graph.node}
+    unknown = sorted(set(folding) - set(nodes))
+    if unknown:
+        raise ValueError(f"folding: no node {unknown} in the partition; its nodes: {sorted(nodes)}")
+    for name, attributes in folding.items():
+        op = getCustomOp(nodes[name])
+        for attribute, value in attributes.items():
+            op.set_nodeattr(attribute, value)
 
 
 #: node attributes that bound a layer's folding, reported with it

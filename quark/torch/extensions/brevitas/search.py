@@ -1,0 +1,667 @@
+"""Per-layer bit widths chosen against FINN's own cost: an accuracy-versus-resource front for a part.
+
+The search space: the weight width of every compute layer and the output width of every activation
+site with its own quantizer (ReLU outputs, residual additions) of :func:`~.presets.finn`'s graph-mode
+config; the network input keeps its 8 bits. Each candidate is priced by
+:class:`~._backend.targets.finn.cost.CostModel` (FINN's per-layer estimate functions, folded per
+layer for the target fps) and scored by per-variable sensitivities measured by PTQ on the
+calibration data. See ``docs/search.md`` for the method and its limits.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from quark.torch.extensions.brevitas import presets
+from quark.torch.quantization.config.config import Config, QATSpec, QuantizationConfig
+
+logger = logging.getLogger(__name__)
+
+#: the widths searched unless told otherwise
+DEFAULT_BITS = (2, 3, 4, 8)
+#: the widths the variables take while the others are measured (the sensitivities' reference)
+REFERENCE_BITS = 8
+#: activation roles a site's own quantizer can take
+ACTIVATION_ROLES = ("input_tensors", "output_tensors")
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One width the search chooses: a layer's weights or a site's own activation quantizer."""
+
+    kind: str  # "weight" | "act"
+    site: str
+    roles: tuple[str, ...]
+    signed: bool
+
+    @property
+    def name(self) -> str:
+        return f"{self.site}:{self.kind}"
+
+
+def variables(model: nn.Module, calibration: Any, *, qat_spec: QATSpec | None = None) -> list[Variable]:
+    """The search's variables of ``model`` under :func:`~.presets.finn`: each compute layer's weight,
+    each site with its own activation quantizer (not the network input)."""
+    from quark.torch.extensions.brevitas.api import ModelQuantizer
+
+    quantizer = ModelQuantizer(presets.finn(4, 4, qat_spec=qat_spec))
+    quantizer.quantize_model(model, calibration, progress=False)
+    found = []
+    for plan in quantizer.plans:
+        if plan.module_type.__name__ == "GraphInput":
+            continue
+        if plan.specs.get("weight") is not None:
+            found.append(Variable("weight", plan.name, ("weight",), True))
+        own = tuple(r for r in ACTIVATION_ROLES if plan.specs.get(r) is not None and r not in plan.upstream)
+        if own:
+            found.append(Variable("act", plan.name, own, bool(plan.specs[own[-1]].signed)))
+    return found
+
+
+def config(
+    widths: Mapping[str, int],
+    space: Sequence[Variable],
+    *,
+    qat_spec: QATSpec | None = None,
+    base_bits: int = REFERENCE_BITS,
+) -> Config:
+    """The :func:`~.presets.finn` config with ``widths`` (variable name -> bits) per layer and site
+    in ``layer_quant_config``; variables not named keep ``base_bits``."""
+    base = presets.finn(base_bits, base_bits, qat_spec=qat_spec)
+    per_layer: dict[str, dict[str, Any]] = {}
+    for variable in space:
+        bits = widths.get(variable.name, base_bits)
+        uniform = presets.finn(bits, bits, qat_spec=qat_spec)
+        if variable.kind == "weight":
+            spec = uniform.global_quant_config.weight
+        elif variable.signed:
+            spec = uniform.global_quant_config.input_tensors
+        else:
+            spec = uniform.layer_type_quant_config["ReLU"].output_tensors
+        for role in variable.roles:
+            per_layer.setdefault(variable.site, {})[role] = spec
+    base.layer_quant_config = {site: QuantizationConfig(**roles) for site, roles in per_layer.items()}
+    return base
+
+
+def quantize(model: nn.Module, calibration: Any, cfg: Config) -> nn.Module:
+    from quark.torch.extensions.brevitas.api import ModelQuantizer
+
+    return ModelQuantizer(cfg).quantize_model(model, calibration, progress=False)
+
+
+def integer_weights(model: nn.Module, calibration: Any, space: Sequence[Variable], bits: Iterable[int]):
+    """(weight variable name, bits) -> the layer's integer weights as an MVAU matrix: one PTQ per
+    width (a weight's quantizer does not depend on the other layers' widths)."""
+    found = {}
+    for b in bits:
+        widths = {v.name: b for v in space}
+        found.update(weights_of(quantize(model, calibration, config(widths, space)), space, widths))
+    return found
+
+
+def weights_of(qmodel: nn.Module, space: Sequence[Variable], widths: Mapping[str, int]):
+    """(weight variable name, its width) -> the quantized model's integer weights as an MVAU matrix."""
+    from quark.torch.extensions.brevitas._backend.targets.finn.cost import integer_matrix
+
+    modules = dict(qmodel.named_modules())
+    with torch.no_grad():
+        return {
+            (v.name, widths[v.name]): integer_matrix(modules[v.site].quant_weight().int().cpu().numpy())
+            for v in space
+            if v.kind == "weight"
+        }
+
+
+def probe_widths(space: Sequence[Variable], bits: Sequence[int]) -> list[dict[str, int]]:
+    """Assignments whose exports tell which hardware layer each variable drives: every weight
+    variable (and every activation variable) gets a distinct sequence of widths across the probes."""
+    kinds = {kind: [v for v in space if v.kind == kind] for kind in ("weight", "act")}
+    count = max(len(group) for group in kinds.values())
+    probes = 1
+    while len(bits) ** probes < count:
+        probes += 1
+    codes = list(itertools.product(bits, repeat=probes))
+    return [
+        {v.name: codes[i][p] for group in kinds.values() for i, v in enumerate(group)} for p in range(probes)
+    ]
+
+
+def build_cost_model(
+    model: nn.Module,
+    calibration: Any,
+    example: torch.Tensor,
+    *,
+    part: str = "xc7z020clg400-1",
+    clock_mhz: float = 100.0,
+    target_fps: float | None = None,
+    bits: Sequence[int] = DEFAULT_BITS,
+    metric: str = "lut",
+    space: Sequence[Variable] | None = None,
+    workdir: str | os.PathLike | None = None,
+    progress: bool = False,
+):
+    """FINN's cost model of ``model`` at per-layer widths (``bits``, 2 and up): probe exports to
+    FINN's dataflow find which hardware layer each variable drives, then
+    :class:`~._backend.targets.finn.cost.CostModel` prices every layer at every combination of its
+    variables' widths. Returns (cost model, variables)."""
+    from quark.torch.extensions.brevitas._backend.data import batches
+    from quark.torch.extensions.brevitas._backend.targets.finn.cost import CostModel, map_probes
+    from quark.torch.extensions.brevitas.api import ModelExporter
+
+    bits = tuple(sorted(set(bits)))
+    if any(b < 2 for b in bits):
+        raise ValueError(f"bits={list(bits)}: the cost model's probes need widths of 2 bits and up")
+    space = list(space) if space is not None else variables(model, calibration)
+    probes = probe_widths(space, bits)
+    codes = {v.name: tuple(widths[v.name] for widths in probes) for v in space}
+    with tempfile.TemporaryDirectory(dir=workdir) as scratch:
+        partitions = []
+        for index, widths in enumerate(batches(probes, progress=progress, desc="cost model: probe exports")):
+            qmodel = quantize(model, calibration, config(widths, space))
+            result = ModelExporter(os.path.join(scratch, f"probe{index}")).export_finn_dataflow(
+                qmodel, example, part=part, clock_mhz=clock_mhz, integer_input=True
+            )
+            partitions.append(os.path.join(result.directory, "partitions", "partition_0.onnx"))
+        template, weight_nodes, threshold_nodes = map_probes(
+            partitions,
+            {v.name: codes[v.name] for v in space if v.kind == "weight"},
+            {v.name: codes[v.name] for v in space if v.kind == "act"},
+        )
+    weights = integer_weights(model, calibration, space, bits)
+    cost = CostModel(
+        template,
+        weight_nodes,
+        threshold_nodes,
+        weights,
+        part,
+        clock_mhz=clock_mhz,
+        target_fps=target_fps,
+        metric=metric,
+    )
+    cost.fill(bits)
+    return cost, space
+
+
+# -- sensitivity ---------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def mean_loss(model: nn.Module, data: Iterable) -> float:
+    """Mean cross-entropy of ``model`` over (inputs, integer labels) batches."""
+    model.eval()
+    total = count = 0.0
+    for x, y in data:
+        total += float(nn.functional.cross_entropy(model(x), y, reduction="sum"))
+        count += len(y)
+    return total / count
+
+
+def sensitivities(
+    model: nn.Module, calibration: Any, space: Sequence[Variable], bits: Sequence[int], *, progress: bool = False
+) -> dict[tuple[str, int], float]:
+    """(variable name, bits) -> the rise of the calibration data's cross-entropy when that one
+    variable is quantized to ``bits`` by PTQ and every other one to :data:`REFERENCE_BITS`.
+
+    Measured, not modelled: a PTQ pass quantizes activations as the deployed graph will (power-of-two
+    scales, requantized residual additions), which a Hessian trace of the weights does not see; one
+    pass per (variable, width) is cheap for the networks FINN maps. The search adds them up
+    (HAWQ's separable model); the front's points are then measured (QAT and held-out accuracy)."""
+    from quark.torch.extensions.brevitas._backend.data import batches
+
+    reference = mean_loss(quantize(model, calibration, config({}, space)), calibration)
+    found = {}
+    pairs = list(itertools.product(space, bits))
+    for variable, b in batches(pairs, progress=progress, desc="sensitivities (PTQ per variable and width)"):
+        if b == REFERENCE_BITS:
+            found[(variable.name, b)] = 0.0
+            continue
+        qmodel = quantize(model, calibration, config({variable.name: b}, space))
+        found[(variable.name, b)] = mean_loss(qmodel, calibration) - reference
+    return found
+
+
+# -- the two searches --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Candidate:
+    widths: dict[str, int]
+    score: float  # summed sensitivity
+    cost: Any  # NetworkCost
+
+
+def score(widths: Mapping[str, int], sensitivity: Mapping[tuple[str, int], float]) -> float:
+    return float(sum(sensitivity[(name, b)] for name, b in widths.items()))
+
+
+def _front(candidates: Iterable[Candidate], metric: str) -> list[Candidate]:
+    """The candidates no other beats on both the metric and the score, by the metric."""
+    from quark.torch.extensions.brevitas._backend.targets.finn.cost import METRICS
+
+    resource = METRICS[metric]
+    ordered = sorted(candidates, key=lambda c: (c.cost.totals[resource], c.score))
+    front, best = [], math.inf
+    for candidate in ordered:
+        if candidate.score < best - 1e-12 and candidate.cost.fits and candidate.cost.meets_target:
+            front.append(candidate)
+            best = candidate.score
+    return front
+
+
+def greedy_front(cost, space: Sequence[Variable], sensitivity, bits: Sequence[int]) -> list[Candidate]:
+    """From every variable at the widest width, lower one variable a step at a time, each time the
+    one that saves the most of the metric per unit of sensitivity added; every step is a point."""
+    from quark.torch.extensions.brevitas._backend.targets.finn.cost import METRICS
+
+    resource = METRICS[cost.metric]
+    bits = sorted(bits)
+    widths = {v.name: bits[-1] for v in space}
+    points = [Candidate(dict(widths), score(widths, sensitivity), cost.cost(widths))]
+    while True:
+        moves = []
+        for variable in space:
+            step = bits.index(widths[variable.name])
+            if step == 0:
+                continue
+            trial = {**widths, variable.name: bits[step - 1]}
+            saved = points[-1].cost.totals[resource] - cost.cost(trial).totals[resource]
+            added = score(trial, sensitivity) - points[-1].score
+            moves.append((saved / max(added, 1e-9) if saved > 0 else -1 / max(added, 1e-9), trial))
+        if not moves:
+            break
+        widths = max(moves, key=lambda m: m[0])[1]
+        points.append(Candidate(dict(widths), score(widths, sensitivity), cost.cost(widths)))
+    return _front(points, cost.metric)
+
+
+def milp_front(
+    cost, space: Sequence[Variable], sensitivity, bits: Sequence[int], max_points: int = 200
+) -> list[Candidate]:
+    """The exact front by ``scipy.optimize.milp`` (the epsilon-constraint method): the least summed
+    sensitivity under a budget of the metric, then the least metric at that sensitivity (a point
+    of the front), then again under a budget just below that point's metric, until no network
+    fits; within the part's capacity and with every layer at a folding that meets the target fps.
+    Every point of the front is found (up to ``max_points``), cheapest last.
+
+    Binary x[v, b] picks variable v's width; binary y[u, c] picks hardware unit u's combination c of
+    its variables' widths; sum_c y[u, c] over the c with v at b equals x[v, b] (exact linking)."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    from quark.torch.extensions.brevitas._backend.targets.finn.cost import METRICS
+    from quark.torch.extensions.brevitas._backend.targets.finn.estimate import ESTIMATED
+
+    bits = sorted(bits)
+    names = [v.name for v in space]
+    x_index = {(n, b): i for i, (n, b) in enumerate(itertools.product(names, bits))}
+    y_terms = []  # (unit, combo, LayerCost)
+    for unit in cost.units:
+        for combo, layer in cost.table(unit).items():
+            if all(b in bits for b in combo):
+                y_terms.append((unit, combo, layer))
+    n = len(x_index) + len(y_terms)
+    rows, low, high = [], [], []
+
+    def row(entries: dict[int, float], lo: float, hi: float) -> None:
+        vector = np.zeros(n)
+        for i, value in entries.items():
+            vector[i] += value
+        rows.append(vector)
+        low.append(lo)
+        high.append(hi)
+
+    for name in names:
+        row({x_index[(name, b)]: 1.0 for b in bits}, 1, 1)
+    for unit in cost.units:
+        mine = [j for j, (u, _, _) in enumerate(y_terms) if u == unit]
+        row({len(x_index) + j: 1.0 for j in mine}, 1, 1)
+        for k, variable in enumerate(cost.depends[unit]):
+            for b in bits:
+                entries = {len(x_index) + j: 1.0 for j in mine if y_terms[j][1][k] == b}
+                entries[x_index[(variable, b)]] = -1.0
+                row(entries, 0, 0)
+    for resource in ESTIMATED:
+        capacity = cost.part.capacity[resource]
+        row({len(x_index) + j: t[2].option.resources[resource] for j, t in enumerate(y_terms)}, -np.inf, capacity)
+    objective = np.zeros(n)
+    for (name, b), i in x_index.items():
+        objective[i] = sensitivity[(name, b)]
+    upper = np.ones(n)
+    for j, (_, _, layer) in enumerate(y_terms):
+        if not layer.meets_target:
+            upper[len(x_index) + j] = 0
+    resource = METRICS[cost.metric]
+    metric_row = np.zeros(n)
+    for j, (_, _, layer) in enumerate(y_terms):
+        metric_row[len(x_index) + j] = layer.option.resources[resource]
+    fixed = LinearConstraint(np.array(rows), low, high)
+    integrality, bounds = np.ones(n), Bounds(0, upper)
+    exact = {"mip_rel_gap": 0.0}  # HiGHS stops at a 1e-4 relative gap by default: scores are small
+    # the budget steps below a point by less than any two networks' metrics differ (FINN's
+    # estimates are sums of products of integers and a few fractions)
+    step = 1e-6 * max(1.0, float(np.abs(metric_row).max()))
+    points, budget = [], np.inf
+    while len(points) < max_points:
+        least = milp(objective, constraints=[fixed, LinearConstraint(metric_row[None, :], -np.inf, budget)],
+                     integrality=integrality, bounds=bounds, options=exact)
+        if least.x is None:
+            break
+        at_most = least.fun + 1e-9 * max(1.0, abs(least.fun))
+        cheapest = milp(metric_row, constraints=[fixed, LinearConstraint(objective[None, :], -np.inf, at_most)],
+                        integrality=integrality, bounds=bounds, options=exact)
+        chosen = cheapest.x if cheapest.x is not None else least.x
+        widths = {name: b for (name, b), i in x_index.items() if chosen[i] > 0.5}
+        points.append(Candidate(widths, score(widths, sensitivity), cost.cost(widths)))
+        budget = float(metric_row @ np.round(chosen)) - step
+    return _front(points, cost.metric)
+
+
+def name_of(widths: Mapping[str, int], space: Sequence[Variable]) -> str:
+    """``W2A2`` for uniform widths, else each variable's width in order: ``w4.a3.w2...``."""
+    values = [widths[v.name] for v in space]
+    if len(set(values)) == 1:
+        return f"W{values[0]}A{values[0]}"
+    return ".".join(f"{v.kind[0]}{widths[v.name]}" for v in space)
+
+
+# -- measured points and the files a user keeps ------------------------------------------------------------
+
+
+def accuracy(model: nn.Module, data: Iterable) -> float:
+    """Top-1 accuracy in percent over (inputs, labels) batches."""
+    model.eval()
+    correct = total = 0
+    with torch.no_grad():
+        for x, y in data:
+            correct += int((model(x).argmax(1) == y).sum())
+            total += len(y)
+    return 100.0 * correct / total
+
+
+def qat(qmodel: nn.Module, train: Iterable, epochs: int, lr: float = 1e-3, seed: int = 0) -> nn.Module:
+    """A short QAT: Adam, cross-entropy, learning rate cosine-decayed to 0 over ``epochs``."""
+    torch.manual_seed(seed)
+    batches = list(train)
+    optimizer = torch.optim.Adam(qmodel.parameters(), lr=lr)
+    steps = max(1, epochs * len(batches))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
+    for _ in range(epochs):
+        qmodel.train()
+        for x, y in batches:
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(qmodel(x), y).backward()
+            optimizer.step()
+            schedule.step()
+    return qmodel.eval()
+
+
+@dataclass
+class Point:
+    """One measured point of the front (or a uniform baseline)."""
+
+    name: str
+    widths: dict[str, int]
+    uniform: bool
+    score: float
+    accuracy: float
+    predicted: dict[str, float]  # the cost model's totals with the point's trained weights
+    estimated: dict[str, float] | None  # export_finn_dataflow's totals at the same folding
+    fps: float
+    folding: dict[str, dict[str, int]]
+    searched: dict[str, float]  # the cost model's totals the search saw (the float model's PTQ weights)
+    config: str = ""
+    checkpoint: str = ""
+
+
+def measure(
+    model: nn.Module,
+    cost,
+    space: Sequence[Variable],
+    widths: Mapping[str, int],
+    train: Iterable,
+    evaluation: Iterable,
+    *,
+    qat_epochs: int,
+    score_: float,
+    example: torch.Tensor | None = None,
+    directory: str | None = None,
+    qat_spec: QATSpec | None = None,
+    save_checkpoint: Callable[[str, Config, nn.Module], None] | None = None,
+) -> Point:
+    """PTQ and ``qat_epochs`` of QAT at ``widths``, held-out accuracy, and (with ``example``) the full
+    FINN dataflow estimate at the cost model's folding, written under ``directory``: the config,
+    the checkpoint (by ``save_checkpoint(path, config, quantized model)``; default: the
+    quantized model's ``state_dict``) and the FINN directory."""
+    from quark.torch.extensions.brevitas.api import ModelExporter
+    from quark.torch.extensions.brevitas.qat import freeze
+
+    cfg = config(widths, space, qat_spec=qat_spec)
+    qmodel = quantize(model, train, cfg)
+    if qat_epochs:
+        qat(qmodel, train, qat_epochs)
+        freeze(qmodel)
+    searched = cost.cost(widths)
+    predicted = cost.with_weights(weights_of(qmodel, space, widths)).cost(widths)  # the trained weights' own implementation and widths
+    name = name_of(widths, space)
+    point = Point(
+        name,
+        dict(widths),
+        name.startswith("W") and len(set(widths.values())) == 1,
+        score_,
+        accuracy(qmodel, evaluation),
+        predicted.totals,
+        None,
+        predicted.fps,
+        predicted.folding,
+        searched.totals,
+    )
+    if directory is not None:
+        os.makedirs(os.path.join(directory, "points", name), exist_ok=True)
+        point.config = os.path.join("points", name, "config.yaml")
+        point.checkpoint = os.path.join("points", name, "model.pt")
+        cfg.save(os.path.join(directory, point.config))
+        (save_checkpoint or _save_state_dict)(os.path.join(directory, point.checkpoint), cfg, qmodel)
+        if example is not None:
+            full = ModelExporter(os.path.join(directory, "points", name, "finn")).export_finn_dataflow(
+                qmodel, example, part=cost.part.part, clock_mhz=cost.clock_mhz, target_fps=cost.target_fps,
+                integer_input=True, folding=predicted.folding,
+            )
+            point.estimated = full.estimate.totals
+    return point
+
+
+def _save_state_dict(path: str, cfg: Config, qmodel: nn.Module) -> None:
+    """The Python API's checkpoint: the quantized ``state_dict`` (re-load: quantize the float model
+    with the point's ``config.yaml``, ``calibrate=False``, then ``load_state_dict``)."""
+    torch.save(qmodel.state_dict(), path)
+
+
+def knee(points: Sequence[Point], resource: str, tolerance: float = 0.5) -> Point:
+    """The point with the least ``resource`` whose accuracy is within ``tolerance`` points of the best."""
+    best = max(p.accuracy for p in points)
+    return min((p for p in points if p.accuracy >= best - tolerance), key=lambda p: p.predicted[resource])
+
+
+def plot(points: Sequence[Point], path: str, resource: str, title: str) -> None:
+    """``pareto.png``: accuracy against the resource, the front as a line, the uniform baselines labelled."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    front = sorted((p for p in points if not p.uniform), key=lambda p: p.predicted[resource])
+    axes.plot([p.predicted[resource] for p in front], [p.accuracy for p in front], "o-", label="searched widths")
+    for p in points:
+        if p.uniform:
+            axes.plot(p.predicted[resource], p.accuracy, "s", color="tab:red")
+            axes.annotate(p.name, (p.predicted[resource], p.accuracy), textcoords="offset points", xytext=(5, -12))
+    axes.plot([], [], "s", color="tab:red", label="uniform baselines")
+    axes.set_xlabel(f"{resource} (FINN estimate, count)")
+    axes.set_ylabel("held-out accuracy (%)")
+    axes.set_title(title)
+    axes.grid(True, alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def search(
+    model: nn.Module,
+    train: Iterable,
+    evaluation: Iterable,
+    example: torch.Tensor,
+    output_dir: str | os.PathLike,
+    *,
+    part: str = "xc7z020clg400-1",
+    target_fps: float | None = None,
+    clock_mhz: float = 100.0,
+    bits: Sequence[int] = DEFAULT_BITS,
+    qat_epochs: int = 0,
+    metric: str = "lut",
+    points: int = 4,
+    progress: bool = True,
+    save_checkpoint: Callable[[str, Config, nn.Module], None] | None = None,
+) -> dict[str, Any]:
+    """Per-layer widths of ``model`` (a float model under :func:`~.presets.finn`) against FINN's cost.
+
+    Builds the cost model (:func:`build_cost_model`), measures per-variable sensitivities on
+    ``train`` (:func:`sensitivities`), traces the metric-versus-sensitivity front with the integer
+    program (:func:`milp_front`) and the greedy walk (:func:`greedy_front`), then measures up to
+    ``points`` points of the integer program's front and the uniform baselines W2A2 / W3A3 / W4A4 /
+    W8A8 by the same procedure (PTQ, ``qat_epochs`` of QAT, accuracy on ``evaluation``, the full
+    FINN estimate at the cost model's folding). ``train`` / ``evaluation``: (inputs, integer labels)
+    batches; ``example``: inputs for the FINN exports. Writes to ``output_dir``: ``pareto.json``,
+    ``pareto.png``, ``chosen.yaml`` (the knee: the fewest of the metric within 0.5 points of the best
+    accuracy) and ``points/<name>/`` (``config.yaml``, the checkpoint ``model.pt`` written by
+    ``save_checkpoint(path, config, quantized model)`` (default: its ``state_dict``; the command
+    line writes its own checkpoint format), the FINN directory ``finn/``). The cost model and the
+    sensitivities are kept in ``output_dir/cache/`` under a digest of the model, the training data
+    and the arguments that shape them: a second run with the same ones reuses them. Returns
+    pareto.json's data.
+    """
+    import json
+    import time
+
+    from quark.torch.extensions.brevitas._backend.data import batches
+    from quark.torch.extensions.brevitas._backend.targets.finn.cost import METRICS
+    from quark.torch.extensions.brevitas._backend.targets.finn.parts import resolve
+
+    if metric not in METRICS:
+        raise ValueError(f"search(metric={metric!r}): allowed {sorted(METRICS)}")
+    bits = tuple(sorted({int(b) for b in bits}))
+    if not bits or bits[0] < 2:
+        raise ValueError(f"search(bits={list(bits)}): widths of 2 bits and up (1-bit layers are another FINN structure)")
+    if not (isinstance(qat_epochs, int) and qat_epochs >= 0):
+        raise ValueError(f"search(qat_epochs={qat_epochs!r}): expected an integer >= 0")
+    if not (isinstance(points, int) and points >= 1):
+        raise ValueError(f"search(points={points!r}): expected an integer >= 1")
+    resolve(part)  # an unknown part fails here, before the long steps
+    out = os.fspath(output_dir)
+    os.makedirs(out, exist_ok=True)
+    train, evaluation = list(train), list(evaluation)
+    cache = _Cache(os.path.join(out, "cache"), model, train, example, part, clock_mhz, target_fps, bits, metric)
+    timings = {}
+    start = time.perf_counter()
+    cost, space = cache.get("cost", lambda: build_cost_model(
+        model, train, example, part=part, clock_mhz=clock_mhz, target_fps=target_fps, bits=bits, metric=metric,
+        progress=progress,
+    ))
+    timings["cost model"] = time.perf_counter() - start
+    start = time.perf_counter()
+    sensitivity = cache.get("sensitivity", lambda: sensitivities(model, train, space, bits, progress=progress))
+    timings["sensitivities"] = time.perf_counter() - start
+    start = time.perf_counter()
+    exact = milp_front(cost, space, sensitivity, bits)
+    timings["milp"] = time.perf_counter() - start
+    start = time.perf_counter()
+    greedy = greedy_front(cost, space, sensitivity, bits)
+    timings["greedy"] = time.perf_counter() - start
+    resource = METRICS[metric]
+    chosen = [exact[round(i * (len(exact) - 1) / max(1, points - 1))] for i in range(min(points, len(exact)))]
+    chosen = list({name_of(c.widths, space): c for c in chosen}.values())
+    uniform = [Candidate({v.name: b for v in space}, 0.0, None) for b in bits]
+    start = time.perf_counter()
+    measured = [
+        measure(
+            model, cost, space, c.widths, train, evaluation, qat_epochs=qat_epochs,
+            score_=score(c.widths, sensitivity), example=example, directory=out, save_checkpoint=save_checkpoint,
+        )
+        for c in batches(chosen + uniform, progress=progress, desc="measured points (PTQ, QAT, FINN estimate)")
+    ]
+    timings["measure"] = time.perf_counter() - start
+    best = knee(measured, resource)
+    config(best.widths, space).save(os.path.join(out, "chosen.yaml"))
+    plot(measured, os.path.join(out, "pareto.png"), resource, f"{part} at {clock_mhz:g} MHz, target {target_fps:g} fps"
+         if target_fps else f"{part} at {clock_mhz:g} MHz")
+
+    def front_json(front):
+        return [{"name": name_of(c.widths, space), "score": c.score, "totals": c.cost.totals} for c in front]
+
+    data = {
+        "part": part,
+        "clock_mhz": clock_mhz,
+        "target_fps": target_fps,
+        "metric": metric,
+        "bits": list(bits),
+        "qat_epochs": qat_epochs,
+        "variables": [v.name for v in space],
+        # LUT, BRAM_18K, URAM, DSP of each point: FINN's full estimate of its trained network
+        "points": [{**p.__dict__, **(p.estimated or p.predicted)} for p in measured],
+        "chosen": best.name,
+        "fronts": {"milp": front_json(exact), "greedy": front_json(greedy)},
+        "seconds": timings,
+        "cached": sorted(cache.hits),
+        "finn_evaluations": cost.evaluations,
+    }
+    with open(os.path.join(out, "pareto.json"), "w") as handle:
+        json.dump(data, handle, indent=2)
+    return data
+
+
+class _Cache:
+    """The search's slow intermediate results (the cost model, the sensitivities) as pickles in
+    ``directory``, named by a digest of everything they depend on: the model's state, the training
+    data, the example, the part, clock, target, widths and metric. Pickles, because the cost model
+    holds a qonnx graph and FINN's per-layer tables; they are read back only from the output
+    directory this search wrote."""
+
+    def __init__(self, directory: str, model: nn.Module, train: list, example: torch.Tensor, *arguments: Any):
+        import hashlib
+
+        digest = hashlib.sha256(repr(arguments).encode())
+        digest.update(type(model).__qualname__.encode())
+        tensors = [*model.state_dict().values(), example, *(t for batch in train for t in batch)]
+        for tensor in tensors:
+            digest.update(str((tuple(tensor.shape), tensor.dtype)).encode())
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        self.directory, self.key, self.hits = directory, digest.hexdigest()[:16], set()
+
+    def get(self, name: str, compute: Callable[[], Any]) -> Any:
+        import pickle
+
+        from quark.torch.quantization.files import atomic_path
+
+        path = os.path.join(self.directory, f"{name}-{self.key}.pkl")
+        if os.path.isfile(path):
+            with open(path, "rb") as handle:
+                logger.info("search: %s from %s", name, path)
+                self.hits.add(name)
+                return pickle.load(handle)
+        value = compute()
+        os.makedirs(self.directory, exist_ok=True)
+        with atomic_path(path) as temporary, open(temporary, "wb") as handle:
+            pickle.dump(value, handle)
+        return value

@@ -1,0 +1,289 @@
+"""Batch norm folded into the layer before it during QAT (``TQTSpec.fold_batch_norm``,
+``_backend/folding.py``), against the formulas in ``_reference/batch_norm.py``: the eval-mode and
+frozen forward is merged batch norm (bit for bit against a model merged before quantization), the
+training forward normalises with the batch's statistics and updates the running ones, gradients reach
+the weight, gamma and beta, the statistics freeze after the configured steps; layerwise and graph
+mode; Conv1d / Conv2d / Linear with BatchNorm1d / 2d; checkpoints."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from _reference import batch_norm as R
+from _reference import tqt as T
+from torch import nn
+
+from quark.torch.extensions.brevitas import qat
+from quark.torch.extensions.brevitas._backend.folding import FoldedBatchNorm
+from quark.torch.extensions.brevitas.api import ModelQuantizer
+from quark.torch.quantization.config.algorithms import GPTQ, MergeBatchNorm
+from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec, TQTSpec
+from quark.torch.quantization.config.type import Dtype, QuantizationMode, ScaleType, TQTThresholdInitMeth
+
+MODES = [QuantizationMode.eager_mode, QuantizationMode.fx_graph_mode]
+
+
+def conv2d_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(2, 6, 3, padding=1, bias=False), nn.BatchNorm2d(6), nn.ReLU(), nn.Flatten(), nn.Linear(6 * 5 * 5, 3)
+    )
+
+
+def conv1d_model() -> nn.Module:
+    torch.manual_seed(1)
+    return nn.Sequential(nn.Conv1d(2, 5, 3, padding=1), nn.BatchNorm1d(5), nn.ReLU(), nn.Flatten(), nn.Linear(5 * 7, 3))
+
+
+def linear_model() -> nn.Module:
+    torch.manual_seed(2)
+    return nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))
+
+
+#: model, input shape, the first layer's function for the reference
+MODELS = {
+    "conv2d": (conv2d_model, (16, 2, 5, 5), lambda x, w, b: F.conv2d(x, w, b, padding=1)),
+    "conv1d": (conv1d_model, (16, 2, 7), lambda x, w, b: F.conv1d(x, w, b, padding=1)),
+    "linear": (linear_model, (16, 6), F.linear),
+}
+
+
+def with_statistics(model: nn.Module, shape, seed: int = 0) -> tuple[nn.Module, list[torch.Tensor]]:
+    """``model`` with non-trivial batch-norm parameters and statistics, and batches for it."""
+    g = torch.Generator().manual_seed(seed)
+    dtype = next(model.parameters()).dtype
+    batches = [torch.randn(*shape, generator=g).to(dtype) for _ in range(3)]
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                m.weight.copy_(0.5 + torch.rand(m.num_features, generator=g).to(dtype))
+                m.bias.copy_(torch.randn(m.num_features, generator=g).to(dtype) * 0.3)
+        model.train()
+        for x in batches:
+            model(x)
+    return model.eval(), batches
+
+
+def config(mode=QuantizationMode.eager_mode, bits: int = 4, **tqt) -> Config:
+    spec = QuantizationSpec(
+        dtype={4: Dtype.int4, 8: Dtype.int8}[bits],
+        symmetric=True,
+        scale_type=ScaleType.pof2,
+        qat_spec=TQTSpec(TQTThresholdInitMeth._3SD, **tqt),
+    )
+    return Config(global_quant_config=QuantizationConfig(weight=spec, input_tensors=spec), quant_mode=mode)
+
+
+def quantize(model, batches, cfg):
+    return ModelQuantizer(cfg).quantize_model(model, batches, progress=False)
+
+
+def folded(model: nn.Module) -> FoldedBatchNorm:
+    return next(m for m in model.modules() if isinstance(m, FoldedBatchNorm))
+
+
+def threshold(layer) -> torch.Tensor:
+    return layer.weight_quant.tensor_quant.scaling_impl.value.detach()
+
+
+def reference_args(layer, dtype=torch.float64):
+    bn = layer.bn
+    cast = lambda t: None if t is None else t.detach().to(dtype)
+    return (
+        cast(layer.weight),
+        cast(layer.bias),
+        cast(bn.weight),
+        cast(bn.bias),
+        cast(bn.running_mean),
+        cast(bn.running_var),
+        bn.eps,
+    )
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_unquantized_folded_layer_is_the_layer_then_batch_norm(name):
+    """Quantizers off: the folded layer in eval mode computes the layer then batch norm (float64)."""
+    factory, shape, layer_fn = MODELS[name]
+    model, batches = with_statistics(factory().double(), shape)
+    qmodel = quantize(model, batches, config())
+    layer = folded(qmodel)
+    layer.weight_quant.disable_quant = True
+    layer.input_quant.disable_quant = True
+    x = batches[0]
+    expected = R.conv_then_batch_norm(layer_fn, x, *reference_args(layer))
+    torch.testing.assert_close(layer(x), expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_eval_forward_is_the_formula_with_the_quantized_folded_weight(name):
+    factory, shape, layer_fn = MODELS[name]
+    model, batches = with_statistics(factory().double(), shape)
+    layer = folded(quantize(model, batches, config()))
+    layer.input_quant.disable_quant = True
+    x = batches[1]
+    quant = lambda w: T.quantize(w, threshold(layer).double(), 4, True)
+    expected = R.folded_eval(layer_fn, x, *reference_args(layer), quant)
+    torch.testing.assert_close(layer.eval()(x), expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_training_forward_uses_batch_statistics_and_updates_the_running_ones(name):
+    factory, shape, layer_fn = MODELS[name]
+    model, batches = with_statistics(factory().double(), shape)
+    layer = folded(quantize(model, batches, config(freeze_batch_norm_steps=None)))
+    layer.input_quant.disable_quant = True
+    x = batches[2]
+    quant = lambda w: T.quantize(w, threshold(layer).double(), 4, True)
+    expected, mean, var = R.folded_train(layer_fn, x, *reference_args(layer), layer.bn.momentum, quant)
+    got = layer.train()(x)
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(layer.bn.running_mean, mean, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(layer.bn.running_var, var, rtol=1e-12, atol=1e-12)
+    assert int(layer.batch_norm_steps) == 1 and not bool(layer.batch_norm_frozen)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=["layerwise", "graph"])
+def test_folded_model_equals_batch_norm_merged_before_quantization_bit_for_bit(mode):
+    """At PTQ (same thresholds: both start from the merged weight) and frozen, after training."""
+    model, batches = with_statistics(conv2d_model(), MODELS["conv2d"][1])
+    fold = quantize(model, batches, config(mode, freeze_batch_norm_steps=2))
+    merged = ModelQuantizer(
+        Config(
+            global_quant_config=config(mode).global_quant_config,
+            quant_mode=mode,
+            pre_quant_opt_config=[MergeBatchNorm()],
+        )
+    ).quantize_model(model, batches, progress=False)
+    assert not any(isinstance(m, FoldedBatchNorm) for m in merged.modules())
+    x = batches[0]
+    assert torch.equal(fold.eval()(x), merged.eval()(x))
+    optimizer = torch.optim.Adam(fold.parameters(), lr=1e-2)
+    fold.train()
+    for x in batches * 2:  # frozen after the second step
+        optimizer.zero_grad()
+        fold(x).square().mean().backward()
+        optimizer.step()
+    assert bool(folded(fold).batch_norm_frozen)
+    reference = qat.freeze(copy.deepcopy(fold))  # merged batch norm at the trained parameters
+    assert not any(isinstance(m, FoldedBatchNorm) for m in reference.modules())
+    for x in batches:
+        assert torch.equal(fold.train()(x), reference(x))  # frozen: training mode computes it too
+        assert torch.equal(fold.eval()(x), reference(x))
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+def test_gradients_reach_the_weight_gamma_and_beta(frozen):
+    model, batches = with_statistics(conv2d_model(), MODELS["conv2d"][1])
+    qmodel = quantize(model, batches, config(freeze_batch_norm_steps=0 if frozen else None)).train()
+    qmodel(batches[0]).square().mean().backward()
+    layer = folded(qmodel)
+    for p in (layer.weight, layer.bn.weight, layer.bn.bias, threshold_param(layer)):
+        assert p.grad is not None and p.grad.abs().sum() > 0
+
+
+def threshold_param(layer) -> torch.Tensor:
+    return layer.weight_quant.tensor_quant.scaling_impl.value
+
+
+def test_statistics_stop_after_the_configured_steps():
+    model, batches = with_statistics(conv2d_model(), MODELS["conv2d"][1])
+    layer = folded(quantize(model, batches, config(freeze_batch_norm_steps=2))).train()
+    means = [layer.bn.running_mean.clone()]
+    for x in batches + batches:
+        layer(torch.randn(16, 2, 5, 5))
+        means.append(layer.bn.running_mean.clone())
+    assert not torch.equal(means[0], means[1]) and not torch.equal(means[1], means[2])
+    assert all(torch.equal(means[2], m) for m in means[3:])
+    assert int(layer.batch_norm_steps) == 2 and bool(layer.batch_norm_frozen)
+
+
+def test_freeze_batch_norm_now():
+    model, batches = with_statistics(conv2d_model(), MODELS["conv2d"][1])
+    qmodel = quantize(model, batches, config(freeze_batch_norm_steps=None)).train()
+    assert qat.freeze_batch_norm(qmodel) == 1
+    before = folded(qmodel).bn.running_var.clone()
+    qmodel(batches[0])
+    assert torch.equal(folded(qmodel).bn.running_var, before)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=["layerwise", "graph"])
+def test_the_batch_norm_leaves_its_place_and_the_summary_says_so(mode):
+    model, batches = with_statistics(conv2d_model(), MODELS["conv2d"][1])
+    quantizer = ModelQuantizer(config(mode))
+    qmodel = quantizer.quantize_model(model, batches, progress=False)
+    assert [p.batch_norm for p in quantizer.plans if p.name == "0"] == ["1"]
+    assert "Conv2d + 1 (folded)" in quantizer.summary()
+    assert sum(isinstance(m, nn.BatchNorm2d) for m in qmodel.modules()) == 1  # the folded layer's own
+    assert isinstance(folded(qmodel).bn, nn.BatchNorm2d)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=["layerwise", "graph"])
+def test_fold_batch_norm_false_keeps_it_a_float_layer(mode):
+    model, batches = with_statistics(conv2d_model(), MODELS["conv2d"][1])
+    quantizer = ModelQuantizer(config(mode, fold_batch_norm=False))
+    qmodel = quantizer.quantize_model(model, batches, progress=False)
+    assert not any(isinstance(m, FoldedBatchNorm) for m in qmodel.modules())
+    assert all(p.batch_norm is None for p in quantizer.plans)
+    assert any(type(m) is nn.BatchNorm2d for m in qmodel.modules())
+
+
+class SharedOutput(nn.Module):
+    """The convolution's output feeds the batch norm and a skip connection: no fold."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 2, 3, padding=1)
+        self.bn = nn.BatchNorm2d(2)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return self.bn(y) + y
+
+
+@pytest.mark.parametrize("mode", MODES, ids=["layerwise", "graph"])
+def test_a_layer_whose_output_feeds_more_than_the_batch_norm_is_not_folded(mode):
+    model, batches = with_statistics(SharedOutput(), (4, 2, 5, 5))
+    quantizer = ModelQuantizer(config(mode))
+    quantizer.quantize_model(model, batches, progress=False)
+    assert all(p.batch_norm is None for p in quantizer.plans)
+
+
+def test_algorithms_on_the_quantized_model_are_refused_with_folding():
+    model, batches = with_statistics(conv2d_model(), MODELS["conv2d"][1])
+    cfg = config()
+    cfg.algo_config = [GPTQ()]
+    with pytest.raises(ValueError, match=r"GPTQ .*fold_batch_norm=False.*MergeBatchNorm"):
+        ModelQuantizer(cfg).quantize_model(model, batches, progress=False)
+    assert type(model[0]) is nn.Conv2d and type(model[1]) is nn.BatchNorm2d  # untouched
+
+
+@pytest.mark.parametrize("mode", MODES, ids=["layerwise", "graph"])
+def test_state_dict_round_trip_keeps_steps_and_frozen_flag(mode):
+    model, batches = with_statistics(conv2d_model(), MODELS["conv2d"][1])
+    qmodel = quantize(model, batches, config(mode, freeze_batch_norm_steps=3)).train()
+    optimizer = torch.optim.Adam(qmodel.parameters(), lr=1e-2)
+    for x in batches + batches:
+        optimizer.zero_grad()
+        qmodel(x).square().mean().backward()
+        optimizer.step()
+    state = qmodel.state_dict()
+    assert int(state["0.batch_norm_steps"]) == 3 and bool(state["0.batch_norm_frozen"])
+    loaded = ModelQuantizer(config(mode, freeze_batch_norm_steps=3)).quantize_model(
+        model, calibrate=False, progress=False
+    )
+    loaded.load_state_dict(state)
+    for x in batches:
+        assert torch.equal(loaded.eval()(x), qmodel.eval()(x))
+        assert torch.equal(loaded.train()(x), qmodel.train()(x))
+
+
+def test_load_float_weights_finds_the_folded_batch_norm():
+    model, batches = with_statistics(conv2d_model(), MODELS["conv2d"][1])
+    qmodel = quantize(model, batches, config())
+    other, _ = with_statistics(conv2d_model(), MODELS["conv2d"][1], seed=5)
+    qat.load_float_weights(qmodel, other.state_dict())
+    assert torch.equal(folded(qmodel).bn.running_mean, other[1].running_mean)
+    assert torch.equal(folded(qmodel).weight, other[0].weight)
