@@ -13,6 +13,8 @@ Runs the measuring functions of the scripts beside this one (each also has its o
 - ``qat_speed``: QAT step time against float (``qat_step_speed.py``);
 - ``graph_speed``: graph-mode QAT step and calibration against float (``graph_speed.py``);
 - ``export``: export time and verification per zoo model, config and format (``export_zoo.py``);
+- ``finn_executor``: the demo's FINN dataflow on 10,000 digits images, FINN's Python execution
+  beside the batched executor (``finn_executor.py``);
 - ``memory``: calibration peak memory against the number of batches (``calibration_memory.py``).
 
 ``--quick`` runs fewer seeds, steps, batches and models (a few minutes on 2 cores): a smoke test
@@ -108,6 +110,14 @@ def _export(quick: bool) -> dict:
     return {"rows": export_zoo.measure(models)}
 
 
+def _finn_executor(quick: bool) -> dict:
+    import finn_executor
+
+    if quick:
+        return finn_executor.measure(images=2_000, finn_images=50, repeats=2, float_epochs=1)
+    return finn_executor.measure()
+
+
 def _memory(quick: bool) -> dict:
     import calibration_memory
 
@@ -123,6 +133,7 @@ BENCHMARKS: dict[str, tuple[bool, Callable[[bool], dict]]] = {
     "qat_speed": (True, _qat_speed),
     "graph_speed": (True, _graph_speed),
     "export": (True, _export),
+    "finn_executor": (True, _finn_executor),
     "memory": (True, _memory),
 }
 
@@ -209,6 +220,25 @@ def _rows_export(r: dict) -> list[Row]:
     return rows
 
 
+def _rows_finn_executor(r: dict) -> list[Row]:
+    images, threads = f"{r['images']:,} digits images", f"{r['threads']} threads"
+    return [
+        (
+            "finn_executor",
+            f"demo dataflow, FINN's Python execution ({r['finn_images']:,} timed)",
+            f"s for {images} ({threads})",
+            f"{r['finn_s_all_images']:.1f}",
+        ),
+        ("finn_executor", "demo dataflow, batched executor", f"s for {images} ({threads})", f"{r['batched_s']:.2f}"),
+        (
+            "finn_executor",
+            "batched executor vs FINN's Python execution",
+            "speed-up, outputs identical",
+            f"{r['ratio']:,.0f}x, {r['identical_outputs']}",
+        ),
+    ]
+
+
 def _rows_memory(r: dict) -> list[Row]:
     return [
         ("memory", f"{x['batches']} calibration batches", "peak RSS MiB", f"{x['peak_rss_mib']:.0f}")
@@ -224,6 +254,7 @@ ROWS: dict[str, Callable[[dict], list[Row]]] = {
     "qat_speed": _rows_qat_speed,
     "graph_speed": _rows_graph_speed,
     "export": _rows_export,
+    "finn_executor": _rows_finn_executor,
     "memory": _rows_memory,
 }
 

@@ -23,6 +23,7 @@ pytest.importorskip(
 
 import _shared.finn_zoo as zoo
 
+from quark.torch.extensions.brevitas._backend.targets.finn import execute
 from quark.torch.extensions.brevitas._backend.targets.finn import parts as fpga_parts
 from quark.torch.extensions.brevitas._backend.targets.finn.dataflow import export_finn_dataflow
 from quark.torch.extensions.brevitas._backend.targets.finn.origins import module_of
@@ -94,12 +95,13 @@ def test_network_reaches_one_partition_with_torch_outputs(exports, name):
     partition = onnx.load(result.files["partition"])
     assert all(n.domain.startswith(HW_DOMAIN) for n in partition.graph.node)
     assert LAYERS[name] | {"Thresholding"} <= {_op(n) for n in partition.graph.node}
-    # the hardware-layer graph, executed in Python, against torch
+    # the hardware-layer graph, executed batched (bit-exact to FINN's Python execution), against torch
     verification = _json(result.files["verification"])["hardware_graph"]
     assert (
         verification["passed"]
         and verification["predictions_identical"]
         and verification["reference"] == "torch"
+        and verification["engine"] == execute.BATCHED
     )
     assert result.verification.max_abs_diff <= 1e-5 * max(1.0, float(np.abs(torch_out).max()))
     assert result.verification.samples == len(torch_out)

@@ -6,6 +6,8 @@
 - :mod:`.passes`: the project's own qonnx transformations;
 - :mod:`.interface`: the integer network input, the nodes still computing on floats;
 - :mod:`.dataflow`: the directory for FINN's build (partition, folding, estimates, verification);
+- :mod:`.execute`: FINN's streamlined and hardware-layer graphs executed on whole batches in torch,
+  bit-exact to FINN's Python execution (the verification of every sample);
 - :mod:`.estimate`, :mod:`.parts`, :mod:`.origins`: FINN's estimates on a part, the parts, which torch
   module a node came from.
 

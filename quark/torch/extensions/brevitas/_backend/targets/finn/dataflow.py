@@ -14,13 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from quark.torch.extensions.brevitas._backend.export.verify import (
-    FLOAT_RTOL,
-    execute_qonnx,
-    float_tolerance,
-    max_diff,
-)
+from quark.torch.extensions.brevitas._backend.export.verify import FLOAT_RTOL, float_tolerance, max_diff
 from quark.torch.extensions.brevitas._backend.qonnx_index import indexed_lookups
+from quark.torch.extensions.brevitas._backend.targets.finn import execute
 from quark.torch.extensions.brevitas._backend.targets.finn.errors import FinnError
 from quark.torch.extensions.brevitas._backend.targets.finn.estimate import (
     FOLDING_ATTRIBUTES,
@@ -44,13 +40,16 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Verification:
-    """The hardware-layer graph executed in Python (qonnx ``execute_onnx``) against a reference."""
+    """The hardware-layer graph executed on every sample against a reference."""
 
     reference: str  # "torch" (expected outputs given) or "QONNX"
     samples: int
     max_abs_diff: float
     identical_predictions: int  # samples whose argmax (or top-k indices) equals the reference's
     allowed: float
+    #: what executed the hardware-layer graph: the batched executor (``execute.BATCHED``, bit-exact to
+    #: FINN's Python execution) or, for a graph it cannot compute exactly, FINN's Python execution
+    engine: str
 
     @property
     def predictions_identical(self) -> bool:
@@ -99,7 +98,7 @@ class DataflowExport:
             (
                 f"  verified on {v.samples} samples against {v.reference}: max |diff| {v.max_abs_diff:.3g} "
                 f"(allowed {v.allowed:.3g}), identical predictions {v.identical_predictions}/{v.samples} "
-                f"-> {'PASS' if v.passed else 'FAIL'}"
+                f"-> {'PASS' if v.passed else 'FAIL'}; executed by the {v.engine}"
             ),
             f"  {e.part.part} at {e.clock_mhz:g} MHz: " + e.verdict().replace("**", ""),
             *("  problem: " + p for p in e.problems),
@@ -126,10 +125,11 @@ def export_finn_dataflow(
     """From a QONNX file to a directory ready for FINN's ``build_dataflow`` (with Vivado).
 
     Runs :func:`dataflow_from_qonnx` (each step checked on the first ``check_samples`` inputs),
-    executes the hardware-layer graph on every input and compares it with ``expected`` (the
-    torch model's outputs; default: the QONNX graph's), then :func:`fold_and_estimate` for
-    ``part`` (or sets ``folding``, node name -> PE / SIMD, instead of FINN's SetFolding: see
-    :func:`~.estimate.fold_and_estimate`). Writes to ``output_dir``:
+    executes the hardware-layer graph on every input (:mod:`.execute`: batched, bit-exact to FINN's
+    Python execution) and compares it with ``expected`` (the torch model's outputs; default: the
+    QONNX graph's), then :func:`fold_and_estimate` for ``part`` (or sets ``folding``, node name ->
+    PE / SIMD, instead of FINN's SetFolding: see :func:`~.estimate.fold_and_estimate`). Writes to
+    ``output_dir``:
 
     - ``model.qonnx.onnx``: the QONNX file;
     - ``dataflow_parent.onnx`` / ``dataflow_partition.onnx``: FINN's parent graph (host-side layout
@@ -277,8 +277,11 @@ def relocate(result: DataflowExport, directory: str | os.PathLike) -> DataflowEx
 
 
 def _verify(parent, samples, expected, top_k, rtol, qonnx_path) -> Verification:
-    """The hardware-layer graph on every sample against torch's outputs (or the QONNX graph's)."""
-    produced = execute_qonnx(parent, [samples])[0]
+    """The hardware-layer graph on every sample against torch's outputs (or the QONNX graph's),
+    executed on the whole batch by :func:`execute.execute` (bit-exact to FINN's Python execution,
+    which it runs instead where it cannot compute a node exactly)."""
+    execution = execute.execute(parent, [samples])
+    produced = execution.outputs[0]
     if expected is None:
         from quark.torch.extensions.brevitas._backend.targets.finn.pipeline import prepare
 
@@ -289,7 +292,7 @@ def _verify(parent, samples, expected, top_k, rtol, qonnx_path) -> Verification:
         labels = top_indices(reference, top_k)
         indices = produced.reshape(labels.shape)
         identical = int(np.all(indices == labels, axis=-1).sum())
-        return Verification(name, len(samples), max_diff(indices, labels), identical, 0.0)
+        return Verification(name, len(samples), max_diff(indices, labels), identical, 0.0, execution.engine)
     reference = reference.reshape(produced.shape)
     identical = int((produced.argmax(-1) == reference.argmax(-1)).sum())
     return Verification(
@@ -298,6 +301,7 @@ def _verify(parent, samples, expected, top_k, rtol, qonnx_path) -> Verification:
         max_diff(produced, reference),
         identical,
         float_tolerance([reference], rtol),
+        execution.engine,
     )
 
 
@@ -406,7 +410,7 @@ def _readme(result: DataflowExport) -> str:
 
 Written by quark-brevitas for {e.part.part} ({"/".join(e.part.boards)}) at {e.clock_mhz:g} MHz.
 
-- Verified: the hardware-layer graph, executed in Python on {v.samples} samples against {v.reference}:
+- Verified: the hardware-layer graph, executed by the {v.engine} on {v.samples} samples against {v.reference}:
   max |diff| {v.max_abs_diff:.3g}, identical predictions {v.identical_predictions}/{v.samples}
   ({"PASS" if v.passed else "FAIL"}).
 - Estimated: {e.verdict().replace("**", "")}. Per layer: `estimate.md`.
