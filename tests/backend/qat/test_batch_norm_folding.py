@@ -287,3 +287,21 @@ def test_load_float_weights_finds_the_folded_batch_norm():
     qat.load_float_weights(qmodel, other.state_dict())
     assert torch.equal(folded(qmodel).bn.running_mean, other[1].running_mean)
     assert torch.equal(folded(qmodel).weight, other[0].weight)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=["layerwise", "graph"])
+def test_a_frozen_checkpoint_loads_into_the_model_rebuilt_from_its_config(mode):
+    """``freeze`` merges the batch norm; the model rebuilt from the config (folded again) loads that
+    state strictly, becomes the merged layer and computes what the frozen model computes."""
+    model, batches = with_statistics(conv2d_model(), (16, 2, 5, 5))
+    qmodel = quantize(copy.deepcopy(model), batches, config(mode))
+    qmodel.train()
+    for x in batches:
+        qmodel(x)
+    frozen = qat.freeze(qmodel)
+    rebuilt = ModelQuantizer(config(mode)).quantize_model(copy.deepcopy(model), calibrate=False, progress=False)
+    assert any(isinstance(m, FoldedBatchNorm) for m in rebuilt.modules())
+    rebuilt.load_state_dict(frozen.state_dict())
+    assert not any(isinstance(m, FoldedBatchNorm) for m in rebuilt.modules())
+    x = torch.randn(8, 2, 5, 5)
+    assert torch.equal(rebuilt.eval()(x), frozen(x))

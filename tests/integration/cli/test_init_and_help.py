@@ -111,12 +111,13 @@ def test_version_and_defaults_in_help():
 
 
 def test_quiet_by_default_and_a_warning_once(tmp_path):
-    """Quantize then export a graph-mode checkpoint: the float-operations warning is said by
+    """Quantize then export a graph-mode checkpoint (a batch norm after the ReLU stays a float operation:
+    nothing before it to fold into): the float-operations warning is said by
     quantize once and not again by export (which rebuilds the model); -q says nothing."""
     np.savez(tmp_path / "calib.npz", images=np.random.default_rng(0).random((16, 1, 4, 4), dtype=np.float32))
     (tmp_path / "model.py").write_text(
         "import torch\nfrom torch import nn\n\ndef build():\n    torch.manual_seed(0)\n"
-        "    return nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(16, 3))\n"
+        "    return nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(16, 3))\n"
     )
     assert main(["init", "--preset", "finn", "-o", str(tmp_path / "finn.yaml"), "-q"]) == 0
     quantize = [*CLI, "quantize", "--config", "finn.yaml", "--model", "model.py:build", "--data", "calib.npz", "-o", "q.pt"]

@@ -11,13 +11,15 @@ calibration data. See ``docs/search.md`` for the method and its limits.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import math
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -25,6 +27,9 @@ from torch import nn
 
 from quark.torch.extensions.brevitas import presets
 from quark.torch.quantization.config.config import Config, QATSpec, QuantizationConfig
+
+if TYPE_CHECKING:  # qonnx and FINN load only when a search runs
+    from quark.torch.extensions.brevitas._backend.targets.finn.cost import CostModel
 
 logger = logging.getLogger(__name__)
 
@@ -632,11 +637,10 @@ def search(
 
 
 class _Cache:
-    """The search's slow intermediate results (the cost model, the sensitivities) as pickles in
-    ``directory``, named by a digest of everything they depend on: the model's state, the training
-    data, the example, the part, clock, target, widths and metric. Pickles, because the cost model
-    holds a qonnx graph and FINN's per-layer tables; they are read back only from the output
-    directory this search wrote."""
+    """The search's slow intermediate results (the cost model, the sensitivities) in ``directory``,
+    named by a digest of everything they depend on: the model's state, the training data, the
+    example, the part, clock, target, widths and metric. Written as ONNX, ``.npz`` without object
+    arrays and JSON, never pickles: a directory handed over by someone else runs no code."""
 
     def __init__(self, directory: str, model: nn.Module, train: list, example: torch.Tensor, *arguments: Any):
         import hashlib
@@ -650,18 +654,49 @@ class _Cache:
         self.directory, self.key, self.hits = directory, digest.hexdigest()[:16], set()
 
     def get(self, name: str, compute: Callable[[], Any]) -> Any:
-        import pickle
-
-        from quark.torch.quantization.files import atomic_path
-
-        path = os.path.join(self.directory, f"{name}-{self.key}.pkl")
-        if os.path.isfile(path):
-            with open(path, "rb") as handle:
-                logger.info("search: %s from %s", name, path)
-                self.hits.add(name)
-                return pickle.load(handle)
+        """``compute()``'s value, or the one saved by an earlier run (``SERIALIZERS[name]``)."""
+        save, load = SERIALIZERS[name]
+        path = os.path.join(self.directory, f"{name}-{self.key}")
+        if os.path.isdir(path):
+            logger.info("search: %s from %s", name, path)
+            self.hits.add(name)
+            return load(path)
         value = compute()
-        os.makedirs(self.directory, exist_ok=True)
-        with atomic_path(path) as temporary, open(temporary, "wb") as handle:
-            pickle.dump(value, handle)
+        partial = f"{path}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        save(value, partial)
+        os.replace(partial, path)  # complete or absent
         return value
+
+
+def _save_cost(value: tuple[CostModel, list[Variable]], path: str) -> None:
+    cost, space = value
+    cost.save(path)
+    with open(os.path.join(path, "variables.json"), "w") as handle:
+        json.dump([[v.kind, v.site, list(v.roles), v.signed] for v in space], handle)
+
+
+def _load_cost(path: str) -> tuple[CostModel, list[Variable]]:
+    from quark.torch.extensions.brevitas._backend.targets.finn.cost import CostModel
+
+    with open(os.path.join(path, "variables.json")) as handle:
+        space = [Variable(kind, site, tuple(roles), signed) for kind, site, roles, signed in json.load(handle)]
+    return CostModel.load(path), space
+
+
+def _save_sensitivity(value: dict[tuple[str, int], float], path: str) -> None:
+    os.makedirs(path)
+    with open(os.path.join(path, "sensitivity.json"), "w") as handle:
+        json.dump([[name, bits, rise] for (name, bits), rise in value.items()], handle)
+
+
+def _load_sensitivity(path: str) -> dict[tuple[str, int], float]:
+    with open(os.path.join(path, "sensitivity.json")) as handle:
+        return {(name, int(bits)): float(rise) for name, bits, rise in json.load(handle)}
+
+
+#: what :class:`_Cache` keeps: name -> (save(value, directory), load(directory))
+SERIALIZERS: dict[str, tuple[Callable[[Any, str], None], Callable[[str], Any]]] = {
+    "cost": (_save_cost, _load_cost),
+    "sensitivity": (_save_sensitivity, _load_sensitivity),
+}

@@ -163,6 +163,15 @@ class FoldedBatchNorm:
         self.bias = nn.Parameter(bias, requires_grad=requires_grad)
         return self
 
+    def _load_from_state_dict(self, state_dict, prefix, *args):
+        """A state of the merged layer (saved after ``freeze``) merges this one first, so a model rebuilt
+        from its config loads the checkpoint of its frozen self."""
+        attached = "bn" in self._modules  # (not while the layer is being built)
+        if attached and prefix + "weight" in state_dict and prefix + "batch_norm_steps" not in state_dict:
+            self.merge()
+            return self._load_from_state_dict(state_dict, prefix, *args)  # now the merged layer's
+        return super()._load_from_state_dict(state_dict, prefix, *args)
+
     def extra_repr(self) -> str:
         steps = self.freeze_batch_norm_steps
         return f"{super().extra_repr()}, batch norm folded (statistics frozen after {steps} steps)"

@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -177,6 +179,61 @@ class CostModel:
         self.depends = {i: self._depends(i) for i in self.units}
         self._cache: dict[tuple[int, tuple[int, ...]], tuple[Option, ...]] = {}
         self.evaluations = 0
+
+    # -- saved and restored without pickles (a cache directory may come from elsewhere) ---------------
+
+    def save(self, directory: str) -> None:
+        """The template as ONNX, the integer weights as ``.npz`` (no object arrays) and everything else,
+        the per-layer table included, as JSON."""
+        os.makedirs(directory, exist_ok=True)
+        self.template.save(os.path.join(directory, "template.onnx"))
+        keys = sorted(self.weights)
+        np.savez(os.path.join(directory, "weights.npz"), *(self.weights[k] for k in keys))
+        table = [
+            [index, list(widths), [[o.folding, o.cycles, o.resources, list(o.op_types)] for o in options]]
+            for (index, widths), options in self._cache.items()
+        ]
+        state = {
+            "weight_nodes": self.weight_nodes,
+            "threshold_nodes": self.threshold_nodes,
+            "weights": [list(k) for k in keys],
+            "part": self.part.part,
+            "clock_mhz": self.clock_mhz,
+            "target_fps": self.target_fps,
+            "mvau_wwidth_max": self.mvau_wwidth_max,
+            "metric": self.metric,
+            "table": table,
+            "evaluations": self.evaluations,
+        }
+        with open(os.path.join(directory, "cost.json"), "w") as handle:
+            json.dump(state, handle)
+
+    @classmethod
+    def load(cls, directory: str) -> CostModel:
+        """A cost model :meth:`save` wrote (``ValueError`` if the files are not one)."""
+        from qonnx.core.modelwrapper import ModelWrapper
+
+        with open(os.path.join(directory, "cost.json")) as handle:
+            state = json.load(handle)
+        with np.load(os.path.join(directory, "weights.npz"), allow_pickle=False) as arrays:
+            weights = {(name, int(bits)): arrays[f"arr_{i}"] for i, (name, bits) in enumerate(state["weights"])}
+        model = cls(
+            ModelWrapper(os.path.join(directory, "template.onnx")),
+            state["weight_nodes"],
+            state["threshold_nodes"],
+            weights,
+            state["part"],
+            clock_mhz=state["clock_mhz"],
+            target_fps=state["target_fps"],
+            mvau_wwidth_max=state["mvau_wwidth_max"],
+            metric=state["metric"],
+        )
+        model._cache = {
+            (index, tuple(widths)): tuple(Option(f, c, r, tuple(t)) for f, c, r, t in options)
+            for index, widths, options in state["table"]
+        }
+        model.evaluations = state["evaluations"]
+        return model
 
     # -- structure ---------------------------------------------------------------------------------
 
