@@ -329,3 +329,80 @@ def test_convolution_over_a_one_pixel_image_reaches_one_partition(digits, tmp_pa
     result = ModelExporter(tmp_path).export_finn_dataflow(qmodel, test[:16], integer_input=True)
     assert result.verification.passed and result.verification.max_abs_diff == 0.0
     assert len(result.outside) <= 3  # the input's transpose, the output's scale and bias
+
+
+def _inverted_residual(c_in: int, c_out: int) -> nn.Sequential:
+    """MobileNetV2's block without its addition: expand, depthwise, project (no activation after)."""
+    hidden = 2 * c_in
+    return nn.Sequential(
+        nn.Conv2d(c_in, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6(),
+        nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6(),
+        nn.Conv2d(hidden, c_out, 1, bias=False), nn.BatchNorm2d(c_out),
+    )  # fmt: skip
+
+
+class _StageTransition(nn.Module):
+    """MobileNetV2's stage transition: a block that changes the width (no addition) feeds the next
+    block and that block's residual addition; nothing requantizes the sum's operands in between."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU6())
+        self.widen, self.block = _inverted_residual(8, 12), _inverted_residual(12, 12)
+        self.head = nn.Sequential(nn.Conv2d(12, 16, 1), nn.ReLU6(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+
+    def forward(self, x):
+        x = self.widen(self.stem(x))
+        return self.head(x + self.block(x))
+
+
+def test_a_scale_and_bias_before_a_fork_fold_into_the_thresholds_of_both_branches(digits, tmp_path):
+    """The projection's per-channel scale and bias feed two quantizers (the next block's input and its
+    addition's): FINN's streamlining leaves them before the fork (its absorption takes a channels-last
+    operand for a per-tensor one), and they became float ElementwiseMul / ElementwiseAdd hardware
+    layers (MobileNetV2, EfficientNet-Lite0). The pipeline copies them past the fork and FINN absorbs
+    each copy: an integer dataflow, equal to torch."""
+    from quark.torch.examples.vision_zoo import set_batch_norm_statistics
+    from quark.torch.extensions.brevitas.api import ModelQuantizer
+    from quark.torch.extensions.brevitas.presets import finn
+
+    train, test = digits
+    torch.manual_seed(0)
+    model = set_batch_norm_statistics(_StageTransition(), train[:4])
+    qmodel = ModelQuantizer(finn(unsigned=("ReLU6",))).quantize_model(model, train[:4], progress=False)
+    result = ModelExporter(tmp_path).export_finn_dataflow(qmodel, test[:16], integer_input=True)
+    assert result.verification.passed and result.verification.max_abs_diff == 0.0
+    assert result.float_layers == ()
+    ops = [_op(n) for n in onnx.load(result.files["partition"]).graph.node]
+    assert "ElementwiseAdd" in ops and "ElementwiseMul" not in ops  # the residual sum, on integers
+
+
+def test_channels_last_operands_become_vectors_and_nchw_ones_stay():
+    from onnx import TensorProto, helper
+    from qonnx.core.data_layout import NCHW, NHWC
+    from qonnx.core.modelwrapper import ModelWrapper
+    from qonnx.core.onnx_exec import execute_onnx
+
+    from quark.torch.extensions.brevitas._backend.targets.finn.passes import ChannelsLastParamsAsVectors
+
+    shape = [1, 2, 3, 4]
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "s"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"]),
+         helper.make_node("Mul", ["z", "t"], ["w"])],
+        "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in ("x", "z")],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in ("y", "w")],
+        value_info=[helper.make_tensor_value_info("m", TensorProto.FLOAT, shape)],
+    )  # fmt: skip
+    model = ModelWrapper(helper.make_model(graph))
+    rng = np.random.default_rng(0)
+    for name in ("s", "b", "t"):
+        model.set_initializer(name, rng.normal(size=(1, 1, 1, 4)).astype(np.float32))
+    for name, layout in (("x", NHWC), ("m", NHWC), ("z", NCHW)):
+        model.set_tensor_layout(name, layout)
+    feeds = {"x": rng.normal(size=shape).astype(np.float32), "z": rng.normal(size=shape).astype(np.float32)}
+    before = execute_onnx(model, feeds)
+    after_model = model.transform(ChannelsLastParamsAsVectors())
+    after = execute_onnx(after_model, feeds)
+    assert [after_model.get_initializer(n).shape for n in ("s", "b", "t")] == [(4,), (4,), (1, 1, 1, 4)]
+    assert all(np.array_equal(before[k], after[k]) for k in ("y", "w"))

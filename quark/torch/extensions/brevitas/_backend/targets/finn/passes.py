@@ -130,3 +130,36 @@ def _set_ints(node, name: str, values: list[int]) -> None:
     kept = [a for a in node.attribute if a.name != name]
     del node.attribute[:]
     node.attribute.extend([*kept, helper.make_attribute(name, values)])
+
+
+class ChannelsLastParamsAsVectors(Transformation):
+    """The constant operand of a ``Mul`` / ``Add`` on an NHWC tensor, shaped ``(1, 1, 1, C)``, becomes
+    the vector ``(C,)``. Exact: NumPy broadcasting aligns trailing axes either way.
+
+    FINN's ``AbsorbAddIntoMultiThreshold`` / ``AbsorbMulIntoMultiThreshold`` (and its
+    ``MoveChannelwiseLinearPastFork``) find the channel axis of a 4-D operand from its layout
+    annotation, and without one assume NCHW (axis 1): a channels-last operand is then "not
+    channel-wise" and stays a float node. Such operands are what a per-channel scale and bias
+    before a fork leave after ``LowerConvsToMatMul`` (MobileNetV2's and EfficientNet-Lite's
+    projection convolutions feed the next block and its residual addition): copied past the fork,
+    their copies carry no annotation, and the hardware graph kept them as float ElementwiseMul /
+    ElementwiseAdd layers (finn-plus 1.6.1). A vector is channel-wise for FINN whatever the annotation.
+    """
+
+    def apply(self, model):
+        from qonnx.core.data_layout import NHWC
+
+        changed = False
+        for node in model.graph.node:
+            if node.op_type not in ("Mul", "Add") or len(node.input) != 2:
+                continue
+            params = [model.get_initializer(name) for name in node.input]
+            if (params[0] is None) == (params[1] is None):
+                continue  # two data inputs, or two constants
+            index = 0 if params[0] is not None else 1
+            param, data = params[index], node.input[1 - index]
+            if model.get_tensor_layout(data) != NHWC or param.ndim != 4 or param.shape[:3] != (1, 1, 1):
+                continue
+            model.set_initializer(node.input[index], param.reshape(param.shape[3]))
+            changed = True
+        return model, changed

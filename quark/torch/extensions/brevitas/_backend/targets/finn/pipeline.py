@@ -115,15 +115,44 @@ def _streamline(model):
     passes += [ConvertBipolarMatMulToXnorPopcount(), Streamline()]
     if branches:  # the layout group of StreamlinePlus: transposes past forks and joins, until they cancel
         passes.append(_transposes_past_branches())
-    passes += [
+    for transform in passes:
+        model = run_transform(model, transform)
+    if branches and _linear_before_fork(model):
+        model = _linear_past_forks(model)
+    for transform in (
         RoundAndClipThresholds(),
         absorb.AbsorbScalarMulAddIntoTopK(),
         InferDataLayouts(),
         RemoveUnusedTensors(),
-    ]
-    for transform in passes:
+    ):
         model = run_transform(model, transform)
     return _tidy(model)
+
+
+def _linear_before_fork(model) -> bool:
+    """Whether a Mul / Add with a constant operand feeds more than one node (a scale and bias left
+    before a fork: MobileNetV2's projection convolutions feed the next block and its addition)."""
+    return any(
+        n.op_type in ("Mul", "Add")
+        and any(model.get_initializer(i) is not None for i in n.input)
+        and len(model.find_consumers(n.output[0]) or []) > 1
+        for n in model.graph.node
+    )
+
+
+def _linear_past_forks(model):
+    """Scales and biases copied past forks, made channel-wise for FINN's absorption
+    (:class:`~.passes.ChannelsLastParamsAsVectors`), then absorbed into the thresholds each branch
+    starts with: without this they stay float hardware layers (ElementwiseMul / ElementwiseAdd)."""
+    from finn.transformation.streamline import Streamline
+    from finn.transformation.streamline.reorder import MoveLinearPastFork
+    from qonnx.transformation.infer_data_layouts import InferDataLayouts
+
+    from quark.torch.extensions.brevitas._backend.targets.finn.passes import ChannelsLastParamsAsVectors
+
+    for transform in (MoveLinearPastFork(), InferDataLayouts(), ChannelsLastParamsAsVectors(), Streamline()):
+        model = run_transform(model, transform)
+    return model
 
 
 def _accumulating_pools(model):
