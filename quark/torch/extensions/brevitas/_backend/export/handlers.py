@@ -47,7 +47,7 @@ from __future__ import annotations
 from copy import copy
 
 import torch
-from brevitas.core.function_wrapper import FloorSte, Identity, RoundSte, TensorClamp
+from brevitas.core.function_wrapper import FloorSte, Identity, RoundSte, RoundToZeroSte, TensorClamp
 from brevitas.core.quant.int_base import IntQuant
 from brevitas.export.common.handler.base import ClipMixin
 from brevitas.export.onnx.handler import ONNXBaseHandler
@@ -59,11 +59,13 @@ from brevitas.export.onnx.qonnx.function import (
 from brevitas.export.onnx.qonnx.handler import (
     BrevitasActQuantProxyHandler,
     BrevitasBiasQuantProxyHandler,
+    BrevitasDecoupledWeightQuantWithInputProxyHandler,
     BrevitasWeightQuantProxyHandler,
 )
 from brevitas.export.onnx.qonnx.manager import QONNXDynamoManager, QONNXManager
 from brevitas.export.onnx.standard.function import CastOp, DequantizeLinearOp, IntClipOp, QuantizeLinearOp
 from brevitas.export.onnx.standard.qcdq.handler import (
+    StdQCDQCastONNXDecoupledWeightQuantWithInputProxyHandler,
     StdFloatQCDQCastONNXActQuantProxyHandler,
     StdFloatQCDQCastONNXWeightQuantProxyHandler,
     StdQCDQCastONNXActQuantProxyHandler,
@@ -76,7 +78,7 @@ from torch import Tensor
 from quark.torch.extensions.brevitas._backend.algorithms.frozen import FrozenProxyMixin
 from quark.torch.extensions.brevitas._backend.export.formats import ExportFormat
 from quark.torch.extensions.brevitas._backend.inventory import spec_of
-from quark.torch.extensions.brevitas._backend.quantizers import RoundHalfAwayFromZeroSte
+from quark.torch.extensions.brevitas._backend.quantizers import AccumulatorAwareWeightProxy, RoundHalfAwayFromZeroSte
 from quark.torch.extensions.brevitas._backend.shared_microexponents import (
     SharedMicroexponentActProxy,
     SharedMicroexponentWeightProxy,
@@ -87,16 +89,18 @@ from quark.torch.quantization.tensor_quant import Format
 
 #: RoundType -> QONNX ``rounding_mode`` (qonnx ``resolve_rounding_mode``: ROUND is numpy's
 #: half-even ``np.round``, FLOOR ``np.floor``, HALF_UP ``sign(x) * floor(|x| + 0.5)``, i.e. ties
-#: away from zero, which is ``RoundType.round``). QONNX has no mode for ``RoundType.half_up``
-#: (floor(x + 0.5)) on negative values: it is HALF_UP on an argument made non-negative (below).
+#: away from zero, which is ``RoundType.round``; DOWN ``np.fix``, toward zero). QONNX has no mode for
+#: ``RoundType.half_up`` (floor(x + 0.5)) on negative values: it is HALF_UP on an argument made
+#: non-negative (below).
 QONNX_ROUNDING: dict[RoundType, str] = {
     RoundType.half_even: "ROUND",
     RoundType.floor: "FLOOR",
     RoundType.round: "HALF_UP",
     RoundType.half_up: "HALF_UP",
+    RoundType.toward_zero: "DOWN",
 }
 #: QONNX rounding_mode -> the rounding qonnx executes for it
-_ROUND_IMPL_OF_MODE = {"ROUND": RoundSte, "FLOOR": FloorSte, "HALF_UP": RoundHalfAwayFromZeroSte}
+_ROUND_IMPL_OF_MODE = {"ROUND": RoundSte, "FLOOR": FloorSte, "HALF_UP": RoundHalfAwayFromZeroSte, "DOWN": RoundToZeroSte}
 
 
 def _by_data_ptr(table: dict[int, Tensor], x: Tensor) -> Tensor:
@@ -184,6 +188,25 @@ class QONNXWeightHandler(BrevitasWeightQuantProxyHandler):
 
     def symbolic_execution(self, x: Tensor):
         return super().symbolic_execution(_by_data_ptr(self.quant_weight_values, x))
+
+
+class QONNXAccumulatorAwareWeightHandler(BrevitasDecoupledWeightQuantWithInputProxyHandler):
+    """A2Q / A2Q+ weights (our :class:`AccumulatorAwareWeightProxy`): a Quant node on the weight as
+    torch quantized it (rounded toward zero; Brevitas feeds the float weight with ROUND), the
+    decoupled proxy's six outputs. ``quant_weight()`` without an input works on our proxy (the
+    planned input grid), which Brevitas' handler calls."""
+
+    handled_layer = AccumulatorAwareWeightProxy
+
+    def symbolic_execution(self, x: Tensor, *args):
+        return super().symbolic_execution(_by_data_ptr(self.quant_weight_values, x), *args)
+
+
+class QCDQAccumulatorAwareWeightHandler(StdQCDQCastONNXDecoupledWeightQuantWithInputProxyHandler):
+    """A2Q / A2Q+ weights in QCDQ: Brevitas' handler of the stock proxy (integer weights from
+    ``quant_weight()``), for our proxy class (Brevitas looks handlers up by exact class)."""
+
+    handled_layer = AccumulatorAwareWeightProxy
 
 
 class QONNXGroupwiseWeightHandler(BrevitasWeightQuantProxyHandler):
@@ -439,7 +462,13 @@ def _classes(handled_layer) -> tuple[type, ...]:
     return handled_layer if isinstance(handled_layer, tuple) else (handled_layer,)
 
 
-_QONNX_HANDLERS = [QONNXActHandler, QONNXBiasHandler, QONNXWeightHandler, QONNXGroupwiseWeightHandler]
+_QONNX_HANDLERS = [
+    QONNXActHandler,
+    QONNXBiasHandler,
+    QONNXWeightHandler,
+    QONNXGroupwiseWeightHandler,
+    QONNXAccumulatorAwareWeightHandler,
+]
 
 
 class QONNXExportManager(FrozenProxyLookup, QONNXManager):
@@ -451,6 +480,7 @@ class QONNXDynamoExportManager(FrozenProxyLookup, QONNXDynamoManager):
 
 
 _QCDQ_HANDLERS = [
+    QCDQAccumulatorAwareWeightHandler,
     QCDQGroupwiseWeightHandler,
     QCDQWideActHandler,
     QCDQCastActHandler,
