@@ -16,8 +16,19 @@ from quark.torch.quantization.config.config import (
     QuantizationSpec,
     TQTSpec,
 )
-from quark.torch.quantization.config.spec import MAX_ACCUMULATOR_BITS, MIN_ACCUMULATOR_BITS, QAT_SPECS, QATSpec
-from quark.torch.quantization.config.type import Dtype, QSchemeType, RoundType, ScaleType, TQTThresholdInitMeth
+from quark.torch.quantization.config.spec import (
+    MAX_ACCUMULATOR_BITS,
+    MIN_ACCUMULATOR_BITS,
+    QAT_SPECS,
+    QATSpec,
+)
+from quark.torch.quantization.config.type import (
+    Dtype,
+    QSchemeType,
+    RoundType,
+    ScaleType,
+    TQTThresholdInitMeth,
+)
 from quark.torch.quantization.observer import LSQObserver, PerChannelMinMaxObserver
 from quark.torch.quantization.tensor_quant import A2Q_MAIN_FIELDS, normalise
 

@@ -140,8 +140,10 @@ RULE_CASES = {
         QuantizationConfig(weight=_a2q()),
         nn.Linear(8, 4),
         (2, 8),
-        r"module '0' \(Linear\): weight qat_spec=A2QSpec \(accumulator 12 bits\) with a float input; allowed: an integer "
-        r"input_tensors spec for this layer",
+        (
+            r"module '0' \(Linear\): weight qat_spec=A2QSpec \(accumulator 12 bits\) with a float input; allowed: an "
+            r"integer input_tensors spec for this layer"
+        ),
     ),
     "accumulator-aware weights (A2QSpec) on a layer other than Linear or Conv2d": (
         QuantizationConfig(weight=_a2q(), input_tensors=QuantizationSpec(dtype=Dtype.uint4)),
@@ -153,8 +155,10 @@ RULE_CASES = {
         QuantizationConfig(weight=_a2q(8, zero_centered=False), input_tensors=QuantizationSpec(dtype=Dtype.uint8)),
         nn.Linear(8, 4),
         (2, 8),
-        r"A2QSpec\(accumulator_bit_width=8, zero_centered=False\) with uint8 inputs bounds \|\|q\|\|_1 per output channel "
-        r"by 0.496: every weight rounds to 0; allowed: accumulator_bit_width >= 10 for uint8 inputs",
+        (
+            r"A2QSpec\(accumulator_bit_width=8, zero_centered=False\) with uint8 inputs bounds \|\|q\|\|_1 per output "
+            r"channel by 0.496: every weight rounds to 0; allowed: accumulator_bit_width >= 10 for uint8 inputs"
+        ),
     ),
 }
 

@@ -20,7 +20,14 @@ from quark.torch.quantization.config._fields import (
 )
 from quark.torch.quantization.config.algorithms import AlgoConfig, Preprocess, algo_list
 from quark.torch.quantization.config.config import LayerConfigBase
-from quark.torch.quantization.config.spec import BIPOLAR_BITS, MAX_BIAS_BITS, A2QSpec, QATSpec, TQTSpec, check_tqt
+from quark.torch.quantization.config.spec import (
+    BIPOLAR_BITS,
+    MAX_BIAS_BITS,
+    A2QSpec,
+    QATSpec,
+    TQTSpec,
+    check_tqt,
+)
 from quark.torch.quantization.config.spec import QuantizationSpec as MainQuantizationSpec
 from quark.torch.quantization.config.type import QSchemeType, ScaleType
 

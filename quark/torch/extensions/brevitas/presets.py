@@ -24,7 +24,13 @@ neither Brevitas nor ONNX.
 from __future__ import annotations
 
 from quark.torch.quantization.config.algorithms import MergeBatchNorm
-from quark.torch.quantization.config.config import A2QSpec, Config, QATSpec, QuantizationConfig, QuantizationSpec
+from quark.torch.quantization.config.config import (
+    A2QSpec,
+    Config,
+    QATSpec,
+    QuantizationConfig,
+    QuantizationSpec,
+)
 from quark.torch.quantization.config.type import (
     DeviceType,
     Dtype,
@@ -364,7 +370,7 @@ def finn(
             layer: QuantizationConfig(
                 weight=weight(
                     (layer_weight_bits or {}).get(layer, weight_bits),
-                    per_layer[layer] if layer in per_layer else accumulator_bits,
+                    per_layer.get(layer, accumulator_bits),
                 )
             )
             for layer in layers

@@ -65,10 +65,10 @@ from brevitas.export.onnx.qonnx.handler import (
 from brevitas.export.onnx.qonnx.manager import QONNXDynamoManager, QONNXManager
 from brevitas.export.onnx.standard.function import CastOp, DequantizeLinearOp, IntClipOp, QuantizeLinearOp
 from brevitas.export.onnx.standard.qcdq.handler import (
-    StdQCDQCastONNXDecoupledWeightQuantWithInputProxyHandler,
     StdFloatQCDQCastONNXActQuantProxyHandler,
     StdFloatQCDQCastONNXWeightQuantProxyHandler,
     StdQCDQCastONNXActQuantProxyHandler,
+    StdQCDQCastONNXDecoupledWeightQuantWithInputProxyHandler,
 )
 from brevitas.export.onnx.standard.qcdq.manager import StdQCDQONNXDynamoManager, StdQCDQONNXManager
 from brevitas.proxy.groupwise_int_parameter_quant import GroupwiseWeightQuantProxyFromInjector
@@ -78,7 +78,10 @@ from torch import Tensor
 from quark.torch.extensions.brevitas._backend.algorithms.frozen import FrozenProxyMixin
 from quark.torch.extensions.brevitas._backend.export.formats import ExportFormat
 from quark.torch.extensions.brevitas._backend.inventory import spec_of
-from quark.torch.extensions.brevitas._backend.quantizers import AccumulatorAwareWeightProxy, RoundHalfAwayFromZeroSte
+from quark.torch.extensions.brevitas._backend.quantizers import (
+    AccumulatorAwareWeightProxy,
+    RoundHalfAwayFromZeroSte,
+)
 from quark.torch.extensions.brevitas._backend.shared_microexponents import (
     SharedMicroexponentActProxy,
     SharedMicroexponentWeightProxy,

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from quark.torch.extensions.brevitas._backend.export.verify import FLOAT_RTOL, float_tolerance, max_diff
 from quark.torch.extensions.brevitas._backend.accumulator import Promise
+from quark.torch.extensions.brevitas._backend.export.verify import FLOAT_RTOL, float_tolerance, max_diff
 from quark.torch.extensions.brevitas._backend.qonnx_index import indexed_lookups
 from quark.torch.extensions.brevitas._backend.targets.finn import accumulators as accumulator_checks
 from quark.torch.extensions.brevitas._backend.targets.finn import execute

@@ -176,7 +176,9 @@ class Estimate:
         if self.problems:
             lines += ["", "## Problems", "", *(f"- {p}" for p in self.problems)]
         if self.accumulators:
-            from quark.torch.extensions.brevitas._backend.targets.finn.accumulators import markdown as accumulator_table
+            from quark.torch.extensions.brevitas._backend.targets.finn.accumulators import (
+                markdown as accumulator_table,
+            )
 
             lines += ["", accumulator_table(self.accumulators).rstrip("\n")]
         if self.folding_notes:
