@@ -27,7 +27,14 @@ from quark.torch.extensions.brevitas._backend.quantizers import AccumulatorAware
 from quark.torch.extensions.brevitas.api import ModelQuantizer
 from quark.torch.extensions.brevitas.presets import finn
 from quark.torch.extensions.brevitas.qat import freeze
-from quark.torch.quantization.config.config import A2QSpec, Config, QuantizationConfig, QuantizationSpec
+from quark.torch.quantization.config.algorithms import GPFA2Q, GPFQ, GPTQ, Qronos
+from quark.torch.quantization.config.config import (
+    A2QSpec,
+    Config,
+    GPTQConfig,
+    QuantizationConfig,
+    QuantizationSpec,
+)
 from quark.torch.quantization.config.type import Dtype, QSchemeType, QuantizationMode, ScaleType
 from quark.torch.quantization.observer import PerTensorMinMaxObserver
 
@@ -279,3 +286,21 @@ def test_graph_mode_bounds_each_layer_against_the_site_upstream():
         _assert_within_promise(q, promise.accumulator_bits, promise.input_bits, promise.input_signed, True)
     qmodel.train()
     qmodel(data[0]).sum().backward()  # QuantTensors from upstream reach the weight proxies in training too
+
+
+@pytest.mark.parametrize(
+    "algorithm",
+    [GPTQConfig(sym=None, group_size=None), GPTQ(), GPFQ(), GPFA2Q(), Qronos()],  # QronosConfig: LLM blocks
+    ids=lambda a: type(a).__name__,
+)
+def test_algorithms_that_round_weights_themselves_refuse_a2q_weights(algorithm):
+    """Brevitas' GPxQ takes no weight quantizer that needs the layer's quantized input: refused before
+    the model is touched, naming the algorithm, the modules and what is allowed."""
+    model, data = _model("linear")
+    config = _config(12, True, Dtype.uint4)
+    config.algo_config = [algorithm]
+    before = copy.deepcopy(model.state_dict())
+    with pytest.raises(ValueError, match=rf"{type(algorithm).__name__} with accumulator-aware weights \(qat_spec=A2QSpec\) "
+                       r"in modules \['0'\]; allowed: A2QSpec weights without it"):
+        ModelQuantizer(config).quantize_model(model, data, progress=False, inplace=True)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

@@ -4,7 +4,7 @@ Brevitas' handlers read a quantizer's scale, zero point and bit width from its p
 custom blocks (``QuarkIntScaling``, ``Pof2Scale``, ``CastScale``) feed correctly: they only change
 how the scale is computed. Three things do not survive unchanged, measured with brevitas 0.13.4:
 
-- **Rounding** (QONNX). A proxy reports ``float_to_int_impl_type`` of the stock quantizer it was
+- **Rounding** (QONNX). ``RoundType.toward_zero`` is QONNX's ``DOWN``. A proxy reports ``float_to_int_impl_type`` of the stock quantizer it was
   built from (always ``ROUND``), not the ``float_to_int_impl`` we plug in, so activations and
   biases with ``RoundType.floor`` were exported as ``ROUND``. The handlers below take the rounding
   from the normalised spec each injector carries (``quark_spec``) through :data:`QONNX_ROUNDING`.
@@ -33,6 +33,10 @@ how the scale is computed. Three things do not survive unchanged, measured with 
   steps; one binade up where a code would pass 127), then QuantizeLinear / DequantizeLinear on int8
   with that per-block step (axis 0 of the (blocks, 8) view). MX6 / MX9 (two exponent levels) stay
   refused (support table).
+- **Accumulator-aware weights** (``A2QSpec``). Our :class:`AccumulatorAwareWeightProxy` extends
+  Brevitas' A2Q proxy; Brevitas looks handlers up by exact class, so it has its own QONNX handler
+  (the weight as torch quantized it, rounded toward zero, as for every weight above; Brevitas'
+  handler feeds the float weight with ROUND) and QCDQ handler (Brevitas' for the stock proxy).
 - **Frozen weight quantizers**. GPTQ / GPFQ freeze a layer's weight statistics by giving its proxy
   a subclass (``algorithms/frozen.py``); Brevitas looks handlers up by the proxy's exact class, so
   these proxies had none and the export failed (``'NoneType' object is not callable``). The
