@@ -97,6 +97,8 @@ def test_both_flavours_normalise_to_the_same_tensor_quant(zero_centered):
     assert main.dtype_name == "int4"
     method = "a2q+" if zero_centered else "a2q"
     assert main.describe() == f"int4 sym per_channel axis=0 float narrow {method} acc12 minmax toward_zero"
+    pof2 = QuantizationSpec(**MAIN, scale_type=ScaleType.pof2, qat_spec=A2QSpec(12, zero_centered=zero_centered))
+    assert normalise(pof2, "weight", "w").scale_type is ScaleType.pof2
 
 
 def test_explicit_spellings_of_what_a2q_needs_are_accepted():
@@ -117,7 +119,7 @@ MAIN_REFUSALS = {
     "qscheme": ({"qscheme": QSchemeType.per_tensor, "ch_axis": None}, r"qscheme=QSchemeType\.per_tensor", "QSchemeType.per_channel"),
     "ch_axis": ({"ch_axis": 1}, r"ch_axis=1", "0"),
     "symmetric": ({"symmetric": False}, r"symmetric=False", "None, True"),
-    "scale_type": ({"scale_type": ScaleType.pof2}, r"scale_type=ScaleType\.pof2", "None, ScaleType.float"),
+    "scale_type": ({"scale_type": ScaleType.float16}, r"scale_type=ScaleType\.float16", "None, ScaleType.float, ScaleType.pof2"),
     "round_method": ({"round_method": RoundType.half_even}, r"round_method=RoundType\.half_even", "None, RoundType.toward_zero"),
     "observer_cls": ({"observer_cls": LSQObserver}, r"observer_cls=LSQObserver", "None, PerChannelMinMaxObserver"),
     "is_dynamic": ({"is_dynamic": True}, r"is_dynamic=True", "None, False"),
@@ -162,7 +164,7 @@ def test_a2q_refuses_other_dtypes_naming_them(dtype, message):
     "kwargs,message",
     [
         ({"qscheme": QSchemeType.per_tensor}, r"qscheme=per_tensor is not supported with qat_spec=A2QSpec .*allowed: per_channel"),
-        ({"scale_type": ScaleType.pof2}, r"scale_type=pof2 is not supported with qat_spec=A2QSpec .*allowed: float"),
+        ({"scale_type": ScaleType.bfloat16}, r"scale_type=bfloat16 is not supported with qat_spec=A2QSpec .*allowed: float, pof2"),
         ({"param_type": X.ParamType.mse}, r"param_type=mse is not supported with qat_spec=A2QSpec .*allowed: stats"),
         ({"symmetric": False}, r"symmetric=False \(an unsigned grid\) is not supported with qat_spec=A2QSpec"),
         (
@@ -198,9 +200,9 @@ def test_qat_spec_of_another_type_is_refused():
 def test_finn_preset_takes_an_accumulator_width():
     cfg = presets.finn(4, 4, accumulator_bits=12)
     weight = cfg.global_quant_config.weight
-    assert weight.qat_spec == A2QSpec(12) and weight.scale_type is ScaleType.float
+    assert weight.qat_spec == A2QSpec(12) and weight.scale_type is ScaleType.pof2  # the preset's scales: exact graphs
     tq = normalise(weight, "weight", "w")
-    assert (tq.accumulator_bits, tq.zero_centered, tq.bit_width) == (12, True, 4)
+    assert (tq.accumulator_bits, tq.zero_centered, tq.bit_width, tq.scale_type) == (12, True, 4, ScaleType.pof2)
     a2q = presets.finn(4, 4, accumulator_bits=10, zero_centered=False).global_quant_config.weight
     assert a2q.qat_spec == A2QSpec(10, zero_centered=False)
     assert presets.finn(4, 4).global_quant_config.weight.qat_spec is None  # unconstrained by default

@@ -387,23 +387,26 @@ def _int_from_main(spec: main.QuantizationSpec, role: str, where: str) -> Tensor
     return tq
 
 
-#: the main spec's fields an ``A2QSpec`` weight may set: field -> allowed values. A2Q learns one float
-#: scale per output channel (initialised from max |w| / (2^(b-1) - 1), the abs-max statistic) on a
-#: symmetric narrow grid and rounds toward zero, which keeps its bound (no rounding step raises |q|)
+#: the main spec's fields an ``A2QSpec`` weight may set: field -> allowed values. A2Q learns one scale
+#: per output channel (initialised from max |w| / (2^(b-1) - 1), the abs-max statistic; float, or
+#: rounded to a power of two, as FINN's integer flow keeps its graphs exact) on a symmetric narrow
+#: grid and rounds toward zero, which keeps its bound (no rounding step raises |q|)
 A2Q_MAIN_FIELDS: dict[str, tuple[Any, ...]] = {
     "qscheme": (QSchemeType.per_channel,),
     "ch_axis": (0,),
     "symmetric": (None, True),
-    "scale_type": (None, ScaleType.float),
+    "scale_type": (None, ScaleType.float, ScaleType.pof2),
     "round_method": (None, RoundType.toward_zero),
     "observer_cls": (None, PerChannelMinMaxObserver),
     "is_dynamic": (None, False),
 }
 
 
-def a2q_weight(qat_spec: A2QSpec, role: str, signed: bool, dtype: str, where: str) -> dict[str, Any]:
+def a2q_weight(
+    qat_spec: A2QSpec, role: str, signed: bool, dtype: str, where: str, scale_type: ScaleType | None = None
+) -> dict[str, Any]:
     """The ``TensorQuant`` fields of an ``A2QSpec`` (both flavours): a signed integer weight, per
-    output channel, float scales, narrow grid, rounded toward zero."""
+    output channel, learned scales (float, or power-of-two), narrow grid, rounded toward zero."""
     if role != "weight":
         raise fail(
             where,
@@ -421,7 +424,7 @@ def a2q_weight(qat_spec: A2QSpec, role: str, signed: bool, dtype: str, where: st
         "symmetric": True,
         "qscheme": QSchemeType.per_channel,
         "ch_axis": 0,
-        "scale_type": ScaleType.float,
+        "scale_type": scale_type or ScaleType.float,
         "round_method": RoundType.toward_zero,
         "observer": PerChannelMinMaxObserver,
         "narrow": True,
@@ -431,8 +434,8 @@ def a2q_weight(qat_spec: A2QSpec, role: str, signed: bool, dtype: str, where: st
 
 
 def _a2q_from_main(spec: main.QuantizationSpec, role: str, where: str, bits: int, signed: bool) -> TensorQuant:
-    what = f"qat_spec=A2QSpec ({spec.qat_spec.method}: one learned float scale per output channel, rounding toward zero)"
-    fields = a2q_weight(spec.qat_spec, role, signed, f"dtype=Dtype.{spec.dtype.name}", where)
+    what = f"qat_spec=A2QSpec ({spec.qat_spec.method}: one learned scale per output channel, rounding toward zero)"
+    fields = a2q_weight(spec.qat_spec, role, signed, f"dtype=Dtype.{spec.dtype.name}", where, spec.scale_type)
     require(where, spec, A2Q_MAIN_FIELDS, what)
     return TensorQuant(bit_width=bits, **fields)
 

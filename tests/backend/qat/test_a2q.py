@@ -42,9 +42,13 @@ from quark.torch.quantization.observer import PerTensorMinMaxObserver
 INPUTS = {Dtype.uint4: (4, False), Dtype.int4: (4, True), Dtype.uint8: (8, False)}
 
 
-def _weight(acc_bits: int, zero_centered: bool, dtype: Dtype = Dtype.int4) -> QuantizationSpec:
+def _weight(acc_bits: int, zero_centered: bool, dtype: Dtype = Dtype.int4, scale_type=None) -> QuantizationSpec:
     return QuantizationSpec(
-        dtype=dtype, qscheme=QSchemeType.per_channel, ch_axis=0, qat_spec=A2QSpec(acc_bits, zero_centered=zero_centered)
+        dtype=dtype,
+        qscheme=QSchemeType.per_channel,
+        ch_axis=0,
+        scale_type=scale_type,
+        qat_spec=A2QSpec(acc_bits, zero_centered=zero_centered),
     )
 
 
@@ -52,9 +56,9 @@ def _input(dtype: Dtype) -> QuantizationSpec:
     return QuantizationSpec(dtype=dtype, observer_cls=PerTensorMinMaxObserver, scale_type=ScaleType.pof2)
 
 
-def _config(acc_bits, zero_centered, input_dtype, mode=QuantizationMode.eager_mode, weight_dtype=Dtype.int4) -> Config:
+def _config(acc_bits, zero_centered, input_dtype, mode=QuantizationMode.eager_mode, scale_type=None) -> Config:
     return Config(
-        QuantizationConfig(input_tensors=_input(input_dtype), weight=_weight(acc_bits, zero_centered, weight_dtype)),
+        QuantizationConfig(input_tensors=_input(input_dtype), weight=_weight(acc_bits, zero_centered, scale_type=scale_type)),
         quant_mode=mode,
     )
 
@@ -148,6 +152,28 @@ def test_integer_weights_are_the_reference_and_fit_the_accumulator(kind, zero_ce
     torch.testing.assert_close(q, _reference_codes(layer, proxy, acc_bits, zero_centered), atol=0, rtol=0)
     assert int(q.abs().max()) <= 7 and q.abs().sum() > 0  # the narrow int4 grid, not all zero
     _assert_within_promise(q, acc_bits, bits, signed, zero_centered)
+
+
+@pytest.mark.parametrize("zero_centered", [True, False], ids=["a2q+", "a2q"])
+def test_power_of_two_scales_keep_the_reference_and_the_bound(zero_centered):
+    """``scale_type=pof2``: the learned scale rounded to a power of two (both of Brevitas' copies),
+    the integer weights still the reference's and within the bound, through QAT steps."""
+    model, data = _model("conv")
+    qmodel = _quantize(_config(12, zero_centered, Dtype.int4, QuantizationMode.fx_graph_mode, ScaleType.pof2), model, data)
+    _, layer, proxy = _layer(qmodel)
+    optimizer = torch.optim.Adam(qmodel.parameters(), lr=1e-2)
+    qmodel.train()
+    for x in [*data, *data]:
+        _, s = _learned(proxy, layer.weight)
+        scale = layer.quant_weight().scale
+        for value in (s, scale):
+            assert torch.equal(value, torch.exp2(torch.log2(value).round()))
+        q = _codes(layer)
+        torch.testing.assert_close(q, _reference_codes(layer, proxy, 12, zero_centered), atol=0, rtol=0)
+        _assert_within_promise(q, 12, 4, True, zero_centered)
+        optimizer.zero_grad()
+        qmodel(x).square().mean().backward()
+        optimizer.step()
 
 
 @pytest.mark.parametrize("zero_centered", [True, False], ids=["a2q+", "a2q"])

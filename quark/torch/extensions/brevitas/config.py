@@ -94,7 +94,7 @@ class QuantizationSpec(Serialisable):
         qat_spec: ``TQTSpec(threshold_init_meth=...)`` for trained power-of-two thresholds (needs
             ``scale_type=ScaleType.pof2`` and per-tensor symmetric quantization), or, on a weight,
             ``A2QSpec(accumulator_bit_width=...)`` for accumulator-aware weights (needs
-            ``qscheme=QSchemeType.per_channel``, symmetric, float scales).
+            ``qscheme=QSchemeType.per_channel``, symmetric, float or pof2 scales).
     """
 
     qscheme: QSchemeType = QSchemeType.per_tensor

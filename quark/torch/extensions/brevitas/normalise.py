@@ -129,14 +129,14 @@ def _ext_float(spec: QuantizationSpec, observer: type[ObserverBase], where: str)
 _A2Q_FIELDS: dict[str, tuple[tuple, str]] = {
     "quant_type": ((QuantType.int_quant,), "the bound is on integer weights"),
     "qscheme": ((QSchemeType.per_channel,), "A2Q bounds each output channel with its own learned scale"),
-    "scale_type": ((ScaleType.float,), "A2Q learns float scales per output channel"),
+    "scale_type": ((ScaleType.float, ScaleType.pof2), "A2Q learns a scale per output channel, float or power-of-two"),
     "param_type": ((ParamType.stats,), "the scale starts from max |w| per channel and is learned"),
 }
 
 
 def _ext_a2q(spec: QuantizationSpec, role: str, where: str) -> TensorQuant:
     """``qat_spec=A2QSpec``: accumulator-aware weights (see ``A2QSpec``)."""
-    fields = a2q_weight(spec.qat_spec, role, spec.symmetric, "symmetric=False (an unsigned grid)", where)
+    fields = a2q_weight(spec.qat_spec, role, spec.symmetric, "symmetric=False (an unsigned grid)", where, spec.scale_type)
     for field_name, (allowed, why) in _A2Q_FIELDS.items():
         value = getattr(spec, field_name)
         if value not in allowed:

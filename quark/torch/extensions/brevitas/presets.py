@@ -250,8 +250,10 @@ def finn(
     see ``A2QSpec``): every layer's integer dot product then fits a signed accumulator of that
     many bits, which the FINN export checks on every MVAU / VVAU after FINN's
     ``MinimizeAccumulatorWidth`` and reports with the LUTs it saves. Their weights are per output
-    channel with learned float scales (FINN folds them into the next thresholds), rounded toward
-    zero; ``qat_spec`` then trains the activations' thresholds only. docs/qat.md
+    channel with learned scales rounded to powers of two (as every scale of this preset: with float
+    weight scales torch's float sums and FINN's integer ones can round a tie apart, measured on the
+    digits CNN; FINN folds them into the next thresholds), rounded toward zero; ``qat_spec`` then
+    trains the activations' thresholds only. docs/qat.md
     ("Accumulator-aware quantization") has the accuracy against accumulator width on the digits CNN.
 
     Args:
@@ -319,13 +321,13 @@ def finn(
         )
 
     def weight(bits: int, accumulator: int | None = None) -> QuantizationSpec:
-        if accumulator is not None:  # A2Q / A2Q+: learned float scales per output channel, toward zero
+        if accumulator is not None:  # A2Q / A2Q+: learned pof2 scales per output channel, toward zero
             return QuantizationSpec(
                 dtype=_INTEGERS[bits][0],
                 qscheme=QSchemeType.per_channel,
                 ch_axis=0,
                 symmetric=True,
-                scale_type=ScaleType.float,
+                scale_type=ScaleType.pof2,
                 round_method=RoundType.toward_zero,
                 qat_spec=A2QSpec(accumulator, zero_centered=zero_centered),
             )

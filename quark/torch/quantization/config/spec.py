@@ -109,12 +109,13 @@ class A2QSpec(QATSpec):
     ``P = accumulator_bit_width``: A2Q ``||q||_1 <= (2^(P-1) - 1) * 2^(signed - N)``; A2Q+ zero-centres
     each channel and takes ``||q||_1 <= (2^P - 2) / (2^N - 1)``. The weights are
     ``w = g * v / ||v||_1`` per output channel with learned ``g`` (clamped to the bound) and a learned
-    float scale, rounded toward zero (no rounding step may raise a magnitude). After calibration the
+    scale, rounded toward zero (no rounding step may raise a magnitude). After calibration the
     weights are projected onto the bound once (the A2Q+ paper's EP-init, Brevitas'
     ``apply_ep_init``).
 
     Applies to weight specs of a signed integer dtype, ``qscheme=per_channel`` along the output
-    channels, symmetric, float scales (``ScaleType.float``), ``round_method`` unset or
+    channels, symmetric, ``scale_type`` float (Brevitas' A2Q) or pof2 (the learned scale rounded to a
+    power of two: FINN's integer graphs stay exact), ``round_method`` unset or
     ``RoundType.toward_zero``; the layer (Linear or Conv2d) needs a quantized integer input, whose
     bit width and sign the bound uses. The FINN export checks that every such layer's accumulator
     fits the promised width (``ModelExporter.export_finn_dataflow``).

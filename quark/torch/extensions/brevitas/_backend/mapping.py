@@ -174,7 +174,7 @@ TQT_BASES: dict[tuple[bool, bool], Any] = {
 
 #: accumulator-aware weights (A2QSpec), key: zero-centred? A2Q+ (Colbert et al. 2024:
 #: zero-centred weights, the relaxed bound) or A2Q (Colbert et al. 2023). Brevitas' quantizers as
-#: they are: per output channel, a learned float scale initialised from max |w| / (2^(b-1) - 1), the
+#: they are: per output channel, a learned scale (log domain) initialised from max |w| / (2^(b-1) - 1), the
 #: weight-norm parameter g clamped to the bound of the accumulator, the narrow grid, rounding toward
 #: zero; our proxy gives them the planned input grid (quantizers.AccumulatorAwareWeightProxy).
 A2Q_BASES: dict[bool, Any] = {
@@ -416,7 +416,7 @@ def _a2q_weight(tq: TensorQuant, module: nn.Module, weight: torch.Tensor, inputs
     if inputs is None or inputs.format is not Format.integer:
         raise ValueError(f"accumulator-aware weights need the layer's integer input spec, got {inputs}")
     return _per_channel(A2Q_BASES[tq.zero_centered], tq, module, weight).let(
-        quark_spec=tq,
+        **_scale_type(tq),  # the learned scale as it is (float) or rounded to a power of two (pof2)
         bit_width=tq.bit_width,
         accumulator_bit_width=tq.accumulator_bits,
         a2q_input_bit_width=inputs.bit_width,
