@@ -250,7 +250,7 @@ def test_checkpoint_round_trips_bit_for_bit(tmp_path):
     qmodel.eval()
     torch.save(qmodel.state_dict(), tmp_path / "a2q.pt")
     fresh = ModelQuantizer(config).quantize_model(copy.deepcopy(model), calibrate=False, progress=False)
-    fresh.load_state_dict(torch.load(tmp_path / "a2q.pt"))
+    fresh.load_state_dict(torch.load(tmp_path / "a2q.pt", weights_only=True))
     fresh.eval()
     with torch.no_grad():
         for x in data:
