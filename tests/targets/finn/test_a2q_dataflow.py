@@ -136,3 +136,26 @@ def test_worst_case_is_finns_data_type_bound(float_cnn, data, tmp_path):
             assert finn_bits == worst_case_bits(4, idt.bitwidth(), idt.signed(), op.get_nodeattr("MW"))
             seen += 1
     assert seen == 3
+
+
+def test_a_depthwise_convolution_is_checked_on_its_vvau(data, tmp_path):
+    """A depthwise convolution becomes a VVAU (weights per channel, not a matrix): found and checked."""
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.BatchNorm2d(8), nn.ReLU(),
+        nn.Conv2d(8, 16, 1), nn.BatchNorm2d(16), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Flatten(), nn.Linear(16 * 16, 10),
+    )  # fmt: skip
+    model = digits.train(model, data, epochs=2, seed=0)
+    config = finn(4, 4, accumulator_bits=10, layer_accumulator_bits={"0": 14})
+    config.pre_quant_opt_config = [MergeBatchNorm()]
+    qmodel = ModelQuantizer(config).quantize_model(model, data.loader("train"), progress=False)
+    digits.train(qmodel, data, epochs=1, lr=1e-3, seed=0)
+    result = ModelExporter(tmp_path / "finn").export_finn_dataflow(qmodel.eval(), _test_images(data, 16), integer_input=True)
+    checks = {c.module: c for c in result.accumulators}
+    assert checks["3"].node.startswith("VVAU") and checks["3"].dot_length == 9
+    assert all(c.holds for c in checks.values()) and set(checks) == {"0", "3", "6", "11"}
+    assert checks["0"].promised_bits == 14 and checks["3"].promised_bits == 10
