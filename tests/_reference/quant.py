@@ -22,7 +22,8 @@ def grid(bits: int, signed: bool, symmetric: bool) -> tuple[int, int]:
 
 
 def round_(x: torch.Tensor, method: str) -> torch.Tensor:
-    """method: 'half_even' (ties to even), 'floor', 'round' (ties away from zero), 'half_up' (ties up)."""
+    """method: 'half_even' (ties to even), 'floor', 'round' (ties away from zero), 'half_up' (ties up),
+    'toward_zero' (truncation)."""
     if method == "half_even":
         return torch.round(x)
     if method == "floor":
@@ -31,6 +32,8 @@ def round_(x: torch.Tensor, method: str) -> torch.Tensor:
         return torch.sign(x) * torch.floor(torch.abs(x) + 0.5)
     if method == "half_up":
         return torch.floor(x + 0.5)
+    if method == "toward_zero":
+        return torch.trunc(x)
     raise ValueError(method)
 
 

@@ -29,6 +29,7 @@ GOLDEN = {
     RoundType.floor: [-6, -3, -2, -1, 0, 1, 2, 5],
     RoundType.round: [-6, -3, -2, -1, 1, 2, 3, 6],
     RoundType.half_up: [-5, -2, -1, 0, 1, 2, 3, 6],
+    RoundType.toward_zero: [-5, -2, -1, -0, 0, 1, 2, 5],
 }
 #: RoundType -> what its QONNX rounding_mode is applied to: half_up (floor(x + 0.5)) is written as
 #: HALF_UP (ties away from zero) on x shifted to non-negative values (handlers._SpecRounding)

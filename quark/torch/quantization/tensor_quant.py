@@ -21,6 +21,8 @@ from quark.torch.quantization.config.spec import (
     MAX_BIAS_BITS,
     MAX_BITS,
     MIN_BITS,
+    A2QSpec,
+    TQTSpec,
 )
 from quark.torch.quantization.config.type import (
     Dtype,
@@ -152,6 +154,17 @@ class TensorQuant:
     # its statistics frozen after freeze_batch_norm_steps training steps (None: never)
     fold_batch_norm: bool = False
     freeze_batch_norm_steps: int | None = None
+    # weights (A2QSpec): the signed accumulator width promised (None: unconstrained) and A2Q+'s
+    # zero-centring; the grid is narrow (no -2^(b-1)) and rounding toward zero, as Brevitas' A2Q
+    accumulator_bits: int | None = None
+    zero_centered: bool = False
+
+    @property
+    def a2q(self) -> str | None:
+        """``"a2q+"`` / ``"a2q"`` for accumulator-aware weights, else None."""
+        if self.accumulator_bits is None:
+            return None
+        return "a2q+" if self.zero_centered else "a2q"
 
     @property
     def needs_calibration(self) -> bool:
@@ -205,8 +218,12 @@ class TensorQuant:
         if self.group_size:
             parts.append(f"g={self.group_size}")
         parts.append(self.scale_type.name)
+        if self.narrow and self.bit_width > 2:
+            parts.append("narrow")
         if self.tqt:
             parts.append("tqt")
+        if self.a2q:
+            parts.append(f"{self.a2q} acc{self.accumulator_bits}")
         if self.lsq:
             parts.append("lsq")
         if self.bias_scale_from_product:
@@ -227,7 +244,7 @@ TERNARY_MEAN_ABS_THRESHOLD = 0.7
 
 #: format -> the name of a spec's element type
 DTYPE_NAMES: dict[Format, Callable[[TensorQuant], str]] = {
-    Format.integer: lambda tq: "ternary" if tq.narrow else f"{'int' if tq.signed else 'uint'}{tq.bit_width}",
+    Format.integer: lambda tq: "ternary" if tq.narrow and tq.bit_width == 2 else f"{'int' if tq.signed else 'uint'}{tq.bit_width}",
     Format.minifloat: lambda tq: f"fp{tq.bit_width}_e{tq.exponent_bit_width}m{tq.mantissa_bit_width}"
     + ("_fnuz" if tq.fnuz else ""),
     Format.cast: lambda tq: tq.element.name,
@@ -320,6 +337,8 @@ def _int_from_main(spec: main.QuantizationSpec, role: str, where: str) -> Tensor
             f"scale_type=ScaleType.float8_e8m0fnu is not supported with {what}: it is the shared scale of OCP MX "
             "blocks; for power-of-two integer scales use ScaleType.pof2",
         )
+    if isinstance(spec.qat_spec, A2QSpec):
+        return _a2q_from_main(spec, role, where, bits, signed)
     observer_cls = spec.observer_cls
     lsq = observer_cls is LSQObserver
     if lsq:
@@ -366,6 +385,59 @@ def _int_from_main(spec: main.QuantizationSpec, role: str, where: str) -> Tensor
         **batch_norm_folding(spec.qat_spec, role),
     )
     return tq
+
+
+#: the main spec's fields an ``A2QSpec`` weight may set: field -> allowed values. A2Q learns one scale
+#: per output channel (initialised from max |w| / (2^(b-1) - 1), the abs-max statistic; float, or
+#: rounded to a power of two, as FINN's integer flow keeps its graphs exact) on a symmetric narrow
+#: grid and rounds toward zero, which keeps its bound (no rounding step raises |q|)
+A2Q_MAIN_FIELDS: dict[str, tuple[Any, ...]] = {
+    "qscheme": (QSchemeType.per_channel,),
+    "ch_axis": (0,),
+    "symmetric": (None, True),
+    "scale_type": (None, ScaleType.float, ScaleType.pof2),
+    "round_method": (None, RoundType.toward_zero),
+    "observer_cls": (None, PerChannelMinMaxObserver),
+    "is_dynamic": (None, False),
+}
+
+
+def a2q_weight(
+    qat_spec: A2QSpec, role: str, signed: bool, dtype: str, where: str, scale_type: ScaleType | None = None
+) -> dict[str, Any]:
+    """The ``TensorQuant`` fields of an ``A2QSpec`` (both flavours): a signed integer weight, per
+    output channel, learned scales (float, or power-of-two), narrow grid, rounded toward zero."""
+    if role != "weight":
+        raise fail(
+            where,
+            f"qat_spec=A2QSpec is not supported for {role}: it bounds the L1 norm of each output channel's integer "
+            "weights (the accumulator is the dot product of weights and inputs); allowed: a weight spec",
+        )
+    if not signed:
+        raise fail(
+            where,
+            f"{dtype} is not supported with qat_spec=A2QSpec: its weights are signed (a narrow symmetric grid "
+            "about 0); allowed: a signed integer dtype (int2 .. int16), or bit_width with symmetric=True",
+        )
+    return {
+        "signed": True,
+        "symmetric": True,
+        "qscheme": QSchemeType.per_channel,
+        "ch_axis": 0,
+        "scale_type": scale_type or ScaleType.float,
+        "round_method": RoundType.toward_zero,
+        "observer": PerChannelMinMaxObserver,
+        "narrow": True,
+        "accumulator_bits": qat_spec.accumulator_bit_width,
+        "zero_centered": qat_spec.zero_centered,
+    }
+
+
+def _a2q_from_main(spec: main.QuantizationSpec, role: str, where: str, bits: int, signed: bool) -> TensorQuant:
+    what = f"qat_spec=A2QSpec ({spec.qat_spec.method}: one learned scale per output channel, rounding toward zero)"
+    fields = a2q_weight(spec.qat_spec, role, signed, f"dtype=Dtype.{spec.dtype.name}", where, spec.scale_type)
+    require(where, spec, A2Q_MAIN_FIELDS, what)
+    return TensorQuant(bit_width=bits, **fields)
 
 
 def require(where: str, spec: Any, allowed: dict[str, tuple[Any, ...]], what: str) -> None:
@@ -606,7 +678,7 @@ def batch_norm_folding(qat_spec: Any, role: str) -> dict[str, Any]:
 def tqt_observer(qat_spec: Any, observer: type[ObserverBase], where: str = "spec") -> tuple[type[ObserverBase], bool]:
     """(observer initialising the threshold, whether TQT applies); without an init method, the spec's own
     (Quark's ``TQTObserver`` names TQT itself: abs-max then)."""
-    if qat_spec is None:
+    if not isinstance(qat_spec, TQTSpec):
         if observer is TQTObserver:
             raise fail(where, "observer_cls=TQTObserver needs qat_spec=TQTSpec(threshold_init_meth=...), as in Quark")
         return observer, False

@@ -14,7 +14,7 @@ from torch import nn
 
 from quark.torch.extensions.brevitas._backend.rules import layers as rules
 from quark.torch.extensions.brevitas.api import ModelQuantizer
-from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
+from quark.torch.quantization.config.config import A2QSpec, Config, QuantizationConfig, QuantizationSpec
 from quark.torch.quantization.config.type import Dtype, QSchemeType, ScaleType
 from quark.torch.quantization.plan import module_sites
 
@@ -57,6 +57,12 @@ def test_every_rule_has_a_reason_and_a_row_in_the_design_doc():
 
 
 _B32 = QuantizationSpec(dtype=Dtype.int32)  # scale = input scale x weight scale
+
+
+def _a2q(bits: int = 12, zero_centered: bool = True) -> QuantizationSpec:
+    return QuantizationSpec(
+        dtype=Dtype.int4, qscheme=QSchemeType.per_channel, ch_axis=0, qat_spec=A2QSpec(bits, zero_centered=zero_centered)
+    )
 
 #: refused -> (the layer config, the layer, its input shape, the message of its problem)
 RULE_CASES = {
@@ -129,6 +135,30 @@ RULE_CASES = {
         nn.Linear(32, 4),
         (32, 32),
         r"input_tensors mx int8 blocks along ch_axis=0; allowed: blocks along the layer's channels, ch_axis=-1 for a Linear",
+    ),
+    "accumulator-aware weights (A2QSpec) without a quantized integer input": (
+        QuantizationConfig(weight=_a2q()),
+        nn.Linear(8, 4),
+        (2, 8),
+        (
+            r"module '0' \(Linear\): weight qat_spec=A2QSpec \(accumulator 12 bits\) with a float input; allowed: an "
+            r"integer input_tensors spec for this layer"
+        ),
+    ),
+    "accumulator-aware weights (A2QSpec) on a layer other than Linear or Conv2d": (
+        QuantizationConfig(weight=_a2q(), input_tensors=QuantizationSpec(dtype=Dtype.uint4)),
+        nn.Conv1d(3, 4, 3),
+        (2, 3, 8),
+        r"module '0' \(Conv1d\): weight qat_spec=A2QSpec on a Conv1d; allowed: nn.Linear, nn.Conv2d",
+    ),
+    "an accumulator-aware weight whose accumulator is too narrow for any nonzero weight": (
+        QuantizationConfig(weight=_a2q(8, zero_centered=False), input_tensors=QuantizationSpec(dtype=Dtype.uint8)),
+        nn.Linear(8, 4),
+        (2, 8),
+        (
+            r"A2QSpec\(accumulator_bit_width=8, zero_centered=False\) with uint8 inputs bounds \|\|q\|\|_1 per output "
+            r"channel by 0.496: every weight rounds to 0; allowed: accumulator_bit_width >= 10 for uint8 inputs"
+        ),
     ),
 }
 

@@ -55,7 +55,7 @@ IMPORT_PATHS = [
         None,
         r"is not a registered observer",
     ),
-    ({"weight": {"dtype": "int8", "qat_spec": {"name": "subprocess.Popen"}}}, None, r"qat_spec name='subprocess.Popen' is not known; allowed: \['TQTSpec'\]"),
+    ({"weight": {"dtype": "int8", "qat_spec": {"name": "subprocess.Popen"}}}, None, r"qat_spec name='subprocess.Popen' is not known; allowed: \['A2QSpec', 'TQTSpec'\]"),
     ({"weight": {"dtype": "int8"}}, {"algo_config": [{"name": "builtins.eval"}]}, r"algo_config name='builtins.eval' is not known; allowed: \["),
     ({"weight": {"dtype": "int8"}}, {"pre_quant_opt_config": [{"name": "os.system", "command": "x"}]}, r"name='os.system' is not known"),
 ]

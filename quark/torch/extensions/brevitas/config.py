@@ -20,11 +20,19 @@ from quark.torch.quantization.config._fields import (
 )
 from quark.torch.quantization.config.algorithms import AlgoConfig, Preprocess, algo_list
 from quark.torch.quantization.config.config import LayerConfigBase
-from quark.torch.quantization.config.spec import BIPOLAR_BITS, MAX_BIAS_BITS, QATSpec, TQTSpec, check_tqt
+from quark.torch.quantization.config.spec import (
+    BIPOLAR_BITS,
+    MAX_BIAS_BITS,
+    A2QSpec,
+    QATSpec,
+    TQTSpec,
+    check_tqt,
+)
 from quark.torch.quantization.config.spec import QuantizationSpec as MainQuantizationSpec
 from quark.torch.quantization.config.type import QSchemeType, ScaleType
 
 __all__ = [
+    "A2QSpec",
     "Backend",
     "Config",
     "ParamType",
@@ -84,7 +92,9 @@ class QuantizationSpec(Serialisable):
             ``QuantizationSpec(dtype=Dtype.ternary)``, which this config accepts too.
         exponent_bit_width, mantissa_bit_width: minifloat layout (float_quant only).
         qat_spec: ``TQTSpec(threshold_init_meth=...)`` for trained power-of-two thresholds (needs
-            ``scale_type=ScaleType.pof2`` and per-tensor symmetric quantization).
+            ``scale_type=ScaleType.pof2`` and per-tensor symmetric quantization), or, on a weight,
+            ``A2QSpec(accumulator_bit_width=...)`` for accumulator-aware weights (needs
+            ``qscheme=QSchemeType.per_channel``, symmetric, float or pof2 scales).
     """
 
     qscheme: QSchemeType = QSchemeType.per_tensor
@@ -95,7 +105,7 @@ class QuantizationSpec(Serialisable):
     bit_width: int = 8
     exponent_bit_width: int | None = None
     mantissa_bit_width: int | None = None
-    qat_spec: TQTSpec | None = None
+    qat_spec: TQTSpec | A2QSpec | None = None
 
     def __post_init__(self) -> None:
         owner = type(self).__name__

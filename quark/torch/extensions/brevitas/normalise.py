@@ -8,8 +8,8 @@ both flavours while the config layer knows nothing of the extension. No Brevitas
 from __future__ import annotations
 
 from quark.torch.extensions.brevitas.config import Config, ParamType, QuantizationSpec, QuantType
-from quark.torch.quantization.config.spec import ACTIVATION_ROLES, BIPOLAR_BITS
-from quark.torch.quantization.config.type import QSchemeType
+from quark.torch.quantization.config.spec import ACTIVATION_ROLES, BIPOLAR_BITS, A2QSpec
+from quark.torch.quantization.config.type import QSchemeType, ScaleType
 from quark.torch.quantization.observer import (
     MeanAbsObserver,
     ObserverBase,
@@ -23,6 +23,7 @@ from quark.torch.quantization.plan import ConfigView, register_config_view
 from quark.torch.quantization.tensor_quant import (
     Format,
     TensorQuant,
+    a2q_weight,
     batch_norm_folding,
     check_role,
     fail,
@@ -67,6 +68,8 @@ def normalise_ext(spec: QuantizationSpec, role: str, where: str) -> TensorQuant:
             role,
             where,
         )
+    if isinstance(spec.qat_spec, A2QSpec):
+        return check_role(_ext_a2q(spec, role, where), role, where)
     key = (spec.param_type, role in ACTIVATION_ROLES, spec.qscheme)
     if key not in _EXT_OBSERVERS:
         allowed = sorted(f"{p.name}/{q.name}" for p, act, q in _EXT_OBSERVERS if act == key[1])
@@ -120,6 +123,29 @@ def _ext_float(spec: QuantizationSpec, observer: type[ObserverBase], where: str)
         exponent_bit_width=e,
         mantissa_bit_width=m,
     )
+
+
+#: the extension's spec fields an ``A2QSpec`` weight may set: field -> (allowed, why)
+_A2Q_FIELDS: dict[str, tuple[tuple, str]] = {
+    "quant_type": ((QuantType.int_quant,), "the bound is on integer weights"),
+    "qscheme": ((QSchemeType.per_channel,), "A2Q bounds each output channel with its own learned scale"),
+    "scale_type": ((ScaleType.float, ScaleType.pof2), "A2Q learns a scale per output channel, float or power-of-two"),
+    "param_type": ((ParamType.stats,), "the scale starts from max |w| per channel and is learned"),
+}
+
+
+def _ext_a2q(spec: QuantizationSpec, role: str, where: str) -> TensorQuant:
+    """``qat_spec=A2QSpec``: accumulator-aware weights (see ``A2QSpec``)."""
+    fields = a2q_weight(spec.qat_spec, role, spec.symmetric, "symmetric=False (an unsigned grid)", where, spec.scale_type)
+    for field_name, (allowed, why) in _A2Q_FIELDS.items():
+        value = getattr(spec, field_name)
+        if value not in allowed:
+            shown = ", ".join(getattr(a, "name", str(a)) for a in allowed)
+            raise fail(
+                where,
+                f"{field_name}={getattr(value, 'name', value)} is not supported with qat_spec=A2QSpec ({why}); allowed: {shown}",
+            )
+    return TensorQuant(bit_width=spec.bit_width, **fields)
 
 
 #: the extension's spec fields a bipolar tensor cannot honour: field -> (allowed, why)

@@ -24,7 +24,13 @@ neither Brevitas nor ONNX.
 from __future__ import annotations
 
 from quark.torch.quantization.config.algorithms import MergeBatchNorm
-from quark.torch.quantization.config.config import Config, QATSpec, QuantizationConfig, QuantizationSpec
+from quark.torch.quantization.config.config import (
+    A2QSpec,
+    Config,
+    QATSpec,
+    QuantizationConfig,
+    QuantizationSpec,
+)
 from quark.torch.quantization.config.type import (
     DeviceType,
     Dtype,
@@ -213,6 +219,9 @@ def finn(
     unsigned: tuple[str, ...] = ("ReLU",),
     per_channel_weights: bool = False,
     qat_spec: QATSpec | None = None,
+    accumulator_bits: int | None = None,
+    layer_accumulator_bits: dict[str, int | None] | None = None,
+    zero_centered: bool = True,
     exclude: list[str] | None = None,
 ) -> Config:
     """FINN's integer dataflow (graph mode): every tensor between layers quantized, zero points 0.
@@ -237,6 +246,16 @@ def finn(
     layer) is expressed with ``layer_weight_bits`` and ``add_bits``; docs/graph.md ("Targets")
     has the measured effect of each on the digits network.
 
+    Accumulator-aware weights (``accumulator_bits``: A2Q+, or A2Q with ``zero_centered=False``;
+    see ``A2QSpec``): every layer's integer dot product then fits a signed accumulator of that
+    many bits, which the FINN export checks on every MVAU / VVAU after FINN's
+    ``MinimizeAccumulatorWidth`` and reports with the LUTs it saves. Their weights are per output
+    channel with learned scales rounded to powers of two (as every scale of this preset: with float
+    weight scales torch's float sums and FINN's integer ones can round a tie apart, measured on the
+    digits CNN; FINN folds them into the next thresholds), rounded toward zero; ``qat_spec`` then
+    trains the activations' thresholds only. docs/qat.md
+    ("Accumulator-aware quantization") has the accuracy against accumulator width on the digits CNN.
+
     Args:
         weight_bits, act_bits, input_bits: 1 (bipolar), 2, 3, 4 or 8.
         input_signed: the network input can be negative.
@@ -249,7 +268,15 @@ def finn(
             must occur in the model, as ``layer_type_quant_config`` requires.
         per_channel_weights: one weight scale per output channel (FINN folds them into the
             thresholds of the next layer).
-        qat_spec: quantization-aware training of every scale.
+        qat_spec: quantization-aware training of every scale (of the activations only with
+            ``accumulator_bits``).
+        accumulator_bits: the signed accumulator width every weighted layer promises (A2Q / A2Q+
+            weights, ``A2QSpec``); None: unconstrained.
+        layer_accumulator_bits: layer name -> its accumulator width, overriding
+            ``accumulator_bits`` (None: that layer unconstrained, e.g. ``{"0": None}`` for a first
+            layer taking 8-bit pixels); each name must be a layer of the model.
+        zero_centered: with an accumulator width: A2Q+ (True, zero-centred weights, the relaxed
+            bound) or A2Q (False).
         exclude: module name patterns left float.
     """
     widths = {
@@ -262,6 +289,19 @@ def finn(
     for name, bits in widths.items():
         if bits is not None and bits not in _INTEGERS:
             raise ValueError(f"finn({name}={bits!r}): allowed {sorted(_INTEGERS)}")
+    accumulators = {"accumulator_bits": accumulator_bits}
+    accumulators |= {f"layer_accumulator_bits[{layer!r}]": bits for layer, bits in (layer_accumulator_bits or {}).items()}
+    for name, bits in accumulators.items():
+        if bits is not None:
+            A2QSpec(bits)  # checks the width (A2QSpec.accumulator_bit_width=...)
+    if not isinstance(zero_centered, bool):
+        raise TypeError(f"finn(zero_centered={zero_centered!r}): expected True (A2Q+) or False (A2Q)")
+    constrained = [name for name, bits in accumulators.items() if bits is not None]
+    if constrained and (weight_bits == 1 or 1 in (layer_weight_bits or {}).values()):
+        raise ValueError(
+            f"finn({', '.join(constrained)}) with bipolar weights (weight_bits=1): accumulator-aware weights are "
+            "integers of 2..8 bits; allowed: weight_bits 2, 3, 4 or 8"
+        )
     if input_bits == 1 and not input_signed:
         raise ValueError(
             "finn(input_bits=1) needs input_signed=True: the sign of a non-negative input (pixels in [0, 1]) is +1 "
@@ -280,7 +320,17 @@ def finn(
             qat_spec=qat_spec,
         )
 
-    def weight(bits: int) -> QuantizationSpec:
+    def weight(bits: int, accumulator: int | None = None) -> QuantizationSpec:
+        if accumulator is not None:  # A2Q / A2Q+: learned pof2 scales per output channel, toward zero
+            return QuantizationSpec(
+                dtype=_INTEGERS[bits][0],
+                qscheme=QSchemeType.per_channel,
+                ch_axis=0,
+                symmetric=True,
+                scale_type=ScaleType.pof2,
+                round_method=RoundType.toward_zero,
+                qat_spec=A2QSpec(accumulator, zero_centered=zero_centered),
+            )
         if bits == 1:  # sign(w) x mean|w|, per tensor or per output channel
             return QuantizationSpec(
                 dtype=Dtype.bipolar,
@@ -310,15 +360,22 @@ def finn(
     per_type = {"GraphInput": QuantizationConfig(input_tensors=network_input)}
     if add_bits not in (None, act_bits):
         per_type["Add"] = QuantizationConfig(input_tensors=activation(_INTEGERS[add_bits][0]))
+    per_layer = dict(layer_accumulator_bits or {})
+    layers = dict.fromkeys([*(layer_weight_bits or {}), *per_layer])
     return Config(
         global_quant_config=QuantizationConfig(
             input_tensors=activation(_INTEGERS[act_bits][0]),
-            weight=weight(weight_bits),
+            weight=weight(weight_bits, accumulator_bits),
             target_device=DeviceType.FINN,
         ),
         layer_quant_config={
-            layer: QuantizationConfig(weight=weight(bits))
-            for layer, bits in (layer_weight_bits or {}).items()
+            layer: QuantizationConfig(
+                weight=weight(
+                    (layer_weight_bits or {}).get(layer, weight_bits),
+                    per_layer.get(layer, accumulator_bits),
+                )
+            )
+            for layer in layers
         },
         layer_type_quant_config=per_type | {name: non_negative for name in unsigned},
         exclude=list(exclude or []),

@@ -47,6 +47,7 @@ from quark.torch.quantization.config.algorithms.fields import check_fields
 from quark.torch.quantization.config.datatype_specs import *  # Quark defines its helpers here
 from quark.torch.quantization.config.spec import (
     ROLES,
+    A2QSpec,
     QATSpec,
     QuantizationSpec,
     TQTSpec,
@@ -57,6 +58,7 @@ from quark.torch.quantization.config.type import (
 )
 
 __all__ = [
+    "A2QSpec",
     "AWQConfig",
     "AlgoConfig",
     "AutoRoundConfig",
@@ -262,7 +264,7 @@ def _layer(layer_cls: type, value: Any) -> Any:
 
 # the tensor spec lives in config/spec.py (under Quark 0.13's helpers); it is Quark's
 # quark.torch.quantization.config.config.QuantizationSpec, so its messages and documentation say so
-for _spec_class in (QATSpec, TQTSpec, QuantizationSpec):
+for _spec_class in (QATSpec, TQTSpec, A2QSpec, QuantizationSpec):
     _spec_class.__module__ = __name__
 del _spec_class
 

@@ -1,5 +1,5 @@
 """How one tensor is quantized: AMD Quark's ``QuantizationSpec`` (``QTensorConfig``) and its QAT
-specs (``TQTSpec``), with the constants every layer of the config shares (the roles, the bit
+specs (``TQTSpec``; this package's ``A2QSpec``), with the constants every layer of the config shares (the roles, the bit
 widths). The layer and model configs (:mod:`.config`) and Quark 0.13's spec helpers
 (:mod:`.datatype_specs`) build on it."""
 
@@ -39,6 +39,9 @@ BIPOLAR_BITS = 1
 FREEZE_BATCH_NORM_STEPS = 0
 #: Quark 0.13's default bound of its MX observer's buffer-reuse path (elements)
 MAX_INPUT_NUMEL = 4 * 1024 * 1024
+#: accumulator widths an ``A2QSpec`` may promise (signed bits): 32 is Brevitas' default bound and
+#: FINN's default accumulator (INT32), i.e. no constraint on the usual layers
+MIN_ACCUMULATOR_BITS, MAX_ACCUMULATOR_BITS = 2, 32
 
 
 @dataclass(eq=True, frozen=True)
@@ -94,15 +97,65 @@ class TQTSpec(QATSpec):
             )
 
 
-QAT_SPECS: dict[str, type[QATSpec]] = {"TQTSpec": TQTSpec}
+@dataclass(eq=True, frozen=True)
+class A2QSpec(QATSpec):
+    """Accumulator-aware quantization of a layer's weights: A2Q (Colbert, Pappalardo and
+    Petri-Koenig, ICCV 2023, arXiv 2308.13504) and A2Q+ (Colbert, Pappalardo, Petri-Koenig and
+    Umuroglu, arXiv 2401.10432), on Brevitas' ``Int8AccumulatorAwareWeightQuant`` /
+    ``Int8AccumulatorAwareZeroCenterWeightQuant``. Not AMD Quark's: this package's addition.
+
+    The integer weights q of each output channel are trained under an L1-norm bound so that the dot
+    product with any input on the layer's N-bit integer grid fits a signed P-bit accumulator,
+    ``P = accumulator_bit_width``: A2Q ``||q||_1 <= (2^(P-1) - 1) * 2^(signed - N)``; A2Q+ zero-centres
+    each channel and takes ``||q||_1 <= (2^P - 2) / (2^N - 1)``. The weights are
+    ``w = g * v / ||v||_1`` per output channel with learned ``g`` (clamped to the bound) and a learned
+    scale, rounded toward zero (no rounding step may raise a magnitude). After calibration the
+    weights are projected onto the bound once (the A2Q+ paper's EP-init, Brevitas'
+    ``apply_ep_init``).
+
+    Applies to weight specs of a signed integer dtype, ``qscheme=per_channel`` along the output
+    channels, symmetric, ``scale_type`` float (Brevitas' A2Q) or pof2 (the learned scale rounded to a
+    power of two: FINN's integer graphs stay exact), ``round_method`` unset or
+    ``RoundType.toward_zero``; the layer (Linear or Conv2d) needs a quantized integer input, whose
+    bit width and sign the bound uses. The FINN export checks that every such layer's accumulator
+    fits the promised width (``ModelExporter.export_finn_dataflow``).
+
+    Args:
+        accumulator_bit_width: the signed accumulator width P promised, 2..32.
+        zero_centered: True (default): A2Q+ (zero-centred weights, the relaxed bound);
+            False: A2Q.
+    """
+
+    accumulator_bit_width: int
+    zero_centered: bool = True
+
+    def __post_init__(self) -> None:
+        check_type("A2QSpec", "accumulator_bit_width", self.accumulator_bit_width, int, optional=False)
+        if not MIN_ACCUMULATOR_BITS <= self.accumulator_bit_width <= MAX_ACCUMULATOR_BITS:
+            raise ValueError(
+                f"A2QSpec.accumulator_bit_width={self.accumulator_bit_width}: allowed "
+                f"{MIN_ACCUMULATOR_BITS}..{MAX_ACCUMULATOR_BITS} (signed accumulator bits)"
+            )
+        check_type("A2QSpec", "zero_centered", self.zero_centered, bool, optional=False)
+
+    @property
+    def method(self) -> str:
+        """``"A2Q+"`` or ``"A2Q"``."""
+        return "A2Q+" if self.zero_centered else "A2Q"
+
+
+QAT_SPECS: dict[str, type[QATSpec]] = {"TQTSpec": TQTSpec, "A2QSpec": A2QSpec}
 
 
 def check_tqt(owner: str, qat_spec: Any, *, scale_type: Any, symmetric: bool, qscheme: Any, is_dynamic: bool) -> None:
-    """TQT learns one power-of-two threshold per tensor: reject specs that say otherwise."""
+    """TQT learns one power-of-two threshold per tensor: reject specs that say otherwise. Other QAT
+    specs (``A2QSpec``) are checked where the role and dtype are known (the normalisers)."""
     if qat_spec is None:
         return
     if not isinstance(qat_spec, QATSpec):
-        raise TypeError(f"{owner}.qat_spec={qat_spec!r}: expected TQTSpec(...) or None")
+        raise TypeError(f"{owner}.qat_spec={qat_spec!r}: expected one of {sorted(QAT_SPECS)} (e.g. TQTSpec(...)) or None")
+    if not isinstance(qat_spec, TQTSpec):
+        return
     problems = {
         "scale_type": (scale_type is not ScaleType.pof2, "ScaleType.pof2"),
         "symmetric": (not symmetric, "True"),
@@ -130,7 +183,8 @@ class QuantizationSpec(Serialisable):
         round_method: rounding to the integer grid. None: half_even.
         scale_type: representation of the scale. None: float.
         zero_point_type: int32 (rounded) or float32 zero point of asymmetric quantization.
-        qat_spec: quantization-aware-training method, ``TQTSpec(threshold_init_meth=...)``.
+        qat_spec: quantization-aware-training method, ``TQTSpec(threshold_init_meth=...)``, or
+            ``A2QSpec(accumulator_bit_width=...)`` on weights (accumulator-aware, this package's).
         mx_element_dtype: element type of ``Dtype.mx`` blocks (int8, fp8_e4m3, fp8_e5m2, fp6_e3m2,
             fp6_e2m3, fp4).
         scale_format: Quark 0.13's representation of block scales: ``"e8m0"`` (OCP MX: a power of

@@ -160,12 +160,16 @@ class RoundType(Enum):
     - ``half_even``: to nearest, ties to even (2.5 -> 2, 3.5 -> 4; ONNX QuantizeLinear).
     - ``half_up``: to nearest, ties up, floor(x + 0.5) (2.5 -> 3, -2.5 -> -2): what FINN's
       MultiThreshold computes. Beyond Quark's enum.
+    - ``toward_zero``: truncation, sign(x) * floor(|x|) (2.5 -> 2, -2.5 -> -2, -0.5 -> 0): what
+      accumulator-aware weights (``A2QSpec``) round with, so that no rounding step raises a weight's
+      magnitude past the bound. QONNX ``DOWN``. Beyond Quark's enum.
     """
 
     round = 2
     floor = 3
     half_even = 8
     half_up = 9  # beyond Quark's enum: FINN's MultiThreshold rounding
+    toward_zero = 10  # beyond Quark's enum: A2Q's rounding (Brevitas' RoundToZeroSte)
 
 
 class DeviceType(Enum):

@@ -277,16 +277,19 @@ def assign(plans: list[LayerPlan], pairs: dict[str, str]) -> None:
 # -- building and merging -------------------------------------------------------------------------
 
 
-def build(plan: LayerPlan, module: nn.Module, model: nn.Module, return_quant_tensor: bool = False) -> nn.Module:
+def build(
+    plan: LayerPlan, module: nn.Module, model: nn.Module, return_quant_tensor: bool = False, inputs: Any = None
+) -> nn.Module:
     """The Brevitas layer of ``plan`` for ``module``: with the plan's batch norm (a module of
-    ``model``) folded in, where it names one (``module`` and the batch norm are not modified)."""
+    ``model``) folded in, where it names one (``module`` and the batch norm are not modified);
+    ``inputs``: the spec of an input quantized upstream (see ``mapping.build_layer``)."""
     if plan.batch_norm is None:
-        return build_layer(plan, module, return_quant_tensor=return_quant_tensor)
+        return build_layer(plan, module, return_quant_tensor=return_quant_tensor, inputs=inputs)
     bn = model.get_submodule(plan.batch_norm)
     merged = copy.deepcopy(module)
     merge_bn(merged, bn)  # the quantizers start from the merged weight (a TQT threshold from w * s)
     quant_cls = FOLDED[LAYERS[layer_type(module)].quant_cls]
-    layer = build_layer(plan, merged, return_quant_tensor=return_quant_tensor, quant_cls=quant_cls)
+    layer = build_layer(plan, merged, return_quant_tensor=return_quant_tensor, quant_cls=quant_cls, inputs=inputs)
     layer.attach(bn, plan.batch_norm, module.weight, module.bias, plan.specs["weight"].freeze_batch_norm_steps)
     return layer
 

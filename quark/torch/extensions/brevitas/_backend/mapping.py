@@ -22,7 +22,7 @@ from typing import Any
 import brevitas.nn as qnn
 import torch
 from brevitas import config as brevitas_config
-from brevitas.core.function_wrapper import FloorSte, RoundSte
+from brevitas.core.function_wrapper import FloorSte, RoundSte, RoundToZeroSte
 from brevitas.core.quant import BinaryQuant
 from brevitas.core.restrict_val import FloatRestrictValue
 from brevitas.core.stats import NegativePercentileOrZero
@@ -43,6 +43,8 @@ from brevitas.quant.float_quant_fnuz import FpFNUZActPerTensorFloat, FpFNUZWeigh
 from brevitas.quant.float_quant_ocp import FpOCPActPerTensorFloat, FpOCPWeightPerTensorFloat
 from brevitas.quant.mx_quant_ocp import MXFloat8e4m3Act, MXFloat8e4m3Weight, MXInt8Act, MXInt8Weight
 from brevitas.quant.scaled_int import (
+    Int8AccumulatorAwareWeightQuant,
+    Int8AccumulatorAwareZeroCenterWeightQuant,
     Int8ActPerTensorFloat,
     Int8BiasPerTensorFloatInternalScaling,
     Int8WeightPerTensorFloat,
@@ -56,7 +58,9 @@ from brevitas.quant.shifted_scaled_int import (
 )
 from torch import nn
 
+from quark.torch.extensions.brevitas._backend.accumulator import ep_init
 from quark.torch.extensions.brevitas._backend.quantizers import (
+    AccumulatorAwareWeightProxy,
     CastQuant,
     CastScale,
     DynamicScaling,
@@ -88,6 +92,7 @@ ROUND_IMPLS: dict[RoundType, type[nn.Module]] = {
     RoundType.floor: FloorSte,
     RoundType.round: RoundHalfAwayFromZeroSte,
     RoundType.half_up: RoundHalfUpSte,
+    RoundType.toward_zero: RoundToZeroSte,
 }
 
 #: ScaleType -> (restriction module applied to the scale, its keyword arguments); None: unrestricted.
@@ -165,6 +170,16 @@ TQT_BASES: dict[tuple[bool, bool], Any] = {
     (False, False): Uint8ActPerTensorFixedPoint.let(
         scaling_impl_type=ScalingImplType.PARAMETER, scaling_init=1.0
     ),
+}
+
+#: accumulator-aware weights (A2QSpec), key: zero-centred? A2Q+ (Colbert et al. 2024:
+#: zero-centred weights, the relaxed bound) or A2Q (Colbert et al. 2023). Brevitas' quantizers as
+#: they are: per output channel, a learned scale (log domain) initialised from max |w| / (2^(b-1) - 1), the
+#: weight-norm parameter g clamped to the bound of the accumulator, the narrow grid, rounding toward
+#: zero; our proxy gives them the planned input grid (quantizers.AccumulatorAwareWeightProxy).
+A2Q_BASES: dict[bool, Any] = {
+    True: Int8AccumulatorAwareZeroCenterWeightQuant.let(proxy_class=AccumulatorAwareWeightProxy),
+    False: Int8AccumulatorAwareWeightQuant.let(proxy_class=AccumulatorAwareWeightProxy),
 }
 
 #: scaled minifloats: (weight?, FNUZ?) -> stock Brevitas quantizer (OCP: saturating, OCP inf/NaN
@@ -372,9 +387,10 @@ def _percentile_kwargs(tq: TensorQuant) -> dict[str, Any]:
     return {"low_percentile_q": tail, "high_percentile_q": 100 - tail}
 
 
-def weight_quant(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
-    """Injector of a weight quantizer for ``weight`` of ``module``."""
-    return WEIGHT_FORMATS[tq.format](tq, module, weight)
+def weight_quant(tq: TensorQuant, module: nn.Module, weight: torch.Tensor, inputs: TensorQuant | None = None) -> Any:
+    """Injector of a weight quantizer for ``weight`` of ``module``; ``inputs``: the spec on whose grid
+    the layer's input arrives (accumulator-aware weights bound their L1 norm with it)."""
+    return WEIGHT_FORMATS[tq.format](tq, module, weight, inputs)
 
 
 def _lsq(tq: TensorQuant) -> dict[str, Any]:
@@ -393,18 +409,35 @@ def _lsq_weight(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any
     return _per_channel(inj, tq, module, weight).let(scaling_init=lsq_initial_scale(weight, tq.grid[1], axis).reshape(shape))
 
 
-def _int_weight(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
+def _a2q_weight(tq: TensorQuant, module: nn.Module, weight: torch.Tensor, inputs: TensorQuant | None) -> Any:
+    """A2Q / A2Q+ weights: Brevitas' quantizer at the spec's bit width and accumulator, per output
+    channel, with the input grid the plan gives the layer (``rules/layers.py`` refuses a layer
+    without an integer input first)."""
+    if inputs is None or inputs.format is not Format.integer:
+        raise ValueError(f"accumulator-aware weights need the layer's integer input spec, got {inputs}")
+    return _per_channel(A2Q_BASES[tq.zero_centered], tq, module, weight).let(
+        **_scale_type(tq),  # the learned scale as it is (float) or rounded to a power of two (pof2)
+        bit_width=tq.bit_width,
+        accumulator_bit_width=tq.accumulator_bits,
+        a2q_input_bit_width=inputs.bit_width,
+        a2q_input_signed=inputs.signed,
+    )
+
+
+def _int_weight(tq: TensorQuant, module: nn.Module, weight: torch.Tensor, inputs: TensorQuant | None = None) -> Any:
     if tq.tqt:
         return TQT_BASES[(True, tq.signed)].let(**_tqt(tq), scaling_init=float(initial_threshold(tq, weight)))
     if tq.lsq:
         return _lsq_weight(tq, module, weight)
+    if tq.accumulator_bits is not None:
+        return _a2q_weight(tq, module, weight, inputs)
     inj = WEIGHT_BASES[(tq.symmetric, tq.statistic)].let(**_common(tq), **_percentile_kwargs(tq))
     if tq.symmetric and not tq.signed and tq.statistic == "minmax":
         inj = inj.let(scaling_stats_impl=ZeroInclusiveMax)  # an unsigned grid covers [0, max(w, 0)]
     return GRANULARITY[tq.qscheme](inj, tq, module, weight)
 
 
-def _float_weight(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
+def _float_weight(tq: TensorQuant, module: nn.Module, weight: torch.Tensor, inputs: TensorQuant | None = None) -> Any:
     inj = FLOAT_BASES[(True, tq.fnuz)].let(**_float(tq))
     if tq.statistic == "percentile":
         inj = inj.let(scaling_stats_op=StatsOp.PERCENTILE, **_percentile_kwargs(tq))
@@ -442,17 +475,18 @@ def _bdr(tq: TensorQuant, weight: bool, axis: int | None) -> Any:
     return shared_microexponent_quant(tq.element.name, "weight" if weight else "act", axis).let(quark_spec=tq)
 
 
-def _bipolar_weight(tq: TensorQuant, module: nn.Module, weight: torch.Tensor) -> Any:
+def _bipolar_weight(tq: TensorQuant, module: nn.Module, weight: torch.Tensor, inputs: TensorQuant | None = None) -> Any:
     inj = BIPOLAR_BASES[True].let(scaling_stats_op=BIPOLAR_WEIGHT_STATS[tq.statistic], **_scale_type(tq))
     return GRANULARITY[tq.qscheme](inj, tq, module, weight)
 
 
+#: format -> weight quantizer builder (tq, module, weight, the layer's input spec)
 WEIGHT_FORMATS: dict[Format, Callable[..., Any]] = {
     Format.integer: _int_weight,
     Format.minifloat: _float_weight,
-    Format.cast: lambda tq, module, weight: _cast(tq, weight=True),
-    Format.mx: lambda tq, module, weight: _mx(tq, weight=True).let(group_dim=weight_axis(tq, module, weight)),
-    Format.bdr: lambda tq, module, weight: _bdr(tq, True, weight_axis(tq, module, weight)),
+    Format.cast: lambda tq, module, weight, inputs=None: _cast(tq, weight=True),
+    Format.mx: lambda tq, module, weight, inputs=None: _mx(tq, weight=True).let(group_dim=weight_axis(tq, module, weight)),
+    Format.bdr: lambda tq, module, weight, inputs=None: _bdr(tq, True, weight_axis(tq, module, weight)),
     Format.bipolar: _bipolar_weight,
 }
 
@@ -548,21 +582,28 @@ def weights(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
     return LAYERS[layer_type(module)].weights(module)
 
 
+#: role -> quantizer builder (tq, module, weight, the spec on whose grid the layer's input arrives)
 ROLE_BUILDERS: dict[str, Callable[..., Any]] = {
-    "input_tensors": lambda tq, module, weight: act_quant(tq),
-    "output_tensors": lambda tq, module, weight: act_quant(tq),
+    "input_tensors": lambda tq, module, weight, inputs: act_quant(tq),
+    "output_tensors": lambda tq, module, weight, inputs: act_quant(tq),
     "weight": weight_quant,
-    "bias": lambda tq, module, weight: bias_quant(tq),
+    "bias": lambda tq, module, weight, inputs: bias_quant(tq),
 }
 
 
 def build_layer(
-    plan: LayerPlan, module: nn.Module, return_quant_tensor: bool = False, quant_cls: type[nn.Module] | None = None
+    plan: LayerPlan,
+    module: nn.Module,
+    return_quant_tensor: bool = False,
+    quant_cls: type[nn.Module] | None = None,
+    inputs: TensorQuant | None = None,
 ) -> nn.Module:
     """The Brevitas layer that replaces ``module`` according to ``plan`` (``module`` is not modified);
     ``return_quant_tensor`` hands its quantized output on as a QuantTensor (graph mode);
-    ``quant_cls`` replaces the row's Brevitas class by a subclass taking the same arguments."""
+    ``quant_cls`` replaces the row's Brevitas class by a subclass taking the same arguments;
+    ``inputs``: the spec of an input quantized upstream (graph mode), else the plan's own input spec."""
     row = LAYERS[layer_type(module)]
+    inputs = inputs if inputs is not None else plan.specs["input_tensors"]
     quant_cls, roles = quant_cls or row.quant_cls, row.roles
     kwargs: dict[str, Any] = {"return_quant_tensor": return_quant_tensor, **dict.fromkeys(row.unmapped)}
     # each weight quantizer keyword, with the tensor it quantizes (MultiheadAttention has two)
@@ -572,7 +613,7 @@ def build_layer(
         tq = plan.specs[role]
         for name in names:
             kwargs[name] = (
-                ROLE_BUILDERS[role](tq, module, by_keyword.get(name, first_weight))
+                ROLE_BUILDERS[role](tq, module, by_keyword.get(name, first_weight), inputs)
                 if tq is not None
                 else None
             )
@@ -590,4 +631,5 @@ def build_layer(
     finally:
         brevitas_config.IGNORE_MISSING_KEYS = previous
     round_zero_points_half_even(new)
+    ep_init(new)  # accumulator-aware weights start inside their bound (A2Q+'s EP-init); others: nothing
     return new

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 from brevitas.core.scaling.standalone import ParameterScaling
-from brevitas.proxy.parameter_quant import WeightQuantProxyFromInjector
+from brevitas.proxy.parameter_quant import DecoupledWeightQuantProxyFromInjector, WeightQuantProxyFromInjector
 from brevitas.proxy.quant_proxy import QuantProxyFromInjector
 from torch import nn
 
@@ -51,7 +51,9 @@ def freeze(model: nn.Module) -> nn.Module:
     Quantizer parameters (scales, thresholds, zero points) stop requiring gradients. A weight
     whose scale is a learned parameter (TQT) is replaced by its quantized value, on which its
     quantizer is the identity; weights whose scale derives from their own statistics keep their
-    float values (baking would move the statistic and so the scale). A model with static activation
+    float values (baking would move the statistic and so the scale), and so do accumulator-aware
+    weights (``A2QSpec``): their pre-clipping scale is the L1 norm of their zero-centred weights over
+    g, which baking would move. A model with static activation
     quantizers that were never calibrated is refused (:class:`UncalibratedModelError`): freezing
     would fix placeholder scales.
     """
@@ -66,7 +68,9 @@ def freeze(model: nn.Module) -> nn.Module:
         for layer in model.modules():
             proxy = getattr(layer, "weight_quant", None)
             learned = isinstance(getattr(getattr(proxy, "tensor_quant", None), "scaling_impl", None), ParameterScaling)
-            if isinstance(proxy, WeightQuantProxyFromInjector) and proxy.is_quant_enabled and learned:
+            # weight-normalised quantizers (A2Q) divide by the weight's own norm: not the identity on their output
+            normalised = isinstance(proxy, DecoupledWeightQuantProxyFromInjector)
+            if isinstance(proxy, WeightQuantProxyFromInjector) and proxy.is_quant_enabled and learned and not normalised:
                 layer.weight.copy_(layer.quant_weight().value)
     return model
 

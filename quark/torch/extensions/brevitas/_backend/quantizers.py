@@ -25,6 +25,9 @@
   lowest bfloat16 binades, computed in float32).
 - :class:`FusedPof2IntQuant`: Brevitas' integer quantization, run as one fused kernel forward and
   backward for the case where that is bit-identical (see the class); the QAT speed comes from it.
+- :class:`AccumulatorAwareWeightProxy`: Brevitas' A2Q / A2Q+ weight proxy with the layer's input
+  grid fixed by the plan, so that its weights exist without a quantized input at hand
+  (calibration, ``quant_weight()`` at export).
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ from brevitas.core.quant.int_base import IntQuant
 from brevitas.core.restrict_val import PowerOfTwoRestrictValue
 from brevitas.core.zero_point import _ScaleShiftZeroPoint
 from brevitas.function.ops_ste import abs_binary_sign_grad, round_ste
+from brevitas.proxy.parameter_quant import DecoupledWeightQuantWithInputProxyFromInjector
+from brevitas.quant_tensor import IntQuantTensor
 from brevitas.utils.torch_utils import float_internal_scale
 from torch import Tensor, nn
 
@@ -436,3 +441,55 @@ class FusedPof2IntQuant(IntQuant):
             self._grid = (int(self.min_int(bit_width)), int(self.max_int(bit_width)))
         y = _Pof2FakeQuant.apply(self.input_view_impl(x), scale.reshape(1), *self._grid)
         return self.delay_wrapper(x, y)
+
+
+class InputGridError(ValueError):
+    """An accumulator-aware layer received an input on another grid than the one its bound was planned for."""
+
+
+class AccumulatorAwareWeightProxy(DecoupledWeightQuantWithInputProxyFromInjector):
+    """Brevitas' A2Q / A2Q+ weight proxy (``DecoupledWeightQuantWithInputProxyFromInjector``) whose
+    input bit width and sign come from the plan (``a2q_input_bit_width`` / ``a2q_input_signed`` in
+    the injector).
+
+    Why: the L1 bound of A2Q depends on the input's bit width N and sign. Brevitas' proxy reads them
+    from the ``IntQuantTensor`` the layer is given at each forward and, without one, from an input
+    cached by an earlier inference pass in export mode, else fails ("No cached quant input found").
+    Here the input's grid is known before the layer is built (its own input quantizer, or in graph
+    mode the site upstream), and there are forwards without a quantized input: calibration runs with
+    activation quantization off (the weights must still be those of the deployed model), and
+    ``quant_weight()`` without arguments (Brevitas' export handlers, ``freeze``, the tests). So this
+    proxy always quantizes with the planned N and sign, and checks that a quantized input it is
+    given lies on that grid (another width or sign would break the guarantee): an
+    :class:`InputGridError` naming the layer's weight shape and both grids.
+    """
+
+    def __init__(self, quant_layer: nn.Module, quant_injector) -> None:
+        super().__init__(quant_layer, quant_injector)
+        self.input_signed = bool(quant_injector.a2q_input_signed)
+        bits = float(quant_injector.a2q_input_bit_width)
+        self.register_buffer("input_bit_width", torch.tensor(bits), persistent=False)
+        self.accumulator_bit_width = int(quant_injector.accumulator_bit_width)
+
+    def _check_input(self, quant_input: IntQuantTensor, x: Tensor) -> None:
+        if torch.jit.is_tracing() or self.export_mode:
+            return
+        bits, signed = float(quant_input.bit_width), bool(quant_input.signed)
+        if (bits, signed) != (float(self.input_bit_width), self.input_signed):
+            planned = f"{'int' if self.input_signed else 'uint'}{int(self.input_bit_width)}"
+            raise InputGridError(
+                f"accumulator-aware weight of shape {tuple(x.shape)} (accumulator {self.accumulator_bit_width} bits) "
+                f"was planned for {planned} inputs but received {'int' if signed else 'uint'}{int(bits)}; its L1 "
+                "bound holds only for the planned input grid"
+            )
+
+    def forward(self, x: Tensor, quant_input: Tensor | IntQuantTensor | None = None) -> Tensor | IntQuantTensor:
+        if not self.is_quant_enabled:
+            return x
+        if isinstance(quant_input, IntQuantTensor):
+            self._check_input(quant_input, x)
+        impl = self.export_handler if self.export_mode else self.tensor_quant
+        out, scale, zero_point, bit_width, _, _ = impl(x, self.input_bit_width, self.input_signed)
+        if self.skip_create_quant_tensor:
+            return out
+        return IntQuantTensor(out, scale, zero_point, bit_width, self.is_signed, self.training)

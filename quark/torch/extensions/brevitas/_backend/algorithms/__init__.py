@@ -47,6 +47,28 @@ from quark.torch.quantization.config.algorithms import (
 
 BEFORE, CALIBRATED, LAST = Phase.before_quantization, Phase.after_calibration, Phase.after_quantization
 
+
+def _no_a2q(check=None):
+    """The precondition of an algorithm that rounds weights itself through Brevitas' GPxQ (GPTQ, GPFQ,
+    GPFA2Q, Qronos), beside its own ``check``: no accumulator-aware weights (``A2QSpec``). Brevitas'
+    GPxQ refuses weight quantizers that need the layer's quantized input ("GPTQ does not support
+    weight quantizers that require quantized inputs"), which A2Q's do."""
+
+    def checked(config, plans, sites) -> list[str]:
+        a2q = [p.name for p in plans if p.specs["weight"] is not None and p.specs["weight"].accumulator_bits is not None]
+        found = []
+        if a2q:
+            found.append(
+                f"{type(config).__name__} with accumulator-aware weights (qat_spec=A2QSpec) in modules {a2q[:5]}"
+                f"{' ...' if len(a2q) > 5 else ''}; allowed: A2QSpec weights without it (QAT keeps their bound), or "
+                "GPFA2Q on plain integer weights (accumulator-aware PTQ) (Brevitas' GPxQ rounds weight quantizers "
+                "that need no quantized input only)"
+            )
+        return found + (list(check(config, plans, sites)) if check is not None else [])
+
+    return checked
+
+
 _TABLE: dict[type[AlgoConfig], Implementation] = {
     # on the float model
     Preprocess: Implementation(BEFORE, preprocess.preprocess),
@@ -59,12 +81,14 @@ _TABLE: dict[type[AlgoConfig], Implementation] = {
     SmoothQuantConfig: Implementation(BEFORE, smoothquant.smoothquant, needs_data=True),
     # on the calibrated model
     AWQConfig: Implementation(CALIBRATED, awq.awq, needs_data=True, check=awq.check),
-    GPTQConfig: Implementation(CALIBRATED, gptq.gptq_config, needs_data=True, check=gptq.check),
-    GPTQ: Implementation(CALIBRATED, gptq.gptq_extension, needs_data=True),
-    GPFQ: Implementation(CALIBRATED, gpfq.gpfq, needs_data=True),
-    GPFA2Q: Implementation(CALIBRATED, gpfq.gpfa2q, needs_data=True, check=gpfq.check_a2q),
-    Qronos: Implementation(CALIBRATED, gpfq.qronos, needs_data=True),
-    QronosConfig: Implementation(CALIBRATED, gpfq.qronos_config, needs_data=True, check=gpfq.check_qronos_config),
+    GPTQConfig: Implementation(CALIBRATED, gptq.gptq_config, needs_data=True, check=_no_a2q(gptq.check)),
+    GPTQ: Implementation(CALIBRATED, gptq.gptq_extension, needs_data=True, check=_no_a2q()),
+    GPFQ: Implementation(CALIBRATED, gpfq.gpfq, needs_data=True, check=_no_a2q()),
+    GPFA2Q: Implementation(CALIBRATED, gpfq.gpfa2q, needs_data=True, check=_no_a2q(gpfq.check_a2q)),
+    Qronos: Implementation(CALIBRATED, gpfq.qronos, needs_data=True, check=_no_a2q()),
+    QronosConfig: Implementation(
+        CALIBRATED, gpfq.qronos_config, needs_data=True, check=_no_a2q(gpfq.check_qronos_config)
+    ),
     # last
     BiasCorrection: Implementation(LAST, corrections.bias_correction, needs_data=True),
     CalibrateBatchNorm: Implementation(LAST, corrections.calibrate_batch_norm, needs_data=True),

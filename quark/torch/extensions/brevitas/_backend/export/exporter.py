@@ -166,13 +166,19 @@ class ModelExporter:
         is then executed on the integers that quantizer makes of ``example``. ``folding`` (node name
         -> PE / SIMD, e.g. a width search's ``SearchPoint.folding``) replaces FINN's SetFolding. Returns a
         ``DataflowExport`` (see :mod:`~quark.torch.extensions.brevitas._backend.targets.finn.dataflow`;
-        needs finn-plus). The model is unchanged.
+        needs finn-plus). The model is unchanged. Layers with accumulator-aware weights (``A2QSpec``)
+        are checked after FINN's MinimizeAccumulatorWidth: each MVAU / VVAU's accumulator must lie
+        within the promised width; the result (``DataflowExport.accumulators``), ``print(result)`` and
+        ``estimate.md`` / ``estimate.json`` report each with FINN's estimate of the LUTs it saves against
+        the unconstrained accumulator.
 
         Raises:
             FinnError: a FINN step failed or changed the outputs, a node could not be mapped to
-                hardware (named with its module and the fix), or the hardware graph differs from the
-                model.
+                hardware (named with its module and the fix), the hardware graph differs from the
+                model, or an accumulator-aware layer's accumulator is beyond its promise (named with
+                its module, promised and FINN's width).
         """
+        from quark.torch.extensions.brevitas._backend.accumulator import promises
         from quark.torch.extensions.brevitas._backend.targets.finn import dataflow, interface, pipeline
 
         if not isinstance(example, torch.Tensor):
@@ -199,6 +205,7 @@ class ModelExporter:
             clock_mhz=clock_mhz,
             top_k=top_k,
             folding=folding,
+            accumulators=promises(model),
         )
 
     # -- the flow ---------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ Brevitas' handlers read a quantizer's scale, zero point and bit width from its p
 custom blocks (``QuarkIntScaling``, ``Pof2Scale``, ``CastScale``) feed correctly: they only change
 how the scale is computed. Three things do not survive unchanged, measured with brevitas 0.13.4:
 
-- **Rounding** (QONNX). A proxy reports ``float_to_int_impl_type`` of the stock quantizer it was
+- **Rounding** (QONNX). ``RoundType.toward_zero`` is QONNX's ``DOWN``. A proxy reports ``float_to_int_impl_type`` of the stock quantizer it was
   built from (always ``ROUND``), not the ``float_to_int_impl`` we plug in, so activations and
   biases with ``RoundType.floor`` were exported as ``ROUND``. The handlers below take the rounding
   from the normalised spec each injector carries (``quark_spec``) through :data:`QONNX_ROUNDING`.
@@ -33,6 +33,10 @@ how the scale is computed. Three things do not survive unchanged, measured with 
   steps; one binade up where a code would pass 127), then QuantizeLinear / DequantizeLinear on int8
   with that per-block step (axis 0 of the (blocks, 8) view). MX6 / MX9 (two exponent levels) stay
   refused (support table).
+- **Accumulator-aware weights** (``A2QSpec``). Our :class:`AccumulatorAwareWeightProxy` extends
+  Brevitas' A2Q proxy; Brevitas looks handlers up by exact class, so it has its own QONNX handler
+  (the weight as torch quantized it, rounded toward zero, as for every weight above; Brevitas'
+  handler feeds the float weight with ROUND) and QCDQ handler (Brevitas' for the stock proxy).
 - **Frozen weight quantizers**. GPTQ / GPFQ freeze a layer's weight statistics by giving its proxy
   a subclass (``algorithms/frozen.py``); Brevitas looks handlers up by the proxy's exact class, so
   these proxies had none and the export failed (``'NoneType' object is not callable``). The
@@ -47,7 +51,7 @@ from __future__ import annotations
 from copy import copy
 
 import torch
-from brevitas.core.function_wrapper import FloorSte, Identity, RoundSte, TensorClamp
+from brevitas.core.function_wrapper import FloorSte, Identity, RoundSte, RoundToZeroSte, TensorClamp
 from brevitas.core.quant.int_base import IntQuant
 from brevitas.export.common.handler.base import ClipMixin
 from brevitas.export.onnx.handler import ONNXBaseHandler
@@ -59,6 +63,7 @@ from brevitas.export.onnx.qonnx.function import (
 from brevitas.export.onnx.qonnx.handler import (
     BrevitasActQuantProxyHandler,
     BrevitasBiasQuantProxyHandler,
+    BrevitasDecoupledWeightQuantWithInputProxyHandler,
     BrevitasWeightQuantProxyHandler,
 )
 from brevitas.export.onnx.qonnx.manager import QONNXDynamoManager, QONNXManager
@@ -67,6 +72,7 @@ from brevitas.export.onnx.standard.qcdq.handler import (
     StdFloatQCDQCastONNXActQuantProxyHandler,
     StdFloatQCDQCastONNXWeightQuantProxyHandler,
     StdQCDQCastONNXActQuantProxyHandler,
+    StdQCDQCastONNXDecoupledWeightQuantWithInputProxyHandler,
 )
 from brevitas.export.onnx.standard.qcdq.manager import StdQCDQONNXDynamoManager, StdQCDQONNXManager
 from brevitas.proxy.groupwise_int_parameter_quant import GroupwiseWeightQuantProxyFromInjector
@@ -76,7 +82,10 @@ from torch import Tensor
 from quark.torch.extensions.brevitas._backend.algorithms.frozen import FrozenProxyMixin
 from quark.torch.extensions.brevitas._backend.export.formats import ExportFormat
 from quark.torch.extensions.brevitas._backend.inventory import spec_of
-from quark.torch.extensions.brevitas._backend.quantizers import RoundHalfAwayFromZeroSte
+from quark.torch.extensions.brevitas._backend.quantizers import (
+    AccumulatorAwareWeightProxy,
+    RoundHalfAwayFromZeroSte,
+)
 from quark.torch.extensions.brevitas._backend.shared_microexponents import (
     SharedMicroexponentActProxy,
     SharedMicroexponentWeightProxy,
@@ -87,16 +96,18 @@ from quark.torch.quantization.tensor_quant import Format
 
 #: RoundType -> QONNX ``rounding_mode`` (qonnx ``resolve_rounding_mode``: ROUND is numpy's
 #: half-even ``np.round``, FLOOR ``np.floor``, HALF_UP ``sign(x) * floor(|x| + 0.5)``, i.e. ties
-#: away from zero, which is ``RoundType.round``). QONNX has no mode for ``RoundType.half_up``
-#: (floor(x + 0.5)) on negative values: it is HALF_UP on an argument made non-negative (below).
+#: away from zero, which is ``RoundType.round``; DOWN ``np.fix``, toward zero). QONNX has no mode for
+#: ``RoundType.half_up`` (floor(x + 0.5)) on negative values: it is HALF_UP on an argument made
+#: non-negative (below).
 QONNX_ROUNDING: dict[RoundType, str] = {
     RoundType.half_even: "ROUND",
     RoundType.floor: "FLOOR",
     RoundType.round: "HALF_UP",
     RoundType.half_up: "HALF_UP",
+    RoundType.toward_zero: "DOWN",
 }
 #: QONNX rounding_mode -> the rounding qonnx executes for it
-_ROUND_IMPL_OF_MODE = {"ROUND": RoundSte, "FLOOR": FloorSte, "HALF_UP": RoundHalfAwayFromZeroSte}
+_ROUND_IMPL_OF_MODE = {"ROUND": RoundSte, "FLOOR": FloorSte, "HALF_UP": RoundHalfAwayFromZeroSte, "DOWN": RoundToZeroSte}
 
 
 def _by_data_ptr(table: dict[int, Tensor], x: Tensor) -> Tensor:
@@ -184,6 +195,25 @@ class QONNXWeightHandler(BrevitasWeightQuantProxyHandler):
 
     def symbolic_execution(self, x: Tensor):
         return super().symbolic_execution(_by_data_ptr(self.quant_weight_values, x))
+
+
+class QONNXAccumulatorAwareWeightHandler(BrevitasDecoupledWeightQuantWithInputProxyHandler):
+    """A2Q / A2Q+ weights (our :class:`AccumulatorAwareWeightProxy`): a Quant node on the weight as
+    torch quantized it (rounded toward zero; Brevitas feeds the float weight with ROUND), the
+    decoupled proxy's six outputs. ``quant_weight()`` without an input works on our proxy (the
+    planned input grid), which Brevitas' handler calls."""
+
+    handled_layer = AccumulatorAwareWeightProxy
+
+    def symbolic_execution(self, x: Tensor, *args):
+        return super().symbolic_execution(_by_data_ptr(self.quant_weight_values, x), *args)
+
+
+class QCDQAccumulatorAwareWeightHandler(StdQCDQCastONNXDecoupledWeightQuantWithInputProxyHandler):
+    """A2Q / A2Q+ weights in QCDQ: Brevitas' handler of the stock proxy (integer weights from
+    ``quant_weight()``), for our proxy class (Brevitas looks handlers up by exact class)."""
+
+    handled_layer = AccumulatorAwareWeightProxy
 
 
 class QONNXGroupwiseWeightHandler(BrevitasWeightQuantProxyHandler):
@@ -439,7 +469,13 @@ def _classes(handled_layer) -> tuple[type, ...]:
     return handled_layer if isinstance(handled_layer, tuple) else (handled_layer,)
 
 
-_QONNX_HANDLERS = [QONNXActHandler, QONNXBiasHandler, QONNXWeightHandler, QONNXGroupwiseWeightHandler]
+_QONNX_HANDLERS = [
+    QONNXActHandler,
+    QONNXBiasHandler,
+    QONNXWeightHandler,
+    QONNXGroupwiseWeightHandler,
+    QONNXAccumulatorAwareWeightHandler,
+]
 
 
 class QONNXExportManager(FrozenProxyLookup, QONNXManager):
@@ -451,6 +487,7 @@ class QONNXDynamoExportManager(FrozenProxyLookup, QONNXDynamoManager):
 
 
 _QCDQ_HANDLERS = [
+    QCDQAccumulatorAwareWeightHandler,
     QCDQGroupwiseWeightHandler,
     QCDQWideActHandler,
     QCDQCastActHandler,

@@ -347,9 +347,15 @@ def _pool(plan: LayerPlan, site: Site) -> nn.Module:
 
 def _compute(plan: LayerPlan, site: Site, model: fx.GraphModule | None = None) -> nn.Module:
     own = plan
-    if "input_tensors" in plan.upstream:
+    if "input_tensors" in plan.upstream:  # no input quantizer of its own; its weights may bound against it (A2Q)
         own = replace(plan, specs={**plan.specs, "input_tensors": None})
-    return folding.build(own, site.module, model, return_quant_tensor=plan.specs["output_tensors"] is not None)
+    return folding.build(
+        own,
+        site.module,
+        model,
+        return_quant_tensor=plan.specs["output_tensors"] is not None,
+        inputs=plan.specs["input_tensors"],
+    )
 
 
 #: site kind -> the module that replaces it (an input's quantizer is inserted after the input)

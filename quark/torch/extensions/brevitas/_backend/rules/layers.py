@@ -14,6 +14,7 @@ from typing import Any
 
 from torch import nn
 
+from quark.torch.extensions.brevitas._backend.accumulator import l1_bound, narrowest_useful
 from quark.torch.extensions.brevitas._backend.mapping import OUTPUT_CHANNEL_AXIS, weight_axis, weights
 from quark.torch.extensions.brevitas._backend.rules import Found, Rule
 from quark.torch.extensions.brevitas._backend.rules import markdown as rules_markdown
@@ -154,6 +155,54 @@ def _blocks_along_channels(plan: LayerPlan, module: nn.Module) -> Iterable[Found
             )
 
 
+def _a2q(plan: LayerPlan):
+    weight = plan.specs["weight"]
+    return weight if weight is not None and weight.accumulator_bits is not None else None
+
+
+def _a2q_input(plan: LayerPlan, module: nn.Module) -> Iterable[Found]:
+    weight, inputs = _a2q(plan), plan.specs["input_tensors"]
+    if weight is None:
+        return
+    if inputs is None:
+        yield (
+            f"weight qat_spec=A2QSpec (accumulator {weight.accumulator_bits} bits) with a float input",
+            "an integer input_tensors spec for this layer (its own, or graph mode's quantized upstream site)",
+        )
+    elif inputs.format is not Format.integer or not inputs.symmetric:
+        yield (
+            f"weight qat_spec=A2QSpec (accumulator {weight.accumulator_bits} bits) with a {inputs.describe()} input",
+            "a symmetric integer input_tensors spec (zero point 0)",
+        )
+
+
+#: the layers accumulator-aware weights are built for
+A2Q_LAYERS = (nn.Linear, nn.Conv2d)
+
+
+def _a2q_layer(plan: LayerPlan, module: nn.Module) -> Iterable[Found]:
+    weight = _a2q(plan)
+    if weight is not None and type(module) not in A2Q_LAYERS:
+        yield f"weight qat_spec=A2QSpec on a {type(module).__name__}"
+
+
+def _a2q_too_narrow(plan: LayerPlan, module: nn.Module) -> Iterable[Found]:
+    weight, inputs = _a2q(plan), plan.specs["input_tensors"]
+    if weight is None or inputs is None or inputs.format is not Format.integer:
+        return
+    zero_centered = weight.zero_centered
+    bound = l1_bound(weight.accumulator_bits, inputs.bit_width, inputs.signed, zero_centered)
+    needed = narrowest_useful(inputs.bit_width, inputs.signed, zero_centered)
+    if weight.accumulator_bits < needed:
+        yield (
+            (
+                f"A2QSpec(accumulator_bit_width={weight.accumulator_bits}, zero_centered={zero_centered}) with "
+                f"{inputs.dtype_name} inputs bounds ||q||_1 per output channel by {bound:.3g}: every weight rounds to 0"
+            ),
+            f"accumulator_bit_width >= {needed} for {inputs.dtype_name} inputs (or a narrower input)",
+        )
+
+
 #: (refused, check, allowed, reason)
 _ROWS: tuple[tuple[str, Callable[[LayerPlan, nn.Module], Iterable[Found]], str, str], ...] = (
     (
@@ -215,6 +264,24 @@ _ROWS: tuple[tuple[str, Callable[[LayerPlan, nn.Module], Iterable[Found]], str, 
         _blocks_along_channels,
         "blocks along the layer's channels",
         "the dot products of a layer pair activation blocks with weight blocks along its input channels",
+    ),
+    (
+        "accumulator-aware weights (A2QSpec) without a quantized integer input",
+        _a2q_input,
+        "a symmetric integer input_tensors spec (the layer's own, or graph mode's upstream site)",
+        "the L1 bound of A2Q / A2Q+ is derived from the input's bit width and sign",
+    ),
+    (
+        "accumulator-aware weights (A2QSpec) on a layer other than Linear or Conv2d",
+        _a2q_layer,
+        "nn.Linear, nn.Conv2d (other layers: a weight spec without A2QSpec, e.g. by layer_type_quant_config)",
+        "Brevitas' EP-init (apply_ep_init) projects the weights of these two, and FINN's MVAU / VVAU compute them",
+    ),
+    (
+        "an accumulator-aware weight whose accumulator is too narrow for any nonzero weight",
+        _a2q_too_narrow,
+        "a wider accumulator_bit_width, or a narrower input",
+        "A2Q+ needs a bound of at least 2 (a +1 and a -1), A2Q at least 1",
     ),
 )
 

@@ -9,13 +9,16 @@ import json
 import logging
 import os
 import shutil
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from quark.torch.extensions.brevitas._backend.accumulator import Promise
 from quark.torch.extensions.brevitas._backend.export.verify import FLOAT_RTOL, float_tolerance, max_diff
 from quark.torch.extensions.brevitas._backend.qonnx_index import indexed_lookups
+from quark.torch.extensions.brevitas._backend.targets.finn import accumulators as accumulator_checks
 from quark.torch.extensions.brevitas._backend.targets.finn import execute
 from quark.torch.extensions.brevitas._backend.targets.finn.errors import FinnError
 from quark.torch.extensions.brevitas._backend.targets.finn.estimate import (
@@ -72,6 +75,11 @@ class DataflowExport:
     estimate: Estimate
     verification: Verification
 
+    @property
+    def accumulators(self) -> tuple[accumulator_checks.AccumulatorCheck, ...]:
+        """The accumulator-aware layers' accumulators in FINN, against their promise (``A2QSpec``)."""
+        return self.estimate.accumulators
+
     def to_json(self) -> dict[str, Any]:
         """The result as JSON data (the command line's ``--json``)."""
         return {
@@ -103,6 +111,14 @@ class DataflowExport:
             f"  {e.part.part} at {e.clock_mhz:g} MHz: " + e.verdict().replace("**", ""),
             *("  problem: " + p for p in e.problems),
         ]
+        if self.accumulators:
+            saved = sum(c.luts_saved for c in self.accumulators)
+            held = sum(c.holds for c in self.accumulators)
+            lines.append(
+                f"  accumulators (A2QSpec): {held}/{len(self.accumulators)} within their promise after FINN's "
+                f"MinimizeAccumulatorWidth; {saved:,.0f} LUTs saved against the unconstrained accumulators"
+            )
+            lines += ["    " + c.describe() for c in self.accumulators]
         return "\n".join(lines)
 
 
@@ -121,6 +137,7 @@ def export_finn_dataflow(
     rtol: float = FLOAT_RTOL,
     mvau_wwidth_max: int = MVAU_WWIDTH_MAX,
     folding: dict[str, dict[str, Any]] | None = None,
+    accumulators: Mapping[str, Promise] | None = None,
 ) -> DataflowExport:
     """From a QONNX file to a directory ready for FINN's ``build_dataflow`` (with Vivado).
 
@@ -140,14 +157,21 @@ def export_finn_dataflow(
       the part's capacity, and what keeps the design from the target or the part;
     - ``verification.json``: the step checks and the hardware graph against torch.
 
+    ``accumulators`` (module -> ``accumulator.Promise``, what ``ModelExporter.export_finn_dataflow``
+    reads from the model's ``A2QSpec`` layers): after FINN's MinimizeAccumulatorWidth, each such
+    layer's MVAU / VVAU must have its accumulator within the promised width
+    (:mod:`.accumulators`); the estimate files and the result report each one with the LUTs it
+    saves.
+
     The verified graph is the hardware-layer graph before specialization: the specialized HLS/RTL
     layers run only in FINN's cppsim/rtlsim, which need Vivado; folding does not change what a
     layer computes.
 
     Raises:
-        FinnError: a step failed or changed the outputs, nodes stayed outside the hardware, or
-            the hardware graph differs from ``expected``; names the step, node (and torch module) or
-            sample count.
+        FinnError: a step failed or changed the outputs, nodes stayed outside the hardware, the
+            hardware graph differs from ``expected``, or an accumulator-aware layer's accumulator is
+            beyond its promise; names the step, node (and torch module), sample count or layer (with
+            its promised and FINN's width).
         ValueError: unknown part, bad clock or target.
     """
     require_finn()
@@ -182,6 +206,7 @@ def export_finn_dataflow(
         mvau_wwidth_max=mvau_wwidth_max,
         folding=folding,
     )
+    estimate = replace(estimate, accumulators=accumulator_checks.check(folded, accumulators or {}, fpga.part))
     files.update(
         {
             "partition": os.path.join(out, "dataflow_partition.onnx"),
@@ -233,6 +258,11 @@ def export_finn_dataflow(
             },
         },
     )
+    broken = accumulator_checks.problems(estimate.accumulators)
+    if broken:
+        raise FinnError(
+            f"accumulators beyond their promise after FINN's MinimizeAccumulatorWidth; files are in {out}", broken
+        )
     if not verification.passed:
         raise FinnError(
             f"the hardware-layer graph differs from {verification.reference} on {verification.samples} samples: max "
@@ -413,7 +443,7 @@ Written by quark-brevitas for {e.part.part} ({"/".join(e.part.boards)}) at {e.cl
 - Verified: the hardware-layer graph, executed by the {v.engine} on {v.samples} samples against {v.reference}:
   max |diff| {v.max_abs_diff:.3g}, identical predictions {v.identical_predictions}/{v.samples}
   ({"PASS" if v.passed else "FAIL"}).
-- Estimated: {e.verdict().replace("**", "")}. Per layer: `estimate.md`.
+- Estimated: {e.verdict().replace("**", "")}. Per layer: `estimate.md`.{_accumulator_line(e)}
 
 ## Files
 
@@ -444,6 +474,17 @@ FINN writes the stitched IP, the bitfile, the PYNQ driver and a deployment packa
 rtlsim need Vivado); what was verified here is the hardware-layer graph before specialization,
 and folding does not change what a layer computes.
 """
+
+
+def _accumulator_line(e: Estimate) -> str:
+    if not e.accumulators:
+        return ""
+    held = sum(c.holds for c in e.accumulators)
+    saved = sum(c.luts_saved for c in e.accumulators)
+    return (
+        f"\n- Accumulators (A2QSpec): {held} of {len(e.accumulators)} layers within their promised width after FINN's "
+        f"MinimizeAccumulatorWidth; {saved:,.0f} LUTs saved against unconstrained accumulators (`estimate.md`)."
+    )
 
 
 def _write_json(path: str, data: Any) -> None:

@@ -62,6 +62,9 @@ class Estimate:
     critical_path_cycles: int
     folding_notes: tuple[str, ...]  # what FINN's SetFolding reported
     problems: tuple[str, ...] = ()  # does not fit / misses the target: the layer and what to change
+    #: accumulator-aware layers (A2QSpec): their accumulators against the promise, and the LUTs saved
+    #: (``accumulators.AccumulatorCheck``; set by the dataflow export)
+    accumulators: tuple[Any, ...] = ()
 
     @property
     def totals(self) -> dict[str, float]:
@@ -109,6 +112,7 @@ class Estimate:
             "problems": list(self.problems),
             "folding_notes": list(self.folding_notes),
             "layers": [asdict(layer) for layer in self.layers],
+            "accumulators": [check.to_json() for check in self.accumulators],
         }
 
     @property
@@ -171,6 +175,12 @@ class Estimate:
         )
         if self.problems:
             lines += ["", "## Problems", "", *(f"- {p}" for p in self.problems)]
+        if self.accumulators:
+            from quark.torch.extensions.brevitas._backend.targets.finn.accumulators import (
+                markdown as accumulator_table,
+            )
+
+            lines += ["", accumulator_table(self.accumulators).rstrip("\n")]
         if self.folding_notes:
             context = (
                 "they come from its intermediate passes; the table above is the final folding, and every layer "
