@@ -4,7 +4,7 @@ Runtimes (:data:`RUNNERS`): QCDQ graphs run in ONNX Runtime with graph optimizat
 graph is computed as written (ORT's optimizer fuses Q/DQ around Conv/Gemm into integer kernels:
 measured 17 LSB at the output of a small int4 CNN, 0 with optimizations off; the report also gives
 that deployed difference, :func:`run_onnxruntime_optimized`); QONNX graphs run in
-``qonnx.core.onnx_exec.execute_onnx`` after ``qonnx.util.cleanup.cleanup_model`` and shape
+``qonnx.core.onnx_exec.execute_onnx`` after qonnx's cleanup (``qonnx_fold.cleanup_model``) and shape
 inference, as FINN consumes them.
 
 Tolerance: outputs produced by a quantizer are compared in units of its step (LSB). A graph is
@@ -83,7 +83,8 @@ def _run_qonnx(model: onnx.ModelProto, inputs: Sequence[np.ndarray]) -> list[np.
     """An exported QONNX file as FINN consumes it: after qonnx's cleanup and shape inference."""
     from qonnx.core.modelwrapper import ModelWrapper
     from qonnx.transformation.infer_shapes import InferShapes
-    from qonnx.util.cleanup import cleanup_model
+
+    from quark.torch.extensions.brevitas._backend.qonnx_fold import cleanup_model
 
     with indexed_lookups():  # qonnx's lookups indexed in its bulk routines (cleanup, shape inference)
         return execute_qonnx(cleanup_model(ModelWrapper(model)).transform(InferShapes()), inputs)

@@ -49,8 +49,8 @@ def integer_input(qonnx_path: str | os.PathLike, output_path: str | os.PathLike 
     from onnx import helper
     from qonnx.core.datatype import DataType
     from qonnx.core.modelwrapper import ModelWrapper
-    from qonnx.util.cleanup import cleanup_model
 
+    from quark.torch.extensions.brevitas._backend.qonnx_fold import cleanup_model
     from quark.torch.extensions.brevitas._backend.targets.finn.origins import tag_origins
 
     model = ModelWrapper(os.fspath(qonnx_path))

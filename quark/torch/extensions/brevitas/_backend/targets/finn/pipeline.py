@@ -366,7 +366,8 @@ def prepare(qonnx_path: str | os.PathLike, inputs: Any) -> tuple[Any, list[np.nd
     from qonnx.transformation.change_batchsize import ChangeBatchSize
     from qonnx.transformation.infer_datatypes import InferDataTypes
     from qonnx.transformation.infer_shapes import InferShapes
-    from qonnx.util.cleanup import cleanup_model
+
+    from quark.torch.extensions.brevitas._backend.qonnx_fold import cleanup_model
 
     model = ModelWrapper(load_checked(os.fspath(qonnx_path)))  # before qonnx imports what the node domains name
     if len(model.graph.input) != 1 or len(model.graph.output) != 1:
