@@ -458,3 +458,58 @@ def test_the_finn_pipeline_and_the_qonnx_verification_run_indexed(finn_zoo_expor
     assert not qonnx_index.installed()
     for function in (pipeline.dataflow_from_qonnx, dataflow.export_finn_dataflow):
         assert function.__wrapped__.__name__ == function.__name__  # contextlib's decorator form
+
+
+def _shuffled(proto: onnx.ModelProto, seed: int) -> ModelWrapper:
+    model = ModelWrapper(proto.__deepcopy__())
+    nodes = list(model.graph.node)
+    random.Random(seed).shuffle(nodes)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model
+
+
+def _sorted_both(model: ModelWrapper) -> tuple[bytes, bytes]:
+    from qonnx.transformation.general import SortGraph
+
+    # outside indexed_lookups(): qonnx's own
+    qonnx_sorted = SortGraph().apply(ModelWrapper(model.model.__deepcopy__()))[0]
+    with indexed_lookups():
+        ours = ModelWrapper(model.model.__deepcopy__()).transform(SortGraph(), cleanup=False)
+    return ours.model.SerializeToString(), qonnx_sorted.model.SerializeToString()
+
+
+@pytest.mark.parametrize("name", ["resnet", "concat", "mobilenet"])
+def test_sort_graph_orders_as_qonnx_on_shuffled_graphs(finn_zoo_exports, name):
+    for seed in range(3):
+        ours, theirs = _sorted_both(_shuffled(finn_zoo_exports[name], seed))
+        assert ours == theirs
+
+
+def test_sort_graph_keeps_and_drops_what_qonnx_does_and_refuses_cycles():
+    from toposort import CircularDependencyError
+
+    nodes = [
+        oh.make_node("Relu", ["b"], ["c"], name="late"),
+        oh.make_node("Constant", [], ["k"], name="used_constant", value=onnx.numpy_helper.from_array(np.ones(4, np.float32))),
+        oh.make_node("Constant", [], ["unused"], name="floating", value=onnx.numpy_helper.from_array(np.ones(4, np.float32))),
+        oh.make_node("Add", ["x", "k"], ["b"], name="early"),
+        oh.make_node("Mul", ["c", "w"], ["y"], name="last"),
+    ]  # fmt: skip
+    graph = oh.make_graph(
+        nodes, "g", [oh.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        initializer=[onnx.numpy_helper.from_array(np.ones(4, np.float32), "w")],
+    )  # fmt: skip
+    model = ModelWrapper(oh.make_model(graph))
+    ours, theirs = _sorted_both(model)
+    assert ours == theirs
+    assert [n.name for n in ModelWrapper(onnx.load_from_string(ours)).graph.node] == ["used_constant", "early", "late", "last"]
+    cyclic = ModelWrapper(model.model.__deepcopy__())
+    cyclic.graph.node[3].input[0] = "c"  # early reads late's output: a cycle
+    from qonnx.transformation.general import SortGraph
+
+    with pytest.raises(CircularDependencyError):
+        SortGraph().apply(ModelWrapper(cyclic.model.__deepcopy__()))
+    with indexed_lookups(), pytest.raises(CircularDependencyError):
+        ModelWrapper(cyclic.model.__deepcopy__()).transform(SortGraph(), cleanup=False)

@@ -39,6 +39,11 @@ What it patches, while ``with indexed_lookups():`` is open (restored on exit, al
   ``InferDataLayouts`` and the renaming passes (``GiveUniqueTensorNames``,
   ``GiveReadableTensorNames``, where ``rename_tensor`` itself runs from the indexes).
 
+One audited routine is also replaced (``REPLACED``): ``SortGraph.apply``, which ``transform`` runs after
+every transformation, orders the nodes with ``list.index`` and the ``toposort`` package, both
+quadratic on deep graphs; :func:`_sort_graph` gives the same order in linear time (DenseNet-121's
+QONNX: 2.6 s a call with indexed lookups, 0.5 s).
+
 Why regions, not a cache validated per call: transformations mutate the protobuf directly
 (``node.input[0] = name``, ``graph.node.remove(n)``), and with protobuf's upb runtime no such write
 is observable. A check that sees every such write must read every name, which costs what the scan
@@ -628,6 +633,72 @@ def _rename_indexed(tables: dict, old: str, new: str) -> bool:
     return True
 
 
+# -- SortGraph in linear time -------------------------------------------------------------------------
+
+
+def _sort_graph(self, model):
+    """qonnx 1.0.0's ``SortGraph.apply`` with the same result in linear time.
+
+    qonnx finds each predecessor's position with ``list.index`` and orders with the ``toposort``
+    package, which rebuilds its table of remaining nodes once per level: both quadratic on deep
+    graphs (DenseNet-121's 2,600 nodes: a second per call, and ``transform`` calls it after every
+    transformation). Here positions come from a dict and each node's level (``toposort``'s round: 0
+    without predecessors, else one more than its deepest predecessor's) from one pass; the order is
+    ``toposort_flatten``'s, by level and then position. Nodes qonnx drops (no predecessor, and no
+    input that is an initializer or a graph input, unless another node depends on them) are dropped
+    alike; a cycle raises ``toposort``'s ``CircularDependencyError``."""
+    from qonnx.util import basic as util
+    from toposort import CircularDependencyError
+
+    if len(model.graph.node) == 1:
+        return (model, False)
+    node_list = list(model.graph.node)
+    position = {id(n): i for i, n in enumerate(node_list)}
+    dependencies: dict[int, set[int]] = {}
+    for index, node in enumerate(node_list):
+        predecessors = model.find_direct_predecessors(node)
+        if predecessors is None:
+            if any(
+                util.get_by_name(model.graph.initializer, name) or util.get_by_name(model.graph.input, name)
+                for name in node.input
+            ):
+                dependencies[index] = set()
+            continue
+        found = [position.get(id(p)) for p in predecessors]
+        dependencies[index] = {i if i is not None else node_list.index(p) for i, p in zip(found, predecessors)}
+    for deps in list(dependencies.values()):  # toposort's extra items: depended on, not listed
+        for dep in deps:
+            dependencies.setdefault(dep, set())
+    level: dict[int, int] = {}
+    for start, first in dependencies.items():  # depth first, each node's level once its predecessors have theirs
+        if start in level:
+            continue
+        stack, on_path = [(start, iter(first))], {start}
+        while stack:
+            item, pending = stack[-1]
+            for dep in pending:
+                if dep == item or dep in level:  # toposort discards self-dependencies
+                    continue
+                if dep in on_path:
+                    raise CircularDependencyError({i: dependencies[i] for i in dependencies if i not in level})
+                on_path.add(dep)
+                stack.append((dep, iter(dependencies[dep])))
+                break
+            else:
+                level[item] = 1 + max((level[d] for d in dependencies[item] if d != item), default=-1)
+                on_path.discard(item)
+                stack.pop()
+    for node in node_list:
+        model.graph.node.remove(node)
+    for new_index, index in enumerate(sorted(level, key=lambda i: (level[i], i))):
+        model.graph.node.insert(new_index, node_list[index])
+    return (model, False)
+
+
+#: audited qonnx routines replaced by linear-time ones with the same results (the regions run them)
+REPLACED: dict[str, object] = {"SortGraph.apply": _sort_graph}
+
+
 # -- installing -----------------------------------------------------------------------------------
 
 
@@ -659,7 +730,7 @@ def _targets() -> list[tuple[object, str, object]]:
             "GiveReadableTensorNames": general.GiveReadableTensorNames,
             "infer_shapes": infer_shapes,
         }[owner_name]
-        targets.append((owner, attribute, _region(key, vars(owner)[attribute])))
+        targets.append((owner, attribute, _region(key, REPLACED.get(key, vars(owner)[attribute]))))
     return targets
 
 
