@@ -30,8 +30,8 @@ def round_(x: torch.Tensor, method: str) -> torch.Tensor:
         return torch.floor(x)
     if method == "round":
         return torch.sign(x) * torch.floor(torch.abs(x) + 0.5)
-    if method == "half_up":
-        return torch.floor(x + 0.5)
+    if method == "half_up":  # x + 0.5 exactly (float64 holds it), not rounded in float32 first
+        return torch.floor(x.double() + 0.5).to(x.dtype)
     if method == "toward_zero":
         return torch.trunc(x)
     raise ValueError(method)

@@ -184,6 +184,19 @@ def test_reference_rounding_matches_golden_table():
         exact(R.round_(torch.tensor(POINTS), method), torch.tensor(table, dtype=torch.float32))
 
 
+def test_half_up_is_exact_next_to_ties():
+    """floor(x + 1/2) of the float32 values next to ties, as FINN's thresholds (x >= k + 1/2) count.
+    Computed as floor(fl(x + 0.5)), the float32 sum rounds up: the value just below 1/2 (0.5 - 2^-25;
+    0.5 - 2^-25 + 0.5 is halfway between 1 - 2^-24 and 1) and odd integers from 2^23 on came out one too
+    large. EfficientNet-B0's SiLU(16) in ONNX Runtime is 16 - 2^-20: at scale 32, that value."""
+    ties = torch.arange(-40, 40, dtype=torch.float32) + 0.5
+    below, above = torch.nextafter(ties, ties - 1), torch.nextafter(ties, ties + 1)
+    large = torch.tensor([2.0**23 + 1, -(2.0**23) - 1, 2.0**24 - 1, 2.0**23 + 0.5])
+    x = torch.cat([ties, below, above, large])
+    exact(ROUND_IMPLS[RoundType.half_up]()(x), R.round_(x, "half_up"))
+    assert ROUND_IMPLS[RoundType.half_up]()(torch.tensor([0.5 - 2.0**-25])).item() == 0
+
+
 @pytest.mark.parametrize("round_method", list(GOLDEN))
 def test_rounding_golden_weight(round_method):
     """int8 symmetric with max|w| = 127.5 gives s = 127.5 / 127.5 = 1: codes are R(points)."""

@@ -31,9 +31,10 @@ GOLDEN = {
     RoundType.half_up: [-5, -2, -1, 0, 1, 2, 3, 6],
     RoundType.toward_zero: [-5, -2, -1, -0, 0, 1, 2, 5],
 }
-#: RoundType -> what its QONNX rounding_mode is applied to: half_up (floor(x + 0.5)) is written as
-#: HALF_UP (ties away from zero) on x shifted to non-negative values (handlers._SpecRounding)
-SHIFT = {RoundType.half_up: 8.0}
+#: RoundType -> the values its QONNX rounding_mode is written for: half_up (floor(x + 0.5)) is HALF_UP
+#: (ties away from zero) on unsigned grids only, x >= 0; signed grids are written as thresholds
+#: (handlers._SpecRounding; test_finn_multithreshold_rounds_half_up)
+WRITTEN_FOR = {RoundType.half_up: lambda x: x >= 0}
 
 
 @pytest.mark.parametrize("round_method", list(RoundType))
@@ -41,11 +42,12 @@ def test_qonnx_rounding_mode_means_what_our_rounding_does(round_method):
     from qonnx.custom_op.general.quant import resolve_rounding_mode
 
     x = np.asarray(TIES, np.float32)
-    shift = SHIFT.get(round_method, 0.0)
-    qonnx_result = resolve_rounding_mode(QONNX_ROUNDING[round_method])(x + shift) - shift
+    kept = WRITTEN_FOR.get(round_method, np.isfinite)(x)
+    x, golden = x[kept], np.asarray(GOLDEN[round_method])[kept]
+    qonnx_result = resolve_rounding_mode(QONNX_ROUNDING[round_method])(x)
     torch_result = ROUND_IMPLS[round_method]()(torch.from_numpy(x)).numpy()
-    np.testing.assert_array_equal(qonnx_result, GOLDEN[round_method])
-    np.testing.assert_array_equal(torch_result, GOLDEN[round_method])
+    np.testing.assert_array_equal(qonnx_result, golden)
+    np.testing.assert_array_equal(torch_result, golden)
 
 
 def test_finn_multithreshold_rounds_half_up():
@@ -58,15 +60,16 @@ def test_finn_multithreshold_rounds_half_up():
     np.testing.assert_array_equal(counted[0], GOLDEN[RoundType.half_up])
 
 
-def _identity_with_output_quant(spec: QuantizationSpec) -> nn.Module:
-    """y = q(x): a Linear with identity weight and no bias, its output quantized by ``spec``."""
+def _identity_with_output_quant(spec: QuantizationSpec, scale: float = 2.0**-4) -> nn.Module:
+    """y = q(x): a Linear with identity weight and no bias, its output quantized by ``spec``
+    (calibrated on +-8: int8 pof2 gives the scale 2^-4, of 8 / 127.5)."""
     layer = nn.Linear(8, 8, bias=False)
     with torch.no_grad():
         layer.weight.copy_(torch.eye(8))
     model = quantize(
         layer_config(output_tensors=spec), nn.Sequential(layer), [torch.full((1, 8), 8.0), -torch.full((1, 8), 8.0)]
     )
-    assert model[0].output_quant.scale().item() == 2.0**-4  # pof2 of 8 / 127.5
+    assert model[0].output_quant.scale().item() == scale
     return model
 
 
@@ -88,7 +91,54 @@ def test_activation_rounding_exports_to_qonnx_exactly_at_ties(onnx_path, round_m
         for a in n.attribute
         if a.name == "rounding_mode"
     }
-    assert modes == {QONNX_ROUNDING[round_method]}
+    if round_method is RoundType.half_up:  # signed: FINN's thresholds (below)
+        assert modes == set() and "MultiThreshold" in op_types(onnx_path)
+    else:
+        assert modes == {QONNX_ROUNDING[round_method]}
+    assert report.max_abs_diff == 0
+
+
+#: dtype -> (the pof2 scale of +-8, the nodes a signed half-up quantizer is written as)
+HALF_UP_FORMS = {
+    Dtype.int4: (1.0, {"MultiThreshold"}),
+    Dtype.int8: (2.0**-4, {"MultiThreshold"}),
+    Dtype.int16: (2.0**-12, {"Quant"}),  # wider than FINN's thresholds: ceil(floor(2u) / 2), two Quants
+}
+
+
+@pytest.mark.parametrize("dtype", list(HALF_UP_FORMS))
+def test_signed_half_up_exports_exactly_next_to_ties(onnx_path, dtype):
+    """floor(x / s + 1/2) on the float32 values next to each tie, as torch and FINN's thresholds
+    compute it. Written before as HALF_UP of x / s + 2^(b-1), whose float32 sum kept x / s only to
+    2^(b-24): every value within half of that below a tie rounded up (int8: 0.5 - 2^-20 -> 1)."""
+    scale, nodes = HALF_UP_FORMS[dtype]
+    spec = QuantizationSpec(
+        dtype=dtype, observer_cls=PerTensorMinMaxObserver, scale_type=ScaleType.pof2, round_method=RoundType.half_up
+    )
+    model = _identity_with_output_quant(spec, scale)
+    ties = torch.tensor(TIES)
+    u = torch.stack([torch.nextafter(ties, ties - 1), ties, torch.nextafter(ties, ties + 1), ties - 2.0**-20])
+    report = ModelExporter(onnx_path).export_qonnx_model(model, u * scale, tolerance_lsb=0)
+    assert report.max_abs_diff == 0
+    assert nodes <= set(op_types(onnx_path))
+    expected = torch.floor(u.double() + 0.5).float()  # exact: float64 holds u + 1/2
+    with torch.no_grad():
+        torch.testing.assert_close(model(u * scale) / scale, expected, rtol=0, atol=0)
+
+
+def test_finn_preset_silu_just_below_a_tie_exports_exactly(onnx_path):
+    """EfficientNet-B0's squeeze-excitation in small (graph mode, FINN preset): a SiLU input on the
+    grid, 16, at half the output step, 32. SiLU(16) is 16 - 2^-19 in torch and 16 - 2^-20 in ONNX
+    Runtime (its sigmoid differs by an ulp): both just below the tie, both 0. The graph gave 32:
+    x / s + 8 rounded to the tie 8.5 in float32, and 0.5 - 2^-25 + 0.5 rounds to 1 in float32."""
+    from quark.torch.extensions.brevitas.presets import finn
+
+    qmodel = quantize(finn(unsigned=()), nn.Sequential(nn.SiLU()).eval(), [torch.tensor([[0.0, 240.0]])])
+    assert qmodel.get_submodule("0.quant").act_quant.scale().item() == 32.0  # pof2 of 240 / 7.5
+    x = torch.tensor([[16.0, 48.0, 80.0, 240.0, 0.0, 1.0, 2.0, 3.0]])  # uint8 input, step 1
+    with torch.no_grad():
+        assert qmodel(x)[0, 0].item() == 0
+    report = ModelExporter(onnx_path).export_qonnx_model(qmodel, x)
     assert report.max_abs_diff == 0
 
 

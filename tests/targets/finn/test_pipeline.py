@@ -163,3 +163,37 @@ def test_the_handoff_absorbs_relu6_clips_into_thresholds(tmp_path):
     assert finn_interface.float_operations(streamlined) == []
     out = execute_qonnx(streamlined, [x_int])[0]  # the hand-off's graph takes one sample at a time
     np.testing.assert_array_equal(out, qmodel(x).detach().numpy())
+
+
+class _Residual(nn.Module):
+    """conv-bn-relu, conv-bn, the sum with the first's output, relu, pool, linear: the residual
+    addition's operands and sum are signed FINN-preset quantizers (half-up, MultiThreshold in QONNX)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        self.b = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8))
+        self.head = nn.Sequential(nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+
+    def forward(self, x):
+        y = self.a(x)
+        return self.head(y + self.b(y))
+
+
+def test_the_handoff_takes_the_thresholds_of_signed_half_up_quantizers(tmp_path):
+    """A signed half-up quantizer is exported as a MultiThreshold (handlers._SpecRounding). The
+    pipeline's batch size 1 drops the value_info of its thresholds, which qonnx's renaming then
+    skipped: FINN's first new MultiThreshold took the same tensor name ('Found multiple
+    get_by_name matches' in ConvertQONNXtoFINN's tidy-up). The hand-off keeps the outputs."""
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(1)
+    qmodel = ModelQuantizer(finn()).quantize_model(
+        _Residual().eval(), [torch.rand(8, 3, 8, 8, generator=generator) for _ in range(2)], progress=False
+    )
+    x = torch.rand(4, 3, 8, 8, generator=generator)
+    ModelExporter(tmp_path / "m.onnx").export_qonnx_model(qmodel, x)
+    exported = [n.op_type for n in onnx.load(str(tmp_path / "m.onnx")).graph.node]
+    assert exported.count("MultiThreshold") == 3  # the addition's two operands and its sum
+    report = finn_handoff(tmp_path / "m.onnx", x)
+    assert [s.max_abs_diff for s in report.steps] == [0.0] * len(report.steps)
+    assert "Quant" not in report.steps[-1].op_types

@@ -326,9 +326,6 @@ def _input_shape(wrapper) -> list[int]:
 def _front_end(model: onnx.ModelProto, work_dir: str, stages: int | None = None):
     """FINN's front end as the dataflow export runs it; the graph after each stage and the outputs."""
     from qonnx.core.onnx_exec import execute_onnx
-    from qonnx.transformation.change_batchsize import ChangeBatchSize
-    from qonnx.transformation.infer_datatypes import InferDataTypes
-    from qonnx.transformation.infer_shapes import InferShapes
     from qonnx.util.cleanup import cleanup_model
 
     from quark.torch.extensions.brevitas._backend.targets.finn import pipeline
@@ -336,8 +333,7 @@ def _front_end(model: onnx.ModelProto, work_dir: str, stages: int | None = None)
 
     wrapper = ModelWrapper(onnx.ModelProto.FromString(model.SerializeToString()))
     tag_origins(wrapper)
-    wrapper = cleanup_model(wrapper).transform(ChangeBatchSize(1)).transform(InferShapes())
-    wrapper = wrapper.transform(InferDataTypes())
+    wrapper = pipeline.batch_one(cleanup_model(wrapper))
     graphs = [wrapper.model.SerializeToString()]
     steps = [step for _, step in pipeline.FRONT_END] + [lambda m: pipeline._partition(m, work_dir)[0]]
     for step in steps[:stages]:

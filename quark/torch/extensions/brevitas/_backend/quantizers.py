@@ -303,13 +303,20 @@ class RoundHalfAwayFromZeroSte(nn.Module):
 
 class RoundHalfUpSte(nn.Module):
     """Round to nearest, ties up: floor(x + 0.5) (2.5 -> 3, -2.5 -> -2), straight-through gradient.
-    FINN's MultiThreshold counts x >= (k + 1/2) steps, which is this rounding."""
+    FINN's MultiThreshold counts x >= (k + 1/2) steps, which is this rounding.
+
+    Exact: floor(x) plus one where x - floor(x) (exact in float32) reaches 1/2. ``floor(x + 0.5)``
+    rounds the sum first: 0.5 - 2^-25 (+ 0.5 is halfway between 1 - 2^-24 and 1) gave 1, odd
+    integers from 2^23 on the next even one. A near-identity activation (SiLU, GELU) on a grid value
+    at a tie gives such values: EfficientNet-B0's SiLU(16) in ONNX Runtime, at scale 32."""
 
     def __init__(self) -> None:  # explicit: Brevitas' injector rejects *args/**kwargs
         super().__init__()
 
     def forward(self, x: Tensor) -> Tensor:
-        y = torch.floor(x + 0.5)
+        value = x.detach()
+        y = torch.floor(value)
+        y.add_((value - y).ge_(0.5))  # in place: 2.6 against 5.6 ms per 1M elements out of place
         return x + (y - x).detach()
 
 

@@ -7,7 +7,9 @@ how the scale is computed. Three things do not survive unchanged, measured with 
 - **Rounding** (QONNX). ``RoundType.toward_zero`` is QONNX's ``DOWN``. A proxy reports ``float_to_int_impl_type`` of the stock quantizer it was
   built from (always ``ROUND``), not the ``float_to_int_impl`` we plug in, so activations and
   biases with ``RoundType.floor`` were exported as ``ROUND``. The handlers below take the rounding
-  from the normalised spec each injector carries (``quark_spec``) through :data:`QONNX_ROUNDING`.
+  from the normalised spec each injector carries (``quark_spec``) through :data:`QONNX_ROUNDING`;
+  signed ``RoundType.half_up``, which no QONNX mode rounds, is written as thresholds
+  (:class:`_SpecRounding`).
 - **Weights** (QONNX). The Quant node of a weight re-quantizes the float weight with ``ROUND``;
   weights rounded otherwise came out different. The handler feeds the weight as torch quantized it
   (already on the grid, so re-quantizing is exact) instead.
@@ -54,8 +56,11 @@ import torch
 from brevitas.core.function_wrapper import FloorSte, Identity, RoundSte, RoundToZeroSte, TensorClamp
 from brevitas.core.quant.int_base import IntQuant
 from brevitas.export.common.handler.base import ClipMixin
+from brevitas.export.onnx.function import DynamoFn
 from brevitas.export.onnx.handler import ONNXBaseHandler
 from brevitas.export.onnx.qonnx.function import (
+    DOMAIN_STRING,
+    DOMAIN_VERSION,
     BrevitasQuantDynamoFn,
     BrevitasQuantOp,
     BrevitasQuantTorchScriptFn,
@@ -97,8 +102,8 @@ from quark.torch.quantization.tensor_quant import Format
 #: RoundType -> QONNX ``rounding_mode`` (qonnx ``resolve_rounding_mode``: ROUND is numpy's
 #: half-even ``np.round``, FLOOR ``np.floor``, HALF_UP ``sign(x) * floor(|x| + 0.5)``, i.e. ties
 #: away from zero, which is ``RoundType.round``; DOWN ``np.fix``, toward zero). QONNX has no mode for
-#: ``RoundType.half_up`` (floor(x + 0.5)) on negative values: it is HALF_UP on an argument made
-#: non-negative (below).
+#: ``RoundType.half_up`` (floor(x + 0.5)) on negative values: HALF_UP is it on an unsigned grid only;
+#: a signed grid is written as thresholds (below).
 QONNX_ROUNDING: dict[RoundType, str] = {
     RoundType.half_even: "ROUND",
     RoundType.floor: "FLOOR",
@@ -139,37 +144,111 @@ class QuantOp:
     dynamo = BrevitasQuantDynamoFn
 
 
+class _MultiThresholdTorchScriptFn(torch.autograd.Function):
+    """qonnx's (and FINN's) ``MultiThreshold``: how many of ``thresholds`` (one global row, a tuple
+    of floats) each value reaches (x >= t), plus ``out_bias``; exact comparisons. The thresholds are
+    a ``Constant`` node, as the exporter writes Brevitas' scales: shape inference then gives them the
+    value_info that qonnx's ``GiveUniqueTensorNames`` renames by (an initializer without one keeps
+    its name, which FINN's next MultiThreshold node then also takes in ``GiveReadableTensorNames``)."""
+
+    @staticmethod
+    def symbolic(g, x, thresholds, out_bias, out_dtype):
+        values = g.op("Constant", value_t=torch.tensor([thresholds], dtype=torch.float32))
+        ret = g.op(f"{DOMAIN_STRING}::MultiThreshold", x, values, out_bias_f=out_bias, out_dtype_s=out_dtype)
+        ret.setType(x.type())
+        return ret
+
+    @staticmethod
+    def forward(ctx, x, thresholds, out_bias, out_dtype):
+        steps = torch.tensor(thresholds, dtype=x.dtype, device=x.device)
+        return (x.unsqueeze(-1) >= steps).sum(-1).to(x.dtype) + out_bias
+
+
+class _MultiThresholdDynamoFn(DynamoFn):
+    @staticmethod
+    def symbolic(x, thresholds, out_bias, out_dtype):
+        return torch.onnx.ops.symbolic(
+            f"{DOMAIN_STRING}::MultiThreshold",
+            (x, torch.tensor([thresholds], dtype=x.dtype, device=x.device)),
+            {"out_bias": float(out_bias), "out_dtype": out_dtype},
+            dtype=x.dtype,
+            shape=x.shape,
+            version=DOMAIN_VERSION,
+        )
+
+
+class MultiThresholdOp:
+    torchscript = _MultiThresholdTorchScriptFn
+    dynamo = _MultiThresholdDynamoFn
+
+
+#: widest signed half-up quantizer written as thresholds (2^b - 1 of them; FINN thresholds at most 8 bits)
+MAX_THRESHOLD_BITS = 8
+
+
 class _SpecRounding:
     """Take ``rounding_mode`` from the proxy's Quark spec instead of its stale injector field.
 
-    A signed ``RoundType.half_up`` quantizer (FINN's rounding) has no QONNX mode. It is written
-    on the integer grid: q = Quant(x / s + 2^(b-1); scale 1, unsigned, HALF_UP), y = (q - 2^(b-1)) s.
-    The argument of the rounding is non-negative, where HALF_UP is floor(. + 0.5), and
-    [0, 2^b - 1] shifted by -2^(b-1) is the signed range. FINN absorbs the Div and Add before the
-    Quant into its thresholds and the shift after it into the MultiThreshold's output bias: the
-    same integer node as a signed Quant.
+    A signed ``RoundType.half_up`` quantizer (FINN's rounding, floor(u + 1/2) of u = x / s, exactly:
+    ``quantizers.RoundHalfUpSte``) has no QONNX rounding mode (HALF_UP rounds ties away from zero).
+    It is written exactly, on u = x / s (+ z, the division torch performs):
+
+    - up to 8 bits, as FINN's own node: y = (MultiThreshold(u; thresholds k + 1/2 for each step
+      k -> k + 1 of the grid, out_bias = the lowest integer) (- z)) s. The comparisons are exact,
+      and it is what ``ConvertQONNXtoFINN`` makes of a Quant (thresholds at (k + 1/2) x step:
+      ties up), so FINN takes it as it is and absorbs the division into the thresholds;
+    - wider (or on a vector, a bias), as two Quants, FLOOR at scale 1/2 (two more bits) and CEIL:
+      ceil(floor(2u) / 2) = floor(u + 1/2) (u = k + f: floor(2u) / 2 is k for f < 1/2, k + 1/2
+      above), with no sum to round. Not for FINN, which thresholds at most 8 bits.
+
+    Written before as Quant(u + 2^(b-1); unsigned, HALF_UP) - 2^(b-1): in float32, u + 2^(b-1)
+    keeps u only to the precision of 2^(b-1) (2^(b-24)), so a u just below a tie k + 1/2 became the
+    tie and rounded up (the last 8 bits of a 32-bit bias were lost). EfficientNet-B0's
+    squeeze-excitation SiLU gives 16 * sigmoid(16) = 16 - 2^-19 (torch) or 16 - 2^-20 (ONNX
+    Runtime's sigmoid) at scale 32: u = 0.5 - 2^-24 or 0.5 - 2^-25, integer 0 in torch and in FINN,
+    1 in the graph (32, and 820 on the logits).
     """
 
     half_up_signed = False
+    zero_point_used = False
+    #: (thresholds, lowest integer, integer type) of a signed half-up quantizer written as thresholds
+    thresholds: tuple[tuple[float, ...], float, str] | None = None
 
     def prepare_for_export(self, module):
         super().prepare_for_export(module)
         spec = spec_of(module)
-        self.half_up_signed = False
+        self.half_up_signed, self.zero_point_used, self.thresholds = False, False, None
         if module.is_quant_enabled and spec is not None:
-            self.symbolic_kwargs["rounding_mode"] = QONNX_ROUNDING[spec.round_method]
+            kwargs = self.symbolic_kwargs
+            kwargs["rounding_mode"] = QONNX_ROUNDING[spec.round_method]
             if self.quant_op is BrevitasQuantOp:
                 self.quant_op = QuantOp
-            self.half_up_signed = spec.round_method is RoundType.half_up and bool(self.symbolic_kwargs.get("signed"))
+            self.half_up_signed = spec.round_method is RoundType.half_up and bool(kwargs.get("signed"))
+            if self.half_up_signed:  # read here: tensors turned into Python values while tracing warn
+                zero_point, bits = kwargs.get("zero_point"), kwargs.get("bit_width")
+                self.zero_point_used = zero_point is not None and bool(torch.any(zero_point != 0))
+                if bits is not None and int(bits) <= MAX_THRESHOLD_BITS:
+                    bits = int(bits)
+                    lowest, highest = -(2 ** (bits - 1)) + int(bool(kwargs["narrow_range"])), 2 ** (bits - 1) - 1
+                    steps = tuple(k + 0.5 for k in range(lowest, highest))
+                    self.thresholds = (steps, float(lowest), f"INT{bits}")
 
     def _quant(self, x: Tensor, scale: Tensor, zero_point: Tensor, bit_width: Tensor, **attrs) -> Tensor:
         """The Quant node(s) of ``x``; ``attrs``: narrow_range, signed, rounding_mode."""
         if not self.half_up_signed:
             return self.export_op(self.quant_op, x, scale, zero_point, bit_width, *attrs.values())
-        half = 2.0 ** (bit_width - 1)
-        unsigned = {**attrs, "signed": False}
-        q = self.export_op(self.quant_op, x / scale + half, torch.ones_like(scale), zero_point, bit_width, *unsigned.values())
-        return (q - half) * scale
+        u = x / scale  # as IntQuant.to_int: x / scale + zero_point, rounded, clamped
+        if self.zero_point_used:
+            u = u + zero_point
+        if self.thresholds is not None and u.dim() >= 2:  # MultiThreshold: channels on axis 1
+            q = self.export_op(MultiThresholdOp, u, *self.thresholds)
+        else:
+            zero = torch.zeros_like(zero_point)
+            floor = {**attrs, "narrow_range": False, "rounding_mode": "FLOOR"}
+            ceil = {**attrs, "rounding_mode": "CEIL"}
+            halves = self.export_op(self.quant_op, u, torch.full_like(scale, 0.5), zero, bit_width + 2, *floor.values())
+            q = self.export_op(self.quant_op, halves, torch.ones_like(scale), zero, bit_width, *ceil.values())
+        return ((q - zero_point) if self.zero_point_used else q) * scale
 
 
 class QONNXActHandler(_SpecRounding, BrevitasActQuantProxyHandler):

@@ -363,9 +363,6 @@ def prepare(qonnx_path: str | os.PathLike, inputs: Any) -> tuple[Any, list[np.nd
     torch modules, cleaned, batch size 1, shapes and datatypes inferred; with the samples, the
     reference outputs on them, and the record of this starting point."""
     from qonnx.core.modelwrapper import ModelWrapper
-    from qonnx.transformation.change_batchsize import ChangeBatchSize
-    from qonnx.transformation.infer_datatypes import InferDataTypes
-    from qonnx.transformation.infer_shapes import InferShapes
 
     from quark.torch.extensions.brevitas._backend.qonnx_fold import cleanup_model
 
@@ -376,11 +373,33 @@ def prepare(qonnx_path: str | os.PathLike, inputs: Any) -> tuple[Any, list[np.nd
             "FINN's dataflow takes one input and one output"
         )
     tag_origins(model)
-    model = cleanup_model(model)
-    model = model.transform(ChangeBatchSize(1)).transform(InferShapes()).transform(InferDataTypes())
+    model = batch_one(cleanup_model(model))
     samples = [as_array(inputs, "inputs")]
     reference = execute_qonnx(model, samples)
     return model, samples, reference, StepCheck("QONNX (cleaned, batch 1)", 0.0, op_types(model))
+
+
+def batch_one(model):
+    """A cleaned QONNX graph as FINN's steps take it: batch size 1, shapes and datatypes inferred,
+    and a value_info for every initializer. ``ChangeBatchSize`` drops the value_info and shape
+    inference restores it only for standard operations, not for the thresholds of a
+    ``MultiThreshold`` the export wrote (a signed half-up quantizer); qonnx's ``GiveUniqueTensorNames``
+    renames only what has one, so ``GiveReadableTensorNames`` after ``ConvertQONNXtoFINN`` gave such
+    thresholds' name ('MultiThreshold_0_param0') to those of FINN's new MultiThreshold_0 as well and
+    failed ('Found multiple get_by_name matches')."""
+    from onnx import helper
+    from qonnx.transformation.change_batchsize import ChangeBatchSize
+    from qonnx.transformation.infer_datatypes import InferDataTypes
+    from qonnx.transformation.infer_shapes import InferShapes
+
+    model = model.transform(ChangeBatchSize(1)).transform(InferShapes())
+    described = {v.name for v in (*model.graph.value_info, *model.graph.input, *model.graph.output)}
+    for initializer in model.graph.initializer:
+        if initializer.name not in described:
+            model.graph.value_info.append(
+                helper.make_tensor_value_info(initializer.name, initializer.data_type, list(initializer.dims))
+            )
+    return model.transform(InferDataTypes())
 
 
 def as_array(value: Any, name: str) -> np.ndarray:
