@@ -528,3 +528,41 @@ def test_execution_in_a_region_gives_qonnxs_outputs(finn_zoo_exports, name):
         indexed = onnx_exec.execute_onnx(model, feeds, return_full_exec_context=True)
     assert not hasattr(onnx_exec.execute_onnx, "__qonnx_index_original__")  # restored
     assert plain.keys() == indexed.keys() and all(np.array_equal(plain[k], indexed[k]) for k in plain)
+
+
+def test_cached_sessions_run_qonnxs_one_node_models(finn_zoo_exports):
+    """``qonnx_exec``: inside ``indexed_lookups()`` a standard node runs in a kept ONNX Runtime session of
+    the one-node model qonnx builds (the same value infos, in qonnx's order, also when a name repeats
+    across inputs, outputs and value_info); every tensor as qonnx's own execution gives it, again
+    from the kept sessions, and the sessions are dropped when the context exits."""
+    from onnx import helper
+
+    from quark.torch.extensions.brevitas._backend import qonnx_exec
+
+    graph = finn_zoo_exports["concat"].graph
+    table = qonnx_exec._value_infos(graph)
+    for node in graph.node:
+        for names, containers in ((node.input, ("input", "output", "value_info")), (node.output, ("output", "value_info"))):
+            expected = [x for c in containers for x in getattr(graph, c) if x.name in names]
+            assert qonnx_exec._matching(table, names, containers) == expected
+    repeated = helper.make_graph(
+        [helper.make_node("Relu", ["a"], ["b"])], "g",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2]), helper.make_tensor_value_info("a", TensorProto.FLOAT, [2])],
+        value_info=[helper.make_tensor_value_info("a", TensorProto.FLOAT, [2]), helper.make_tensor_value_info("b", TensorProto.FLOAT, [2])],
+    )  # fmt: skip
+    inputs = qonnx_exec._matching(qonnx_exec._value_infos(repeated), ["a"], ("input", "output", "value_info"))
+    assert [x.name for x in inputs] == ["a", "a", "a"]  # qonnx's filters keep every match
+    from qonnx.core import onnx_exec
+    from qonnx.transformation.infer_shapes import InferShapes
+
+    model = ModelWrapper(finn_zoo_exports["concat"]).transform(InferShapes())
+    x = np.random.default_rng(1).random(model.get_tensor_shape(model.graph.input[0].name), dtype=np.float32)
+    feeds = {model.graph.input[0].name: x}
+    plain = onnx_exec.execute_onnx(model, feeds, return_full_exec_context=True)
+    with indexed_lookups():
+        runs = [onnx_exec.execute_onnx(model, feeds, return_full_exec_context=True) for _ in range(2)]
+        kept = len(qonnx_exec._sessions)
+    assert kept == sum(1 for n in model.graph.node if n.domain in ("", "ai.onnx"))  # one per standard node
+    assert all(np.array_equal(plain[k], run[k]) for run in runs for k in plain)
+    assert not qonnx_exec._sessions and not qonnx_exec._value_info_tables  # dropped on exit

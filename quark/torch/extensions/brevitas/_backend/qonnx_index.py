@@ -59,6 +59,7 @@ which indexes it may use). Most of qonnx's quadratic cost sits in these routines
 every transformation and look up every tensor of the graph (profiled on FINN's front end of
 MobileNetV2; the lookups FINN's passes make themselves took under 1 % of it).
 
+qonnx's ``execute_node`` reuses one ONNX Runtime session per one-node model (``qonnx_exec``).
 qonnx's ``execute_onnx`` is a region too (it writes only to its execution context): its per-node
 datatype lookups (``sanitize_quant_values``) scanned the annotations, DenseNet-121's QONNX took 560 s
 a sample, 29 s indexed.
@@ -716,6 +717,8 @@ def _targets() -> list[tuple[object, str, object]]:
     from qonnx.core.modelwrapper import ModelWrapper
     from qonnx.transformation import general, infer_data_layouts, infer_datatypes, infer_shapes
 
+    from quark.torch.extensions.brevitas._backend import qonnx_exec
+
     original = {name: getattr(ModelWrapper, name) for name in _LOOKUPS}
     targets: list[tuple[object, str, object]] = [
         (ModelWrapper, name, function) for name, function in _patched_lookups(original).items()
@@ -741,6 +744,7 @@ def _targets() -> list[tuple[object, str, object]]:
             "onnx_exec": onnx_exec,
         }[owner_name]
         targets.append((owner, attribute, _region(key, REPLACED.get(key, vars(owner)[attribute]))))
+    targets.append((onnx_exec, "execute_node", qonnx_exec.cached(vars(onnx_exec)["execute_node"])))
     return targets
 
 
@@ -753,6 +757,9 @@ def _install() -> None:
 
 
 def _uninstall() -> None:
+    from quark.torch.extensions.brevitas._backend import qonnx_exec
+
+    qonnx_exec.clear()
     for owner, attribute, original, replacement in reversed(_installed.pop("saved")):
         if vars(owner).get(attribute) is not replacement:
             logger.warning("qonnx_index: %s.%s was replaced while patched; restoring qonnx's", owner, attribute)
