@@ -108,7 +108,7 @@ def cached(original):
         names = [o.name for o in node_outputs]
         for name in node.output:
             if name not in names:
-                raise Exception("Output %s not found in node outputs." % name)
+                raise RuntimeError(f"Output {name} not found in node outputs.")  # qonnx raises Exception
             value = outputs[len(names) - 1 - names[::-1].index(name)]  # qonnx takes the last match
             if value.shape != context[name].shape:
                 import warnings
