@@ -300,6 +300,25 @@ def streaming_concat() -> tuple[ModelWrapper, list[np.ndarray]]:
     return graph([node], inputs, {"y": (1, 2, 2, 8)}), [batch("UINT4", s) for s, _ in inputs.values()]
 
 
+def streaming_split() -> tuple[ModelWrapper, list[np.ndarray]]:
+    node = hw(
+        "StreamingSplit", ["x"], ["a", "b"], SIMD=1, ChannelsPerStream=[3, 5], inputDataType="INT4",
+        numInputVectors=[1, 2, 2],
+    )  # fmt: skip
+    outputs = {"a": (1, 2, 2, 3), "b": (1, 2, 2, 5)}
+    return graph([node], {"x": ((1, 2, 2, 8), "INT4")}, outputs), [batch("INT4", (1, 2, 2, 8))]
+
+
+def shuffle() -> tuple[ModelWrapper, list[np.ndarray]]:
+    """A channel shuffle of two groups on NHWC data, as FINN's InferShuffle writes it."""
+    node = hw(
+        "Shuffle", ["x"], ["y"], in_shape=[1, 2, 3, 8], transpose_in_shape=[1, 2, 3, 2, 4],
+        transpose_out_shape=[1, 2, 3, 4, 2], out_shape=[1, 2, 3, 8], perm=[0, 1, 2, 4, 3], data_type="INT4",
+        SIMD=1, NumChannels=4,
+    )  # fmt: skip
+    return graph([node], {"x": ((1, 2, 3, 8), "INT4")}, {"y": (1, 2, 3, 8)}), [batch("INT4", (1, 2, 3, 8))]
+
+
 def label_select() -> tuple[ModelWrapper, list[np.ndarray]]:
     """Top-3 of 10 labels with ties (values of 3 bits): ONNX Runtime puts the lower index first."""
     node = hw(
@@ -488,6 +507,13 @@ def concat() -> tuple[ModelWrapper, list[np.ndarray]]:
     return graph([node], inputs, {"y": (1, 6, 3)}), [batch("INT4", s) for s, _ in inputs.values()]
 
 
+def split() -> tuple[ModelWrapper, list[np.ndarray]]:
+    node = standard("Split", ["x", "sizes"], ["a", "b"], axis=3)
+    outputs = {"a": (1, 2, 2, 3), "b": (1, 2, 2, 5)}
+    model = graph([node], {"x": ((1, 2, 2, 8), "INT4")}, outputs, {"sizes": (np.int64([3, 5]), None)})
+    return model, [batch("INT4", (1, 2, 2, 8))]
+
+
 def max_pool(pads: list[int], kernel: int, stride: int) -> Case:
     def case():
         node = standard("MaxPool", ["x"], ["y"], kernel_shape=[kernel] * 2, pads=pads, strides=[stride] * 2)
@@ -547,6 +573,8 @@ CASES: dict[str, dict[str, Callable]] = {
     "GlobalAccPool": {"nhwc": global_acc_pool},
     "DuplicateStreams": {"three": duplicate},
     "StreamingConcat": {"two": streaming_concat},
+    "StreamingSplit": {"two": streaming_split},
+    "Shuffle": {"channels-nhwc": shuffle},
     "LabelSelect": {"ties": label_select},
     "Requant": {"per-channel": requant},
     **{op: {"computed": elementwise(op)} for op in execute.ELEMENTWISE},
@@ -569,6 +597,7 @@ CASES: dict[str, dict[str, Callable]] = {
     "Unsqueeze": {"axis-2": unsqueeze},
     "Identity": {"copy": identity},
     "Concat": {"axis-1": concat},
+    "Split": {"channels-last": split},
     "MaxPool": {"2x2": max_pool([0, 0, 0, 0], 2, 2), "3x3-padded": max_pool([1, 1, 1, 1], 3, 2)},
     "GlobalAveragePool": {"7x7": global_average_pool(7, 7), "3x5": global_average_pool(3, 5)},
     "TopK": {"ties": top_k},

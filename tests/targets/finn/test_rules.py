@@ -4,6 +4,7 @@ the integer network input; the preset's arguments."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from _shared import REPO
@@ -155,13 +156,24 @@ def test_the_preset_passes_and_the_graph_checks_run(tmp_path):
     model = quantized_on_unit_batches(finn())
     report = ModelExporter(tmp_path / "model.onnx").export_qonnx_model(model, unit_batches(1)[0])
     assert report.passed
-    assert report.target_checks == ("FINN: static input/output shapes", "FINN: no shape-computing subgraph")
+    assert report.target_checks == (
+        "FINN: static input/output shapes",
+        f"FINN: {finn_rules.GRAPH_RULES[1].allowed}",  # shape computations on static shapes
+    )
+
+
+def _shape_refusal(node: str) -> str:
+    rule = finn_rules.GRAPH_RULES[1]
+    return (
+        f"shape-computing nodes [{node!r}] on shapes known only at run time (e.g. x.view(x.size(0), -1) on a "
+        f"dynamic batch); FINN allows {rule.allowed} ({rule.reason})"
+    )
 
 
 #: graph rule -> what it names in the graph of the test below (which holds a case of each)
 GRAPH_CASES = {
     "dynamic shapes": "has dynamic shape ['batch', 4]; FINN allows static input/output shapes",
-    "shape-computing subgraphs": "shape-computing nodes ['shape_of_x']",
+    "shape computations on shapes known only at run time": "shape-computing nodes ['shape_of_x']",
 }
 
 
@@ -187,11 +199,71 @@ def test_shape_computing_nodes_and_dynamic_shapes_are_refused_in_the_written_gra
         "fixed stream sizes)"),
         ("graph output 'y' has dynamic shape ['batch', 4]; FINN allows static input/output shapes (FINN's dataflow has "
         "fixed stream sizes)"),
-        ("shape-computing nodes ['shape_of_x'] (e.g. x.view(x.size(0), -1)); FINN allows no shape-computing subgraph "
-        "(FINN needs static shapes: use nn.Flatten)"),
+        _shape_refusal("shape_of_x"),
     ]
     for rule in finn_rules.GRAPH_RULES:  # each row: its problem, with its reason
         assert any(GRAPH_CASES[rule.refuses] in p and p.endswith(f"({rule.reason})") for p in caught.value.problems), rule
+
+
+def _shape_graph(nodes, constants, x_shape, y_shape):
+    """x (float, ``x_shape``) -> nodes -> y (float, ``y_shape``; None: a 2-element int64 shape)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    y_type, y_shape = (TensorProto.INT64, [2]) if y_shape is None else (TensorProto.FLOAT, y_shape)
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info("y", y_type, y_shape)],
+        initializer=[numpy_helper.from_array(np.asarray(v), k) for k, v in constants.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_shape_computations_on_static_shapes_pass_the_graph_rules():
+    """torchvision's channel_shuffle as the TorchScript exporter writes it when it cannot fold x.size()
+    (Shape -> Gather -> arithmetic -> Reshape), torch.chunk's bounds likewise: with a static input
+    every value is known before run time and qonnx's cleanup folds them (ShuffleNetV2's 13 Shape
+    nodes were refused before)."""
+    from onnx import helper
+
+    nodes = [
+        helper.make_node("Shape", ["x"], ["size"], name="size"),
+        helper.make_node("Gather", ["size", "zero"], ["n"], axis=0),
+        helper.make_node("Gather", ["size", "one"], ["c"], axis=0),
+        helper.make_node("Div", ["c", "two"], ["half"]),  # ONNX's data propagation has no Div: folded
+        helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+        helper.make_node("Unsqueeze", ["half", "axes"], ["half1"]),
+        helper.make_node("Concat", ["n1", "two1", "half1", "minus1"], ["grouped"], axis=0),
+        helper.make_node("Reshape", ["x", "grouped"], ["g"]),
+        helper.make_node("Transpose", ["g"], ["t"], perm=[0, 2, 1, 3]),
+        helper.make_node("Shape", ["t"], ["t_size"], name="size_of_shuffled"),
+        helper.make_node("Slice", ["t_size", "zero1", "one1"], ["batch"]),
+        helper.make_node("Concat", ["batch", "minus1"], ["flat"], axis=0),
+        helper.make_node("Reshape", ["t", "flat"], ["y"]),  # x.view(x.size(0), -1) of the shuffled tensor
+    ]
+    constants = {
+        "zero": np.int64(0), "one": np.int64(1), "two": np.int64(2), "axes": np.int64([0]),
+        "two1": np.int64([2]), "minus1": np.int64([-1]), "zero1": np.int64([0]), "one1": np.int64([1]),
+    }  # fmt: skip
+    model = _shape_graph(nodes, constants, [1, 8, 3, 3], [1, 72])
+    assert FINN_TARGET.check_graph(model) == [
+        "FINN: static input/output shapes", f"FINN: {finn_rules.GRAPH_RULES[1].allowed}"
+    ]
+
+
+def test_a_shape_known_only_at_run_time_is_refused_with_static_inputs():
+    """The shape of NonZero's output depends on the data: its Shape cannot be folded (qonnx's own
+    shape inference takes the unknown dimension for 0 and would fold it to [2, 0])."""
+    from onnx import helper
+
+    nodes = [
+        helper.make_node("NonZero", ["x"], ["nz"]),
+        helper.make_node("Shape", ["nz"], ["y"], name="nz_size"),
+    ]
+    with pytest.raises(TargetCheckError) as caught:
+        FINN_TARGET.check_graph(_shape_graph(nodes, {}, [2, 3], None))
+    assert caught.value.problems == [_shape_refusal("nz_size")]
 
 
 def test_a_finn_target_refuses_the_qdq_exporter(tmp_path):

@@ -80,3 +80,102 @@ def dynamic_shapes(model: Any) -> list[str]:
             kind = "input" if value in model.graph.input else "output"
             problems.append(f"graph {kind} {value.name!r} has dynamic shape {dims}")
     return problems
+
+
+#: QONNX's elementwise quantizers: their output has their first input's shape
+ELEMENTWISE_QUANTIZERS = frozenset(
+    {"Quant", "BipolarQuant", "IntQuant", "FloatQuant", "Trunc", "MultiThreshold"}
+)
+#: constants at most this large are folded while shapes are computed (shape arithmetic: a few int64s)
+_SHAPE_CONSTANT = 64
+
+
+def shape_ops_on_unknown_shapes(model: Any) -> list[str]:
+    """The ``Shape`` nodes of an ONNX ``model`` whose input's shape stays unknown when the graph's
+    input shapes are known: every shape computation is folded from the static shapes, as qonnx's
+    cleanup (``FoldConstants``: a ``Shape`` of a known shape becomes a constant, then the constant
+    arithmetic on it) folds them, and what is left computes on shapes known only at run time (a
+    dynamic input, a data-dependent shape such as ``NonZero``'s). With every input dimension fixed
+    (``dynamic_shapes`` finds none) this is usually empty after one ONNX shape inference with data
+    propagation; the folding repeats while it changes something.
+
+    qonnx's own shape inference is not used: it takes an unknown dimension for 0 (its
+    ``get_tensor_shape``), and its folding then writes a ``Shape`` of ``NonZero``'s output as
+    ``[rank, 0]``. The quantizers (custom ops ONNX cannot infer) stand in as ``Identity``: their output
+    has their input's shape; their values are never folded.
+    """
+    import copy
+
+    import onnx
+    from onnx import numpy_helper
+
+    shape_ops = [n for n in model.graph.node if n.op_type == "Shape"]
+    if not shape_ops or dynamic_shapes(model):  # a dynamic input: every shape computation waits for it
+        return [n.name or n.output[0] for n in shape_ops]
+    graph = copy.deepcopy(model)
+    stand_ins = set()  # by output name: protobuf's node wrappers have no stable identity
+    for node in graph.graph.node:
+        if node.op_type in ELEMENTWISE_QUANTIZERS and node.domain not in ("", "ai.onnx"):
+            node.op_type, node.domain = "Identity", ""
+            del node.input[1:]
+            del node.attribute[:]
+            stand_ins.add(node.output[0])
+    names = {n.output[0]: n.name or n.output[0] for n in graph.graph.node if n.op_type == "Shape"}
+    while True:
+        try:
+            inferred = onnx.shape_inference.infer_shapes(graph, data_prop=True)
+        except Exception:  # noqa: BLE001 - ONNX cannot infer the graph: nothing more is known
+            break
+        shapes = {v.name: _static_dims(v) for v in (*inferred.graph.value_info, *inferred.graph.input)}
+        constants = {t.name: numpy_helper.to_array(t) for t in graph.graph.initializer}
+        folded = []
+        for node in graph.graph.node:
+            if node.op_type == "Shape" and shapes.get(node.input[0]) is not None:
+                dims = shapes[node.input[0]]
+                start = next((a.i for a in node.attribute if a.name == "start"), 0)
+                end = next((a.i for a in node.attribute if a.name == "end"), len(dims))
+                values = [np.array(dims[start:end], dtype=np.int64)]
+            elif (
+                node.output[0] not in stand_ins
+                and node.domain in ("", "ai.onnx")
+                and node.input
+                and all(n in constants and constants[n].size <= _SHAPE_CONSTANT for n in node.input if n)
+            ):
+                values = _evaluate(node, constants)
+                if values is None:
+                    continue
+            else:
+                continue
+            for name, value in zip(node.output, values):
+                constants[name] = value
+                graph.graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
+            folded.append(node)
+        if not folded:
+            break
+        for node in folded:
+            graph.graph.node.remove(node)
+        kept = {o for n in graph.graph.node for o in n.output} | {i.name for i in graph.graph.initializer}
+        del graph.graph.value_info[:]  # inferred again; none for the folded tensors
+        graph.graph.value_info.extend(
+            v for v in inferred.graph.value_info if v.name in kept and v.name not in constants
+        )
+    return [names[n.output[0]] for n in graph.graph.node if n.op_type == "Shape"]
+
+
+def _static_dims(value: Any) -> list[int] | None:
+    tensor = value.type.tensor_type
+    if not tensor.HasField("shape") or not all(d.HasField("dim_value") for d in tensor.shape.dim):
+        return None
+    return [d.dim_value for d in tensor.shape.dim]
+
+
+def _evaluate(node: Any, constants: dict[str, np.ndarray]) -> list[np.ndarray] | None:
+    """The outputs of one standard ONNX node on constant inputs (ONNX's reference implementation),
+    or None where it has none."""
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        evaluator = ReferenceEvaluator(node)
+        return list(evaluator.run(None, {name: constants[name] for name in node.input if name}))
+    except Exception:  # noqa: BLE001 - an op the reference does not run stays unfolded
+        return None

@@ -257,13 +257,10 @@ def fold_and_estimate(
             model = run_transform(
                 model, SetFolding(cycles, mvau_wwidth_max=mvau_wwidth_max, two_pass_relaxation=True)
             )
-        for transform in (
-            MinimizeWeightBitWidth(),
-            MinimizeAccumulatorWidth(),
-            InferDataTypes(),
-            AnnotateCycles(),
-        ):
+        for transform in (MinimizeWeightBitWidth(), MinimizeAccumulatorWidth(), InferDataTypes()):
             model = run_transform(model, transform)
+        model = _decompose_shuffles(model, fpga.part)
+        model = run_transform(model, AnnotateCycles())
     finally:
         finn_log.removeHandler(notes)
         finn_log.propagate = propagate
@@ -286,6 +283,32 @@ def fold_and_estimate(
     estimate = Estimate(**{**estimate.__dict__, "problems": tuple(_problems(estimate, mvau_wwidth_max))})
     logger.info("FINN estimate on %s: %.0f fps, %s", fpga.part, estimate.fps, estimate.totals)
     return model, estimate
+
+
+def _decompose_shuffles(model, part: str):
+    """FINN's ``step_transpose_decomposition`` (after folding, as in its builder): each ``Shuffle``
+    (a transpose between layers, e.g. a channel shuffle) becomes the InnerShuffle / OuterShuffle
+    layers that implement it, specialized for ``part``; FINN's estimates know only those."""
+    from finn.transformation.fpgadataflow.specialize_layers import SpecializeLayers
+    from finn.transformation.fpgadataflow.transpose_decomposition import (
+        InferInnerOuterShuffles,
+        ShuffleDecomposition,
+    )
+    from qonnx.transformation.infer_datatypes import InferDataTypes
+    from qonnx.transformation.infer_shapes import InferShapes
+
+    if not model.get_nodes_by_op_type("Shuffle"):
+        return model
+    # SpecializeLayers names the new layers (FINN's GiveUniqueNodeNames)
+    for transform in (
+        ShuffleDecomposition(),
+        InferInnerOuterShuffles(),
+        SpecializeLayers(part),
+        InferShapes(),
+        InferDataTypes(),
+    ):
+        model = run_transform(model, transform)
+    return model
 
 
 def _apply_folding(model, folding: dict[str, dict[str, Any]]) -> None:

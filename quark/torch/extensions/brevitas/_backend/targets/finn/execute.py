@@ -454,6 +454,28 @@ def _concat_last(node: Node) -> Kernel:
     return lambda inputs: [torch.cat(inputs, dim=-1)]
 
 
+def _split_last(node: Node) -> Kernel:
+    """``StreamingSplit``: pieces of ``ChannelsPerStream`` channels on the last axis."""
+    sizes = [int(c) for c in node.custom.get_nodeattr("ChannelsPerStream")]
+    return lambda inputs: list(torch.split(inputs[0], sizes, dim=-1))
+
+
+def _shuffle(node: Node) -> Kernel:
+    """``Shuffle``: FINN's reshape to ``transpose_in_shape``, transpose by ``perm``, reshape to
+    ``out_shape`` (a channel shuffle: the last axis cut into two, swapped); the batch axis first."""
+    op = node.custom
+    inner, perm = list(op.get_nodeattr("transpose_in_shape")), list(op.get_nodeattr("perm"))
+    out = list(op.get_nodeattr("out_shape"))
+    if inner[:1] != [1] or out[:1] != [1] or perm[0] != 0:
+        raise node.refuse(f"transpose_in_shape={inner}, perm={perm}: the batch axis does not stay first")
+
+    def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        n = len(inputs[0])
+        return [inputs[0].reshape(_batched(inner, n)).permute(*perm).reshape(_batched(out, n))]
+
+    return run
+
+
 def _label_select(node: Node) -> Kernel:
     """``LabelSelect``: the indices of the K largest values (ONNX Runtime's TopK, ties: lower index
     first), as float32."""
@@ -691,6 +713,17 @@ def _concat(node: Node) -> Kernel:
     return lambda inputs: [torch.cat(inputs, dim=axis)]
 
 
+def _split(node: Node) -> Kernel:
+    """ONNX ``Split`` with constant sizes (``torch.chunk`` after the pipeline's ``SlicesAsSplit``)."""
+    axis = node.attr("axis", 0)
+    if axis % len(node.in_shape()) == 0:
+        raise node.refuse("a split along the batch axis")
+    sizes = [int(v) for v in node.constant(1, raw=True)] if node.has_constant(1) else node.attr("split")
+    if sizes is None:
+        raise node.refuse("split sizes neither a constant input nor an attribute")
+    return lambda inputs: list(torch.split(inputs[0], list(sizes), dim=axis))
+
+
 def _global_average_pool(node: Node) -> Kernel:
     """ONNX ``GlobalAveragePool`` of integers (NCHW): ONNX Runtime divides the float32 sum by the
     count (measured with onnxruntime 1.25.1; its row test fails if that changes), and the sum of
@@ -742,6 +775,8 @@ KERNELS: dict[str, Callable[[Node], Kernel]] = {
     "GlobalAccPool": _global_acc_pool,
     "DuplicateStreams": _duplicate,
     "StreamingConcat": _concat_last,
+    "StreamingSplit": _split_last,
+    "Shuffle": _shuffle,
     "LabelSelect": _label_select,
     "Requant": _requant,
     **dict.fromkeys(ELEMENTWISE, _elementwise),
@@ -761,6 +796,7 @@ KERNELS: dict[str, Callable[[Node], Kernel]] = {
     "Unsqueeze": _reshape,
     "Identity": _reshape,
     "Concat": _concat,
+    "Split": _split,
     "MaxPool": _max_pool,
     "GlobalAveragePool": _global_average_pool,
     "TopK": _top_k,
@@ -857,9 +893,9 @@ def _sanitized(value: torch.Tensor, datatype: Any, name: str) -> torch.Tensor:
 INTEGRAL = frozenset(
     {
         "MVAU", "VVAU", "Thresholding", "ConvolutionInputGenerator", "FMPadding", "GlobalAccPool",
-        "DuplicateStreams", "StreamingConcat", "LabelSelect", "Requant",
+        "DuplicateStreams", "StreamingConcat", "StreamingSplit", "Shuffle", "LabelSelect", "Requant",
         "XnorPopcountMatMul", "Im2Col", "MaxPoolNHWC", "QuantAvgPool2d", "MatMul", "Transpose", "Reshape",
-        "Flatten", "Squeeze", "Unsqueeze", "Identity", "Concat", "MaxPool", "TopK",
+        "Flatten", "Squeeze", "Unsqueeze", "Identity", "Concat", "Split", "MaxPool", "TopK",
         "ElementwiseAdd", "ElementwiseSub", "ElementwiseMul",
     }
 )  # fmt: skip

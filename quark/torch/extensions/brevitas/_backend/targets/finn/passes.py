@@ -163,3 +163,183 @@ class ChannelsLastParamsAsVectors(Transformation):
             model.set_initializer(node.input[index], param.reshape(param.shape[3]))
             changed = True
         return model, changed
+
+
+class SlicesAsSplit(Transformation):
+    """Slices of one tensor along one axis that together cover it, piece after piece without gaps
+    or overlaps (``torch.chunk`` / ``torch.split`` in the TorchScript export), become one ``Split``
+    with those sizes. Exact: the same pieces.
+
+    FINN 1.6.1 has no hardware layer for ``Slice``; its ``InferSplitLayer`` (``StreamingSplit``) and
+    ``MoveTransposePastSplit`` take ``Split`` (ShuffleNetV2's ``x.chunk(2, dim=1)``).
+    """
+
+    def apply(self, model):
+        from onnx import helper
+
+        for tensor in sorted({s.input[0] for s in model.get_nodes_by_op_type("Slice")}):
+            pieces = _slice_pieces(model, tensor)
+            if pieces is None:
+                continue
+            axis, slices = pieces
+            sizes = np.array([end - begin for begin, end, _ in slices], dtype=np.int64)
+            name = model.make_new_valueinfo_name()
+            model.set_initializer(name, sizes)
+            outputs = [node.output[0] for _, _, node in slices]
+            split = helper.make_node(
+                "Split", [tensor, name], outputs, axis=axis, name=f"{slices[0][2].name}_split"
+            )
+            split.metadata_props.extend(slices[0][2].metadata_props)  # the torch module it came from
+            at = min(list(model.graph.node).index(node) for _, _, node in slices)
+            for _, _, node in slices:
+                model.graph.node.remove(node)
+            model.graph.node.insert(at, split)
+            return model, True
+        return model, False
+
+
+def _slice_pieces(model, tensor: str):
+    """(axis, [(begin, end, Slice node)] in order) when the Slices reading ``tensor`` cut it along one
+    axis into consecutive pieces covering it whole (constant bounds, unit steps), else None."""
+    shape = model.get_tensor_shape(tensor)
+    slices = [n for n in model.find_consumers(tensor) or [] if n.op_type == "Slice" and n.input[0] == tensor]
+    if shape is None or len(slices) < 2:
+        return None
+    pieces, axes = [], set()
+    for node in slices:
+        names = [*node.input[1:], "", ""][:4]  # starts, ends, axes, steps (the last two optional)
+        starts, ends, axis, steps = (model.get_initializer(name) if name else None for name in names)
+        if any(name and value is None for name, value in zip(names, (starts, ends, axis, steps))):
+            return None  # bounds computed in the graph
+        if starts.size != 1 or (steps is not None and int(steps.flat[0]) != 1):
+            return None
+        axis = int(axis.flat[0]) if axis is not None else 0
+        axis = axis + len(shape) if axis < 0 else axis
+        size = shape[axis]
+        begin, end = (
+            min(max(v + size if v < 0 else v, 0), size) for v in (int(starts.flat[0]), int(ends.flat[0]))
+        )
+        axes.add(axis)
+        pieces.append((begin, end, node))
+    pieces.sort(key=lambda piece: piece[0])
+    if len(axes) != 1:
+        return None
+    axis = axes.pop()
+    ends = [0, *[end for _, end, _ in pieces]]
+    gaps = any(begin != ends[i] or end <= begin for i, (begin, end, _) in enumerate(pieces))
+    if gaps or ends[-1] != shape[axis]:
+        return None
+    return axis, pieces
+
+
+class ChannelShuffleToNHWC(Transformation):
+    """A channel shuffle on an NHWC tensor brought back to NCHW for it, ``Transpose(0, 3, 1, 2) ->
+    Reshape(N, g, C/g, H, W) -> Transpose(0, 2, 1, 3, 4) -> Reshape(N, C, H, W)`` (torchvision's
+    ``channel_shuffle`` after ``LowerConvsToMatMul``; any reshape into channel factors and a
+    transpose of those factors alone), becomes the same permutation of each pixel's channels in NHWC,
+    ``Reshape(N, H, W, g, C/g) -> Transpose(0, 1, 2, 4, 3) -> Reshape(N, H, W, C)``, followed by the
+    ``Transpose`` to NCHW. Exact: checked on the tensor's indices before the graph is changed.
+
+    FINN 1.6.1 moves transposes past forks, joins, ``Split`` and thresholds but not past a
+    ``Reshape``: the shuffle stays NCHW between NHWC layers, with a layout transpose on either side
+    and a 5-D transpose of the channel and group axes inside, none of them a hardware layer. After
+    this pass the layout transposes travel on and cancel, and FINN's ``InferShuffle`` takes the
+    Reshape -> Transpose -> Reshape, now a swap of the last two axes, as one ``Shuffle`` layer
+    (streamed as an ``InnerShuffle``).
+    """
+
+    def apply(self, model):
+        from onnx import helper
+
+        for first in model.get_nodes_by_op_type("Transpose"):
+            chain = _shuffle_chain(model, first)
+            if chain is None:
+                continue
+            reshape_in, transpose, reshape_out, factors, perm = chain
+            n, c, h, w = model.get_tensor_shape(reshape_out.output[0])
+            nhwc_factors, nhwc_perm = [n, h, w, *factors], [0, 1, 2, *(p + 2 for p in perm[1:-2])]
+            if not _same_permutation((n, c, h, w), factors, perm, nhwc_perm):
+                continue
+            source, result = first.input[0], reshape_out.output[0]
+            shapes = [model.make_new_valueinfo_name() for _ in range(2)]
+            tensors = [model.make_new_valueinfo_name() for _ in range(3)]
+            model.set_initializer(shapes[0], np.array(nhwc_factors, dtype=np.int64))
+            model.set_initializer(shapes[1], np.array([n, h, w, c], dtype=np.int64))
+            new = [
+                helper.make_node(
+                    "Reshape", [source, shapes[0]], [tensors[0]], name=f"{reshape_in.name}_nhwc"
+                ),
+                helper.make_node(
+                    "Transpose", [tensors[0]], [tensors[1]], perm=nhwc_perm, name=f"{transpose.name}_nhwc"
+                ),
+                helper.make_node(
+                    "Reshape", [tensors[1], shapes[1]], [tensors[2]], name=f"{reshape_out.name}_nhwc"
+                ),
+                helper.make_node(
+                    "Transpose", [tensors[2]], [result], perm=TO_NCHW, name=f"{first.name}_nchw"
+                ),
+            ]
+            for node, old in zip(new, (reshape_in, transpose, reshape_out, first)):
+                node.metadata_props.extend(old.metadata_props)  # the torch module it came from
+            datatype = model.get_tensor_datatype(source)
+            transposed = [nhwc_factors[i] for i in nhwc_perm]
+            for tensor, shape in zip(tensors, (nhwc_factors, transposed, [n, h, w, c])):
+                model.set_tensor_shape(tensor, shape)
+                model.set_tensor_datatype(tensor, datatype)
+            at = list(model.graph.node).index(first)
+            for old in (first, reshape_in, transpose, reshape_out):
+                model.graph.node.remove(old)
+            for offset, node in enumerate(new):
+                model.graph.node.insert(at + offset, node)
+            return model, True
+        return model, False
+
+
+def _only_consumer(model, node, op_type: str):
+    consumers = model.find_consumers(node.output[0]) or []
+    if len(consumers) == 1 and consumers[0].op_type == op_type and consumers[0].input[0] == node.output[0]:
+        return consumers[0]
+    return None
+
+
+def _shuffle_chain(model, first):
+    """(Reshape, Transpose, Reshape, channel factors, transpose perm) when ``first`` is a Transpose to
+    NCHW feeding only a channel shuffle (a reshape of the channels into factors, a transpose of the
+    factors alone, a reshape back to the 4-D shape), else None."""
+    if _perm(first) != TO_NCHW:
+        return None
+    reshape_in = _only_consumer(model, first, "Reshape")
+    transpose = None if reshape_in is None else _only_consumer(model, reshape_in, "Transpose")
+    reshape_out = None if transpose is None else _only_consumer(model, transpose, "Reshape")
+    if reshape_out is None:
+        return None
+    shape = model.get_tensor_shape(first.output[0])
+    split = model.get_tensor_shape(reshape_in.output[0])
+    if shape is None or split is None or len(shape) != 4:
+        return None
+    if model.get_tensor_shape(reshape_out.output[0]) != shape:
+        return None
+    n, c, h, w = shape
+    factors, perm = split[1:-2], _perm(transpose)
+    rank = len(split)
+    inner = perm[1:-2]
+    if (
+        split[0] != n
+        or split[-2:] != [h, w]
+        or int(np.prod(factors)) != c
+        or perm[0] != 0
+        or perm[-2:] != [rank - 2, rank - 1]
+        or sorted(inner) != list(range(1, rank - 2))
+    ):
+        return None
+    return reshape_in, transpose, reshape_out, list(factors), perm
+
+
+def _same_permutation(shape, factors, perm, nhwc_perm) -> bool:
+    """Whether the NCHW shuffle (reshape to the factors, ``perm``, reshape back) and the NHWC one
+    (``nhwc_perm`` on the factors of the last axis) move every element of a ``shape`` tensor alike."""
+    n, c, h, w = shape
+    index = np.arange(n * c * h * w).reshape(n, c, h, w)
+    nchw = index.reshape(n, *factors, h, w).transpose(perm).reshape(n, c, h, w)
+    nhwc = index.transpose(0, 2, 3, 1).reshape(n, h, w, *factors).transpose(nhwc_perm).reshape(n, h, w, c)
+    return bool(np.array_equal(nchw.transpose(0, 2, 3, 1), nhwc))

@@ -114,7 +114,7 @@ def _streamline(model):
         ]
     passes += [ConvertBipolarMatMulToXnorPopcount(), Streamline()]
     if branches:  # the layout group of StreamlinePlus: transposes past forks and joins, until they cancel
-        passes.append(_transposes_past_branches())
+        passes.append(_transposes_past_branches(model))
     for transform in passes:
         model = run_transform(model, transform)
     if branches and _linear_before_fork(model):
@@ -202,13 +202,27 @@ def _scales_past_branches():
     )
 
 
-def _transposes_past_branches():
-    """The layout group of FINN's ``StreamlinePlus``: transposes through forks and joins."""
+def _transposes_past_branches(model):
+    """The layout group of FINN's ``StreamlinePlus``: transposes through forks and joins; where the
+    graph has them, ours for ``torch.chunk`` (its Slices as one Split, :class:`~.passes.SlicesAsSplit`,
+    which FINN's ``MoveTransposePastSplit`` takes) and channel shuffles
+    (:class:`~.passes.ChannelShuffleToNHWC`: a transpose of more than four axes)."""
     from finn.transformation.streamline import absorb, collapse_repeated, remove, reorder
     from qonnx.transformation.composed import ComposedTransformation
 
+    from quark.torch.extensions.brevitas._backend.targets.finn.passes import (
+        ChannelShuffleToNHWC,
+        SlicesAsSplit,
+    )
+
+    chunks = any(model.get_nodes_by_op_type(t) for t in ("Slice", "Split"))
+    transposes = model.get_nodes_by_op_type("Transpose")
+    shuffles = any(len(model.get_tensor_shape(n.input[0]) or ()) > 4 for n in transposes)
     return ComposedTransformation(
         [
+            *([SlicesAsSplit()] if chunks else []),
+            *([ChannelShuffleToNHWC()] if shuffles else []),
+            *([reorder.MoveTransposePastSplit()] if chunks else []),
             reorder.MoveTransposePastFork(),
             reorder.MoveTransposePastJoinConcat(),
             reorder.MoveTransposePastEltwise(),
@@ -260,6 +274,8 @@ def _hw_conversions(host: set[str]) -> tuple[tuple[tuple[str, ...], Callable[[],
         label_select,
         pool,
         requant,
+        shuffle,
+        split,
         thresholding,
         vector_vector_activation,
     )
@@ -295,10 +311,25 @@ def _hw_conversions(host: set[str]) -> tuple[tuple[tuple[str, ...], Callable[[],
         (("Im2Col",), conv_inp_gen.InferConvInpGen),
         (("ConvolutionInputGenerator",), RemoveCNVtoFCFlatten),
         (("Concat",), concat.InferConcatLayer),
+        (("Split",), split.InferSplitLayer),
         (elementwise, partial(elementwise_binary_operation.InferElementwiseBinaryOperation, on_chip)),
         (("GlobalAveragePool",), global_acc_pool.InferGlobalAccPoolLayer),
         ((), duplicate_streams.InferDuplicateStreamsLayer),
+        (("Transpose",), partial(shuffle.InferShuffle, _between_hardware)),
     )
+
+
+def _between_hardware(model, transpose) -> bool:
+    """FINN's ``InferShuffle`` filter: a Transpose (with the Reshapes around it that InferShuffle takes
+    along) between hardware layers, a channel shuffle say. The layout changes at the graph's edges stay
+    on the host, as FINN's partitioning leaves them (FINN's own filter keeps only the first node)."""
+    first = model.find_producer(transpose.input[0])
+    source = first.input[0] if first is not None and first.op_type == "Reshape" else transpose.input[0]
+    consumers = model.find_consumers(transpose.output[0]) or []
+    if len(consumers) == 1 and consumers[0].op_type == "Reshape":
+        consumers = model.find_consumers(consumers[0].output[0]) or []
+    producer = model.find_producer(source)
+    return producer is not None and _is_hw(producer) and bool(consumers) and all(_is_hw(c) for c in consumers)
 
 
 #: float elementwise operations that may stay on the host after the last hardware layer: the output's
@@ -506,8 +537,16 @@ UNMAPPED_FIXES: dict[str, str] = {
     "GlobalAveragePool": "float average pooling: use Brevitas' TruncAdaptiveAvgPool2d",
     "BatchNormalization": "batch norm with no quantized activation after it: follow it with a QuantReLU / "
     "QuantIdentity (FINN absorbs it into the thresholds) or merge it into the preceding layer",
-    "Transpose": "a layout change between hardware layers: keep tensors NCHW and avoid permute()/transpose()",
-    "Reshape": "a reshape between hardware layers: flatten once, before the fully connected head (nn.Flatten)",
+    "Transpose": "a layout change FINN could neither move to the graph's edges nor stream as a Shuffle "
+    "layer (a transpose between two hardware layers, with a view on either side, as torchvision's "
+    "channel_shuffle): keep tensors NCHW and permute channels only between quantized layers",
+    "Reshape": "a reshape between hardware layers: flatten once, before the fully connected head "
+    "(nn.Flatten), or reshape only around a channel shuffle's transpose",
+    "Slice": "a slice FINN cannot stream: split the channels of a quantized tensor into pieces that cover "
+    "it (torch.chunk / torch.split(x, sizes, dim=1): a StreamingSplit layer)",
+    "Split": "a split FINN cannot stream: split the channels (dim=1) of a quantized tensor",
+    "Shape": "a shape computed at run time: export with a static input shape (x.size() of a static input "
+    "folds into constants)",
     "TopK": "top-k on a float input (FINN's LabelSelect takes integers): drop the last layer's bias (its "
     "per-tensor scale is absorbed) or quantize its output",
 }

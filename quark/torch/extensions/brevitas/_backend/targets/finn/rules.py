@@ -12,7 +12,10 @@ from typing import Any
 
 from torch import nn
 
-from quark.torch.extensions.brevitas._backend.export.onnx_graph import dynamic_shapes
+from quark.torch.extensions.brevitas._backend.export.onnx_graph import (
+    dynamic_shapes,
+    shape_ops_on_unknown_shapes,
+)
 from quark.torch.extensions.brevitas._backend.inventory import Module
 from quark.torch.extensions.brevitas._backend.rules import ACT, DATA, FROM_A_SPEC, Found, Rule, spec_rule
 from quark.torch.extensions.brevitas.graph import ACTIVATIONS, GraphInput
@@ -139,9 +142,12 @@ SITE_RULES: tuple[Rule, ...] = (
 
 
 def _shape_computing(model: Any) -> Iterable[Found]:
-    shape_ops = [n.name or n.output[0] for n in model.graph.node if n.op_type == "Shape"]
+    shape_ops = shape_ops_on_unknown_shapes(model)
     if shape_ops:
-        yield f"shape-computing nodes {shape_ops} (e.g. x.view(x.size(0), -1))"
+        yield (
+            f"shape-computing nodes {shape_ops} on shapes known only at run time "
+            "(e.g. x.view(x.size(0), -1) on a dynamic batch)"
+        )
 
 
 #: on the written QONNX graph
@@ -153,10 +159,11 @@ GRAPH_RULES: tuple[Rule, ...] = (
         "FINN's dataflow has fixed stream sizes",
     ),
     Rule(
-        "shape-computing subgraphs",
+        "shape computations on shapes known only at run time",
         _shape_computing,
-        "no shape-computing subgraph",
-        "FINN needs static shapes: use nn.Flatten",
+        "shape computations on static shapes (x.size(), torch.chunk, x.view(n, 2, c // 2, h, w) of a static "
+        "input), which qonnx's cleanup folds into constants",
+        "FINN's dataflow has fixed stream sizes: a Shape node left in the graph has no hardware layer",
     ),
 )
 
