@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_BITS = (2, 3, 4, 8)
 #: the widths the variables take while the others are measured (the sensitivities' reference)
 REFERENCE_BITS = 8
+#: the network input's width in the uniform baselines (``presets.finn``'s default: 8-bit pixels)
+INPUT_BITS = 8
 #: activation roles a site's own quantizer can take
 ACTIVATION_ROLES = ("input_tensors", "output_tensors")
 #: the peak learning rate and the epochs of a measured point's QAT unless told otherwise (the
@@ -54,9 +56,10 @@ QAT_SPEC: QATSpec = TQTSpec(TQTThresholdInitMeth._3SD)
 
 @dataclass(frozen=True)
 class Variable:
-    """One width the search chooses: a layer's weights or a site's own activation quantizer."""
+    """One width the search chooses: a layer's weights, a site's own activation quantizer, or the
+    network input's quantizer (``kind="input"``, when searched)."""
 
-    kind: str  # "weight" | "act"
+    kind: str  # "weight" | "act" | "input"
     site: str
     roles: tuple[str, ...]
     signed: bool
@@ -66,14 +69,23 @@ class Variable:
         return f"{self.site}:{self.kind}"
 
 
-def variables(model: nn.Module, calibration: Any, *, qat_spec: QATSpec | None = None) -> list[Variable]:
+def variables(
+    model: nn.Module, calibration: Any, *, qat_spec: QATSpec | None = None, network_input: bool = False
+) -> list[Variable]:
     """The search's variables of ``model`` under :func:`~.presets.finn`: each compute layer's weight,
-    each site with its own activation quantizer (not the network input)."""
+    each site with its own activation quantizer, and with ``network_input`` the network input's
+    quantizer (one input only: its width is the FPGA's input interface, ``round(x / scale)`` fed
+    by the host, as FINN's bnn_pynq TFC takes 1- or 2-bit pixels)."""
     from quark.torch.extensions.brevitas.api import ModelQuantizer
 
     quantizer = ModelQuantizer(presets.finn(4, 4, qat_spec=qat_spec))
     quantizer.quantize_model(model, calibration, progress=False)
     found = []
+    inputs = [plan for plan in quantizer.plans if plan.module_type.__name__ == "GraphInput"]
+    if network_input:
+        if len(inputs) != 1:
+            raise ValueError(f"variables(network_input=True): one network input searched; the model has {len(inputs)}")
+        found.append(Variable("input", inputs[0].name, ("input_tensors",), bool(inputs[0].specs["input_tensors"].signed)))
     for plan in quantizer.plans:
         if plan.module_type.__name__ == "GraphInput":
             continue
@@ -93,12 +105,16 @@ def config(
     base_bits: int = REFERENCE_BITS,
 ) -> Config:
     """The :func:`~.presets.finn` config with ``widths`` (variable name -> bits) per layer and site
-    in ``layer_quant_config``; variables not named keep ``base_bits``."""
+    in ``layer_quant_config`` (the network input's, when searched, in ``layer_type_quant_config``);
+    variables not named keep ``base_bits``."""
     base = presets.finn(base_bits, base_bits, qat_spec=qat_spec)
     per_layer: dict[str, dict[str, Any]] = {}
     for variable in space:
         bits = widths.get(variable.name, base_bits)
-        uniform = presets.finn(bits, bits, qat_spec=qat_spec)
+        uniform = presets.finn(bits, bits, input_bits=bits, input_signed=variable.signed, qat_spec=qat_spec)
+        if variable.kind == "input":
+            base.layer_type_quant_config["GraphInput"] = uniform.layer_type_quant_config["GraphInput"]
+            continue
         if variable.kind == "weight":
             spec = uniform.global_quant_config.weight
         elif variable.signed:
@@ -109,6 +125,12 @@ def config(
             per_layer.setdefault(variable.site, {})[role] = spec
     base.layer_quant_config = {site: QuantizationConfig(**roles) for site, roles in per_layer.items()}
     return base
+
+
+def uniform_widths(space: Sequence[Variable], bits: int) -> dict[str, int]:
+    """The uniform baseline ``W{bits}A{bits}``: every weight and activation at ``bits``, the network
+    input (when searched) at :data:`INPUT_BITS`, as ``presets.finn(bits, bits)``."""
+    return {v.name: INPUT_BITS if v.kind == "input" else bits for v in space}
 
 
 def quantize(model: nn.Module, calibration: Any, cfg: Config) -> nn.Module:
@@ -147,7 +169,7 @@ def weights_of(qmodel: nn.Module, space: Sequence[Variable], widths: Mapping[str
 def probe_widths(space: Sequence[Variable], bits: Sequence[int]) -> list[dict[str, int]]:
     """Assignments whose exports tell which hardware layer each variable drives: every weight
     variable (and every activation variable) gets a distinct sequence of widths across the probes."""
-    kinds = {kind: [v for v in space if v.kind == kind] for kind in ("weight", "act")}
+    kinds = {kind: [v for v in space if v.kind == kind] for kind in ("weight", "act", "input")}
     count = max(len(group) for group in kinds.values())
     probes = 1
     while len(bits) ** probes < count:
@@ -172,8 +194,10 @@ def build_cost_model(
     workdir: str | os.PathLike | None = None,
     progress: bool = False,
     qat_spec: QATSpec | None = None,
+    network_input: bool = False,
 ):
-    """FINN's cost model of ``model`` at per-layer widths (``bits``, 2 and up): probe exports to
+    """FINN's cost model of ``model`` at per-layer widths (``bits``, 2 and up; with ``network_input``
+    the network input's width too, see :func:`variables`): probe exports to
     FINN's dataflow find which hardware layer each variable drives, then
     :class:`~._backend.targets.finn.cost.CostModel` prices every layer at every combination of its
     variables' widths, with the integer weights of a PTQ under ``qat_spec`` (the measured points'
@@ -185,7 +209,9 @@ def build_cost_model(
     bits = tuple(sorted(set(bits)))
     if any(b < 2 for b in bits):
         raise ValueError(f"bits={list(bits)}: the cost model's probes need widths of 2 bits and up")
-    space = list(space) if space is not None else variables(model, calibration, qat_spec=qat_spec)
+    if space is None:
+        space = variables(model, calibration, qat_spec=qat_spec, network_input=network_input)
+    space = list(space)
     probes = probe_widths(space, bits)
     codes = {v.name: tuple(widths[v.name] for widths in probes) for v in space}
     with tempfile.TemporaryDirectory(dir=workdir) as scratch:
@@ -200,6 +226,7 @@ def build_cost_model(
             partitions,
             {v.name: codes[v.name] for v in space if v.kind == "weight"},
             {v.name: codes[v.name] for v in space if v.kind == "act"},
+            {v.name: codes[v.name] for v in space if v.kind == "input"},
         )
     weights = integer_weights(model, calibration, space, bits, qat_spec=qat_spec)
     cost = CostModel(
@@ -211,6 +238,7 @@ def build_cost_model(
         clock_mhz=clock_mhz,
         target_fps=target_fps,
         metric=metric,
+        input_variable=next((v.name for v in space if v.kind == "input"), None),
     )
     cost.fill(bits)
     return cost, space
@@ -396,10 +424,11 @@ def milp_front(
 
 
 def name_of(widths: Mapping[str, int], space: Sequence[Variable]) -> str:
-    """``W2A2`` for uniform widths, else each variable's width in order: ``w4.a3.w2...``."""
-    values = [widths[v.name] for v in space]
-    if len(set(values)) == 1:
-        return f"W{values[0]}A{values[0]}"
+    """``W2A2`` for uniform widths (:func:`uniform_widths`), else each variable's width in order:
+    ``w4.a3.w2...`` (``i4.w4...`` with the network input searched)."""
+    values = {widths[v.name] for v in space if v.kind != "input"}
+    if len(values) == 1 and dict(widths) == uniform_widths(space, next(iter(values))):
+        return f"W{next(iter(values))}A{next(iter(values))}"
     return ".".join(f"{v.kind[0]}{widths[v.name]}" for v in space)
 
 
@@ -498,7 +527,7 @@ def measure(
     point = Point(
         name,
         dict(widths),
-        name.startswith("W") and len(set(widths.values())) == 1,
+        name.startswith("W"),
         score_,
         accuracy(qmodel, evaluation),
         predicted.totals,
@@ -673,6 +702,7 @@ def search(
     qat_spec: QATSpec | None = QAT_SPEC,
     qat_lr: float = QAT_LR,
     seed: int = 0,
+    network_input: bool = False,
     progress: bool = True,
     save_checkpoint: Callable[[str, Config, nn.Module], None] | None = None,
 ) -> dict[str, Any]:
@@ -683,7 +713,8 @@ def search(
     program (:func:`milp_front`) and the greedy walk (:func:`greedy_front`), then measures points of
     the integer program's front and the uniform baselines W2A2 / W3A3 / W4A4 / W8A8 by the same
     procedure (PTQ, ``qat_epochs`` of QAT (:func:`qat`: ``qat_spec``, ``qat_lr``, ``seed``),
-    accuracy on ``evaluation``, the full FINN estimate at the cost model's folding). The points
+    accuracy on ``evaluation``, the full FINN estimate at the cost model's folding). ``network_input``:
+    the network input's width is searched too (:func:`variables`; the baselines keep 8-bit inputs). The points
     measured: those no dearer than the uniform baseline ``upto`` (e.g. ``"W4A4"``, as the search
     priced it; None: the whole front), ``points`` of them spread evenly over their range of the
     metric (:func:`spread`; None: every one). ``train`` / ``evaluation``: (inputs, integer labels)
@@ -720,13 +751,14 @@ def search(
     os.makedirs(out, exist_ok=True)
     train, evaluation = list(train), list(evaluation)
     cache = _Cache(
-        os.path.join(out, "cache"), model, train, example, part, clock_mhz, target_fps, bits, metric, _spec_key(qat_spec)
+        os.path.join(out, "cache"), model, train, example, part, clock_mhz, target_fps, bits, metric, _spec_key(qat_spec),
+        *(["network input"] if network_input else []),
     )
     timings = {}
     start = time.perf_counter()
     cost, space = cache.get("cost", lambda: build_cost_model(
         model, train, example, part=part, clock_mhz=clock_mhz, target_fps=target_fps, bits=bits, metric=metric,
-        progress=progress, qat_spec=qat_spec,
+        progress=progress, qat_spec=qat_spec, network_input=network_input,
     ))
     timings["cost model"] = time.perf_counter() - start
     start = time.perf_counter()
@@ -741,9 +773,9 @@ def search(
     greedy = greedy_front(cost, space, sensitivity, bits)
     timings["greedy"] = time.perf_counter() - start
     resource = METRICS[metric]
-    uniform = [Candidate({v.name: b for v in space}, 0.0, None) for b in bits]
-    cap = math.inf if upto is None else cost.cost({v.name: baselines[upto] for v in space}).totals[resource]
-    chosen = [c for c in spread(exact, points, resource, cap) if len(set(c.widths.values())) > 1]
+    uniform = [Candidate(uniform_widths(space, b), 0.0, None) for b in bits]
+    cap = math.inf if upto is None else cost.cost(uniform_widths(space, baselines[upto])).totals[resource]
+    chosen = [c for c in spread(exact, points, resource, cap) if not name_of(c.widths, space).startswith("W")]
     start = time.perf_counter()
     measured = [
         measure(

@@ -454,7 +454,8 @@ def search(args: argparse.Namespace) -> Result:
     result = width_search(
         model, train, evaluation, example, args.output, part=args.part, target_fps=args.target_fps,
         clock_mhz=args.clock_mhz, bits=bits, qat_epochs=args.qat_epochs, metric=args.metric, points=points,
-        upto=args.upto, seed=args.seed, progress=not args.quiet, save_checkpoint=checkpoint,
+        upto=args.upto, seed=args.seed, network_input=args.search_input, progress=not args.quiet,
+        save_checkpoint=checkpoint,
     )
     for point in result["points"]:
         say(args, f"{point['name']:<32} accuracy {point['accuracy']:6.2f} %  {args.metric.upper()} "
