@@ -646,41 +646,48 @@ def spread(front: Sequence[Candidate], count: int | None, resource: str, cap: fl
     return [within[i] for i in chosen]
 
 
-def plot(points: Sequence[Point], path: str, resource: str, title: str) -> None:
-    """``pareto.png``: held-out accuracy against FINN's full estimate of ``resource``; every measured
-    point, the measured front as a line, the uniform baselines labelled with their names and
-    figures, the knee (``chosen.yaml``) ringed."""
+def plot(points: Sequence[Point], path: str, resource: str, title: str, zoom: float = 3.0) -> None:
+    """``pareto.png``: held-out accuracy against FINN's full estimate of ``resource``. Left, every
+    measured point; right, those within ``zoom`` points of the best accuracy (where the choice is
+    made). In both: the measured front as a line, the uniform baselines labelled with their names
+    and figures, the knee (``chosen.yaml``) ringed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     unit = {"LUT": "LUTs", "BRAM_18K": "BRAM_18K blocks", "DSP": "DSP slices", "URAM": "URAM blocks"}[resource]
-    figure, axes = plt.subplots(figsize=(8, 5))
+    figure, panels = plt.subplots(1, 2, figsize=(13, 5.2))
     searched = [p for p in points if not p.uniform]
-    axes.plot([p.total(resource) for p in searched], [p.accuracy for p in searched], "o", color="tab:blue",
-              alpha=0.45, label="searched widths (measured)")
     front = measured_front(points, resource)
-    axes.plot([p.total(resource) for p in front], [p.accuracy for p in front], "-", color="tab:blue",
-              label="measured front")
-    for p in points:
-        if p.uniform:
-            axes.plot(p.total(resource), p.accuracy, "s", color="tab:red", markersize=8)
-            axes.annotate(f"{p.name}\n{p.total(resource):,.0f}, {p.accuracy:.2f} %", (p.total(resource), p.accuracy),
-                          textcoords="offset points", xytext=(6, -22), fontsize=8, color="tab:red")
-    axes.plot([], [], "s", color="tab:red", label="uniform baselines (same procedure)")
     best = knee(points, resource)
-    axes.plot(best.total(resource), best.accuracy, "o", markersize=14, markerfacecolor="none", color="black",
-              label=f"knee (chosen.yaml): {best.name}")
-    axes.set_xlabel(f"{unit} (FINN's full dataflow estimate)")
-    axes.set_ylabel("held-out top-1 accuracy (%)")
-    low = min(p.accuracy for p in points)
-    axes.set_ylim(max(0.0, low - 2), min(100.0, max(p.accuracy for p in points) + 1))
-    axes.set_title(title, fontsize=10)
-    axes.grid(True, alpha=0.3)
-    axes.legend(fontsize=8, loc="lower right")
+    top = max(p.accuracy for p in points)
+    for axes, shown in zip(panels, (points, [p for p in points if p.accuracy >= top - zoom])):
+        here = [p for p in searched if p in shown]
+        axes.plot([p.total(resource) for p in here], [p.accuracy for p in here], "o", color="tab:blue", alpha=0.45,
+                  label="searched widths (each measured)")
+        line = [p for p in front if p in shown]
+        axes.plot([p.total(resource) for p in line], [p.accuracy for p in line], "-", color="tab:blue",
+                  label="measured front")
+        for p in shown:
+            if p.uniform:
+                axes.plot(p.total(resource), p.accuracy, "s", color="tab:red", markersize=8)
+                axes.annotate(f"{p.name}\n{p.total(resource):,.0f}, {p.accuracy:.2f} %", (p.total(resource), p.accuracy),
+                              textcoords="offset points", xytext=(6, -22), fontsize=8, color="tab:red")
+        axes.plot([], [], "s", color="tab:red", label="uniform baselines (same procedure)")
+        axes.plot(best.total(resource), best.accuracy, "o", markersize=14, markerfacecolor="none", color="black",
+                  label=f"knee (chosen.yaml): {best.name}\n{best.total(resource):,.0f}, {best.accuracy:.2f} %")
+        axes.set_xlabel(f"{unit} (FINN's full dataflow estimate)")
+        axes.set_ylabel("held-out top-1 accuracy (%)")
+        low = min(p.accuracy for p in shown)
+        axes.set_ylim(max(0.0, low - (2 if axes is panels[0] else 0.5)), top + (1 if axes is panels[0] else 0.4))
+        axes.grid(True, alpha=0.3)
+        axes.legend(fontsize=8, loc="lower right")
+    panels[0].set_title("every measured point", fontsize=10)
+    panels[1].set_title(f"within {zoom:g} points of the best accuracy", fontsize=10)
+    figure.suptitle(title, fontsize=11)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=110)
     plt.close(figure)
 
 
