@@ -26,7 +26,7 @@ a point with at least 25 % fewer LUTs than W4A4 at no more than 0.5 points lower
 accuracy at no more LUTs. The exit status is 1 if any claim did not reproduce.
 
     python benchmarks/width_search.py --network digits|tfc [--seeds 0 1 2] [--qat-epochs 8] \\
-        [--points all] [--upto W4A4] [--target-fps N] [--search-input] [--out DIR]
+        [--points all] [--upto W4A4] [--target-fps N] [--search-input] [--sensitivity-epochs K] [--out DIR]
 
 ``--search-input``: the network input's width is searched too (the host feeds ``round(x / scale)``
 at that width; FINN's bnn_pynq TFC takes 1- or 2-bit pixels); the baselines keep 8-bit inputs.
@@ -115,6 +115,7 @@ def main(argv=None) -> int:
     parser.add_argument("--upto", default="W4A4", help="measure front points no dearer than this uniform baseline")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="QAT seeds (every one reported)")
     parser.add_argument("--search-input", action="store_true", help="search the network input's width too")
+    parser.add_argument("--sensitivity-epochs", type=int, default=0, help="QAT epochs before each sensitivity (0: PTQ)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -129,7 +130,8 @@ def main(argv=None) -> int:
     print(f"{NETWORKS[args.network][1]}: float accuracy {search.accuracy(model, evaluation):.2f} % "
           f"(trained in {float_seconds:.0f} s); {PART} at {CLOCK_MHZ:g} MHz, target {target_fps:,.0f} fps; "
           f"{args.qat_epochs} QAT epochs per point; QAT seeds {args.seeds}; network input "
-          + ("searched" if args.search_input else "8 bits") + f"; output in {out}")
+          + ("searched" if args.search_input else "8 bits") + "; sensitivities "
+          + (f"after {args.sensitivity_epochs} QAT epochs" if args.sensitivity_epochs else "by PTQ") + f"; output in {out}")
     failures, summary = 0, {}
     for index, seed in enumerate(args.seeds):
         directory = os.path.join(out, f"seed{seed}")
@@ -139,7 +141,7 @@ def main(argv=None) -> int:
             result = search.search(
                 model, train, evaluation, example, directory, part=PART, clock_mhz=CLOCK_MHZ, target_fps=target_fps,
                 qat_epochs=args.qat_epochs, points=points, upto=args.upto, seed=seed, progress=False,
-                network_input=args.search_input,
+                network_input=args.search_input, sensitivity_epochs=args.sensitivity_epochs,
             )
         seconds = result["seconds"]
         searched = sum(seconds[k] for k in ("cost model", "sensitivities", "milp", "greedy"))

@@ -332,3 +332,21 @@ def test_the_cost_model_prices_the_network_inputs_width_as_the_full_estimate(tmp
             assert predicted.totals[resource] == pytest.approx(full.estimate.totals[resource], rel=0.05, abs=1), resource
         luts[bits] = predicted.totals["LUT"]
     assert luts[2] < luts[8]
+
+
+def test_sensitivities_after_qat_train_every_variant_and_the_reference(monkeypatch):
+    model, train, _ = _tiny_mlp()
+    space = search.variables(model, train, qat_spec=search.QAT_SPEC)
+    ptq = search.sensitivities(model, train, space, (2, 8), qat_spec=search.QAT_SPEC)
+    calls = []
+    trained = search.qat
+
+    def counted(qmodel, data, epochs, **kwargs):
+        calls.append(epochs)
+        return trained(qmodel, data, epochs, **kwargs)
+
+    monkeypatch.setattr(search, "qat", counted)
+    after = search.sensitivities(model, train, space, (2, 8), qat_spec=search.QAT_SPEC, qat_epochs=1)
+    assert calls == [1] * (1 + len(space))  # the reference and each variable at 2 bits
+    assert after.keys() == ptq.keys() and all(after[(v.name, 8)] == 0.0 for v in space)
+    assert all(after[(v.name, 2)] != ptq[(v.name, 2)] for v in space)

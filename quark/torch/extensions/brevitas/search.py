@@ -266,25 +266,37 @@ def sensitivities(
     *,
     progress: bool = False,
     qat_spec: QATSpec | None = None,
+    qat_epochs: int = 0,
 ) -> dict[tuple[str, int], float]:
     """(variable name, bits) -> the rise of the calibration data's cross-entropy when that one
-    variable is quantized to ``bits`` by PTQ and every other one to :data:`REFERENCE_BITS`.
+    variable is quantized to ``bits`` by PTQ and every other one to :data:`REFERENCE_BITS`, each
+    network (and the reference) trained ``qat_epochs`` of :func:`qat` first (0: PTQ alone).
 
     Measured, not modelled: a PTQ pass quantizes activations as the deployed graph will (power-of-two
     scales, requantized residual additions), which a Hessian trace of the weights does not see; one
     pass per (variable, width) is cheap for the networks FINN maps. The search adds them up
-    (HAWQ's separable model); the front's points are then measured (QAT and held-out accuracy)."""
+    (HAWQ's separable model); the front's points are then measured (QAT and held-out accuracy).
+    PTQ alone overstates what QAT cannot recover for low-width weights and understates it for a
+    2-bit residual addition (docs/search.md, "Does PTQ rank widths for QAT?"); one epoch of QAT per
+    variable and width orders those as the measured points do, at a few times the PTQ's time."""
     from quark.torch.extensions.brevitas._backend.data import batches
+    from quark.torch.extensions.brevitas.qat import freeze
 
-    reference = mean_loss(quantize(model, calibration, config({}, space, qat_spec=qat_spec)), calibration)
+    def loss(widths: Mapping[str, int]) -> float:
+        qmodel = quantize(model, calibration, config(widths, space, qat_spec=qat_spec))
+        if qat_epochs:
+            freeze(qat(qmodel, calibration, qat_epochs))
+        return mean_loss(qmodel, calibration)
+
+    reference = loss({})
     found = {}
     pairs = list(itertools.product(space, bits))
-    for variable, b in batches(pairs, progress=progress, desc="sensitivities (PTQ per variable and width)"):
+    how = f"{qat_epochs} QAT epoch(s)" if qat_epochs else "PTQ"
+    for variable, b in batches(pairs, progress=progress, desc=f"sensitivities ({how} per variable and width)"):
         if b == REFERENCE_BITS:
             found[(variable.name, b)] = 0.0
             continue
-        qmodel = quantize(model, calibration, config({variable.name: b}, space, qat_spec=qat_spec))
-        found[(variable.name, b)] = mean_loss(qmodel, calibration) - reference
+        found[(variable.name, b)] = loss({variable.name: b}) - reference
     return found
 
 
@@ -710,6 +722,7 @@ def search(
     qat_lr: float = QAT_LR,
     seed: int = 0,
     network_input: bool = False,
+    sensitivity_epochs: int = 0,
     progress: bool = True,
     save_checkpoint: Callable[[str, Config, nn.Module], None] | None = None,
 ) -> dict[str, Any]:
@@ -721,7 +734,8 @@ def search(
     the integer program's front and the uniform baselines W2A2 / W3A3 / W4A4 / W8A8 by the same
     procedure (PTQ, ``qat_epochs`` of QAT (:func:`qat`: ``qat_spec``, ``qat_lr``, ``seed``),
     accuracy on ``evaluation``, the full FINN estimate at the cost model's folding). ``network_input``:
-    the network input's width is searched too (:func:`variables`; the baselines keep 8-bit inputs). The points
+    the network input's width is searched too (:func:`variables`; the baselines keep 8-bit inputs).
+    ``sensitivity_epochs``: the sensitivities after that many epochs of QAT (0: PTQ). The points
     measured: those no dearer than the uniform baseline ``upto`` (e.g. ``"W4A4"``, as the search
     priced it; None: the whole front), ``points`` of them spread evenly over their range of the
     metric (:func:`spread`; None: every one). ``train`` / ``evaluation``: (inputs, integer labels)
@@ -760,6 +774,7 @@ def search(
     cache = _Cache(
         os.path.join(out, "cache"), model, train, example, part, clock_mhz, target_fps, bits, metric, _spec_key(qat_spec),
         *(["network input"] if network_input else []),
+        *([f"sensitivity after {sensitivity_epochs} QAT epochs"] if sensitivity_epochs else []),
     )
     timings = {}
     start = time.perf_counter()
@@ -770,7 +785,10 @@ def search(
     timings["cost model"] = time.perf_counter() - start
     start = time.perf_counter()
     sensitivity = cache.get(
-        "sensitivity", lambda: sensitivities(model, train, space, bits, progress=progress, qat_spec=qat_spec)
+        "sensitivity",
+        lambda: sensitivities(
+            model, train, space, bits, progress=progress, qat_spec=qat_spec, qat_epochs=sensitivity_epochs
+        ),
     )
     timings["sensitivities"] = time.perf_counter() - start
     start = time.perf_counter()
@@ -809,6 +827,7 @@ def search(
         "bits": list(bits),
         "qat_epochs": qat_epochs,
         "qat": {"spec": _spec_key(qat_spec), "lr": qat_lr, "seed": seed},
+        "sensitivity_epochs": sensitivity_epochs,
         "variables": [v.name for v in space],
         # LUT, BRAM_18K, URAM, DSP of each point: FINN's full estimate of its trained network
         "points": [{**p.__dict__, **(p.estimated or p.predicted)} for p in measured],
