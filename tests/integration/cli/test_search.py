@@ -44,7 +44,7 @@ def _args(paths, out, *extra) -> list[str]:
     return [
         "search", "--model", MODEL, "--checkpoint", paths["float"], "--data", paths["train"],
         "--eval-data", paths["val"], "--part", "xc7z020clg400-1", "--target-fps", "100000", "--bits", "2,4",
-        "--qat-epochs", "1", "-q", "-o", str(out), *extra,
+        "--qat-epochs", "1", "--points", "4", "--upto", "W4A4", "-q", "-o", str(out), *extra,
     ]
 
 
@@ -135,6 +135,8 @@ def test_a_second_run_with_the_same_arguments_reuses_the_cost_model_and_sensitiv
         ({"--part": "xc7nope"}, "--part xc7nope:"),
         ({"--target-fps": "0"}, "--target-fps 0: must be > 0"),
         ({"--qat-epochs": "-1"}, "--qat-epochs -1: must be >= 0"),
+        ({"--points": "0"}, "--points 0: expected an integer >= 1 or 'all'"),
+        ({"--upto": "W3A3"}, "--upto W3A3: a uniform baseline of --bits 2,4: W2A2, W4A4"),
         ({"--data": "EVAL_X_ONLY"}, "expected x (inputs) and y (integer labels)"),
         ({"--eval-data": "MISSING"}, "--eval-data MISSING: expected an existing .npz file"),
         ({"--checkpoint": "WRONG_MODEL"}, "does not fit the model integration.cli.cli_models:mlp builds"),

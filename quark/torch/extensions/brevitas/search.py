@@ -26,7 +26,8 @@ import torch
 from torch import nn
 
 from quark.torch.extensions.brevitas import presets
-from quark.torch.quantization.config.config import Config, QATSpec, QuantizationConfig
+from quark.torch.quantization.config.config import Config, QATSpec, QuantizationConfig, TQTSpec
+from quark.torch.quantization.config.type import TQTThresholdInitMeth
 
 if TYPE_CHECKING:  # qonnx and FINN load only when a search runs
     from quark.torch.extensions.brevitas._backend.targets.finn.cost import CostModel
@@ -37,15 +38,28 @@ logger = logging.getLogger(__name__)
 DEFAULT_BITS = (2, 3, 4, 8)
 #: the widths the variables take while the others are measured (the sensitivities' reference)
 REFERENCE_BITS = 8
+#: the network input's width in the uniform baselines (``presets.finn``'s default: 8-bit pixels)
+INPUT_BITS = 8
 #: activation roles a site's own quantizer can take
 ACTIVATION_ROLES = ("input_tensors", "output_tensors")
+#: the peak learning rate and the epochs of a measured point's QAT unless told otherwise (the
+#: recipe of ``examples/digits_qat_finn.py``: 99.44 % on the digits ResidualCNN at W4A4)
+QAT_LR, QAT_EPOCHS = 1e-3, 8
+
+
+#: the search's QAT unless told otherwise: TQT (trained power-of-two thresholds, initialised at
+#: three standard deviations; batch norm folded into the weights), as ``examples/digits_qat_finn.py``.
+#: Trained thresholds matter most at the low widths the search reaches: on the digits ResidualCNN,
+#: 8 epochs took W2A2 from 72.4 % (the PTQ thresholds kept) to 85.2 %, W3A3 from 98.3 % to 99.2 %.
+QAT_SPEC: QATSpec = TQTSpec(TQTThresholdInitMeth._3SD)
 
 
 @dataclass(frozen=True)
 class Variable:
-    """One width the search chooses: a layer's weights or a site's own activation quantizer."""
+    """One width the search chooses: a layer's weights, a site's own activation quantizer, or the
+    network input's quantizer (``kind="input"``, when searched)."""
 
-    kind: str  # "weight" | "act"
+    kind: str  # "weight" | "act" | "input"
     site: str
     roles: tuple[str, ...]
     signed: bool
@@ -55,14 +69,23 @@ class Variable:
         return f"{self.site}:{self.kind}"
 
 
-def variables(model: nn.Module, calibration: Any, *, qat_spec: QATSpec | None = None) -> list[Variable]:
+def variables(
+    model: nn.Module, calibration: Any, *, qat_spec: QATSpec | None = None, network_input: bool = False
+) -> list[Variable]:
     """The search's variables of ``model`` under :func:`~.presets.finn`: each compute layer's weight,
-    each site with its own activation quantizer (not the network input)."""
+    each site with its own activation quantizer, and with ``network_input`` the network input's
+    quantizer (one input only: its width is the FPGA's input interface, ``round(x / scale)`` fed
+    by the host, as FINN's bnn_pynq TFC takes 1- or 2-bit pixels)."""
     from quark.torch.extensions.brevitas.api import ModelQuantizer
 
     quantizer = ModelQuantizer(presets.finn(4, 4, qat_spec=qat_spec))
     quantizer.quantize_model(model, calibration, progress=False)
     found = []
+    inputs = [plan for plan in quantizer.plans if plan.module_type.__name__ == "GraphInput"]
+    if network_input:
+        if len(inputs) != 1:
+            raise ValueError(f"variables(network_input=True): one network input searched; the model has {len(inputs)}")
+        found.append(Variable("input", inputs[0].name, ("input_tensors",), bool(inputs[0].specs["input_tensors"].signed)))
     for plan in quantizer.plans:
         if plan.module_type.__name__ == "GraphInput":
             continue
@@ -82,12 +105,16 @@ def config(
     base_bits: int = REFERENCE_BITS,
 ) -> Config:
     """The :func:`~.presets.finn` config with ``widths`` (variable name -> bits) per layer and site
-    in ``layer_quant_config``; variables not named keep ``base_bits``."""
+    in ``layer_quant_config`` (the network input's, when searched, in ``layer_type_quant_config``);
+    variables not named keep ``base_bits``."""
     base = presets.finn(base_bits, base_bits, qat_spec=qat_spec)
     per_layer: dict[str, dict[str, Any]] = {}
     for variable in space:
         bits = widths.get(variable.name, base_bits)
-        uniform = presets.finn(bits, bits, qat_spec=qat_spec)
+        uniform = presets.finn(bits, bits, input_bits=bits, input_signed=variable.signed, qat_spec=qat_spec)
+        if variable.kind == "input":
+            base.layer_type_quant_config["GraphInput"] = uniform.layer_type_quant_config["GraphInput"]
+            continue
         if variable.kind == "weight":
             spec = uniform.global_quant_config.weight
         elif variable.signed:
@@ -100,19 +127,29 @@ def config(
     return base
 
 
+def uniform_widths(space: Sequence[Variable], bits: int) -> dict[str, int]:
+    """The uniform baseline ``W{bits}A{bits}``: every weight and activation at ``bits``, the network
+    input (when searched) at :data:`INPUT_BITS`, as ``presets.finn(bits, bits)``."""
+    return {v.name: INPUT_BITS if v.kind == "input" else bits for v in space}
+
+
 def quantize(model: nn.Module, calibration: Any, cfg: Config) -> nn.Module:
     from quark.torch.extensions.brevitas.api import ModelQuantizer
 
     return ModelQuantizer(cfg).quantize_model(model, calibration, progress=False)
 
 
-def integer_weights(model: nn.Module, calibration: Any, space: Sequence[Variable], bits: Iterable[int]):
+def integer_weights(
+    model: nn.Module, calibration: Any, space: Sequence[Variable], bits: Iterable[int], *, qat_spec: QATSpec | None = None
+):
     """(weight variable name, bits) -> the layer's integer weights as an MVAU matrix: one PTQ per
-    width (a weight's quantizer does not depend on the other layers' widths)."""
+    width (a weight's quantizer does not depend on the other layers' widths). ``qat_spec`` as the
+    measured points' (a TQT weight spec folds batch norm into the weights: other integers)."""
     found = {}
     for b in bits:
         widths = {v.name: b for v in space}
-        found.update(weights_of(quantize(model, calibration, config(widths, space)), space, widths))
+        qmodel = quantize(model, calibration, config(widths, space, qat_spec=qat_spec))
+        found.update(weights_of(qmodel, space, widths))
     return found
 
 
@@ -132,7 +169,7 @@ def weights_of(qmodel: nn.Module, space: Sequence[Variable], widths: Mapping[str
 def probe_widths(space: Sequence[Variable], bits: Sequence[int]) -> list[dict[str, int]]:
     """Assignments whose exports tell which hardware layer each variable drives: every weight
     variable (and every activation variable) gets a distinct sequence of widths across the probes."""
-    kinds = {kind: [v for v in space if v.kind == kind] for kind in ("weight", "act")}
+    kinds = {kind: [v for v in space if v.kind == kind] for kind in ("weight", "act", "input")}
     count = max(len(group) for group in kinds.values())
     probes = 1
     while len(bits) ** probes < count:
@@ -156,11 +193,15 @@ def build_cost_model(
     space: Sequence[Variable] | None = None,
     workdir: str | os.PathLike | None = None,
     progress: bool = False,
+    qat_spec: QATSpec | None = None,
+    network_input: bool = False,
 ):
-    """FINN's cost model of ``model`` at per-layer widths (``bits``, 2 and up): probe exports to
+    """FINN's cost model of ``model`` at per-layer widths (``bits``, 2 and up; with ``network_input``
+    the network input's width too, see :func:`variables`): probe exports to
     FINN's dataflow find which hardware layer each variable drives, then
     :class:`~._backend.targets.finn.cost.CostModel` prices every layer at every combination of its
-    variables' widths. Returns (cost model, variables)."""
+    variables' widths, with the integer weights of a PTQ under ``qat_spec`` (the measured points'
+    starting point). Returns (cost model, variables)."""
     from quark.torch.extensions.brevitas._backend.data import batches
     from quark.torch.extensions.brevitas._backend.targets.finn.cost import CostModel, map_probes
     from quark.torch.extensions.brevitas.api import ModelExporter
@@ -168,13 +209,15 @@ def build_cost_model(
     bits = tuple(sorted(set(bits)))
     if any(b < 2 for b in bits):
         raise ValueError(f"bits={list(bits)}: the cost model's probes need widths of 2 bits and up")
-    space = list(space) if space is not None else variables(model, calibration)
+    if space is None:
+        space = variables(model, calibration, qat_spec=qat_spec, network_input=network_input)
+    space = list(space)
     probes = probe_widths(space, bits)
     codes = {v.name: tuple(widths[v.name] for widths in probes) for v in space}
     with tempfile.TemporaryDirectory(dir=workdir) as scratch:
         partitions = []
         for index, widths in enumerate(batches(probes, progress=progress, desc="cost model: probe exports")):
-            qmodel = quantize(model, calibration, config(widths, space))
+            qmodel = quantize(model, calibration, config(widths, space, qat_spec=qat_spec))
             result = ModelExporter(os.path.join(scratch, f"probe{index}")).export_finn_dataflow(
                 qmodel, example, part=part, clock_mhz=clock_mhz, integer_input=True
             )
@@ -183,8 +226,9 @@ def build_cost_model(
             partitions,
             {v.name: codes[v.name] for v in space if v.kind == "weight"},
             {v.name: codes[v.name] for v in space if v.kind == "act"},
+            {v.name: codes[v.name] for v in space if v.kind == "input"},
         )
-    weights = integer_weights(model, calibration, space, bits)
+    weights = integer_weights(model, calibration, space, bits, qat_spec=qat_spec)
     cost = CostModel(
         template,
         weight_nodes,
@@ -194,6 +238,7 @@ def build_cost_model(
         clock_mhz=clock_mhz,
         target_fps=target_fps,
         metric=metric,
+        input_variable=next((v.name for v in space if v.kind == "input"), None),
     )
     cost.fill(bits)
     return cost, space
@@ -214,26 +259,44 @@ def mean_loss(model: nn.Module, data: Iterable) -> float:
 
 
 def sensitivities(
-    model: nn.Module, calibration: Any, space: Sequence[Variable], bits: Sequence[int], *, progress: bool = False
+    model: nn.Module,
+    calibration: Any,
+    space: Sequence[Variable],
+    bits: Sequence[int],
+    *,
+    progress: bool = False,
+    qat_spec: QATSpec | None = None,
+    qat_epochs: int = 0,
 ) -> dict[tuple[str, int], float]:
     """(variable name, bits) -> the rise of the calibration data's cross-entropy when that one
-    variable is quantized to ``bits`` by PTQ and every other one to :data:`REFERENCE_BITS`.
+    variable is quantized to ``bits`` by PTQ and every other one to :data:`REFERENCE_BITS`, each
+    network (and the reference) trained ``qat_epochs`` of :func:`qat` first (0: PTQ alone).
 
     Measured, not modelled: a PTQ pass quantizes activations as the deployed graph will (power-of-two
     scales, requantized residual additions), which a Hessian trace of the weights does not see; one
     pass per (variable, width) is cheap for the networks FINN maps. The search adds them up
-    (HAWQ's separable model); the front's points are then measured (QAT and held-out accuracy)."""
+    (HAWQ's separable model); the front's points are then measured (QAT and held-out accuracy).
+    PTQ alone overstates what QAT cannot recover for low-width weights and understates it for a
+    2-bit residual addition (docs/search.md, "Does PTQ rank widths for QAT?"); one epoch of QAT per
+    variable and width orders those as the measured points do, at a few times the PTQ's time."""
     from quark.torch.extensions.brevitas._backend.data import batches
+    from quark.torch.extensions.brevitas.qat import freeze
 
-    reference = mean_loss(quantize(model, calibration, config({}, space)), calibration)
+    def loss(widths: Mapping[str, int]) -> float:
+        qmodel = quantize(model, calibration, config(widths, space, qat_spec=qat_spec))
+        if qat_epochs:
+            freeze(qat(qmodel, calibration, qat_epochs))
+        return mean_loss(qmodel, calibration)
+
+    reference = loss({})
     found = {}
     pairs = list(itertools.product(space, bits))
-    for variable, b in batches(pairs, progress=progress, desc="sensitivities (PTQ per variable and width)"):
+    how = f"{qat_epochs} QAT epoch(s)" if qat_epochs else "PTQ"
+    for variable, b in batches(pairs, progress=progress, desc=f"sensitivities ({how} per variable and width)"):
         if b == REFERENCE_BITS:
             found[(variable.name, b)] = 0.0
             continue
-        qmodel = quantize(model, calibration, config({variable.name: b}, space))
-        found[(variable.name, b)] = mean_loss(qmodel, calibration) - reference
+        found[(variable.name, b)] = loss({variable.name: b}) - reference
     return found
 
 
@@ -373,10 +436,11 @@ def milp_front(
 
 
 def name_of(widths: Mapping[str, int], space: Sequence[Variable]) -> str:
-    """``W2A2`` for uniform widths, else each variable's width in order: ``w4.a3.w2...``."""
-    values = [widths[v.name] for v in space]
-    if len(set(values)) == 1:
-        return f"W{values[0]}A{values[0]}"
+    """``W2A2`` for uniform widths (:func:`uniform_widths`), else each variable's width in order:
+    ``w4.a3.w2...`` (``i4.w4...`` with the network input searched)."""
+    values = {widths[v.name] for v in space if v.kind != "input"}
+    if len(values) == 1 and dict(widths) == uniform_widths(space, next(iter(values))):
+        return f"W{next(iter(values))}A{next(iter(values))}"
     return ".".join(f"{v.kind[0]}{widths[v.name]}" for v in space)
 
 
@@ -394,18 +458,25 @@ def accuracy(model: nn.Module, data: Iterable) -> float:
     return 100.0 * correct / total
 
 
-def qat(qmodel: nn.Module, train: Iterable, epochs: int, lr: float = 1e-3, seed: int = 0) -> nn.Module:
-    """A short QAT: Adam, cross-entropy, learning rate cosine-decayed to 0 over ``epochs``."""
-    torch.manual_seed(seed)
+def qat(qmodel: nn.Module, train: Iterable, epochs: int, lr: float = QAT_LR, seed: int = 0) -> nn.Module:
+    """The repository's steady QAT recipe (``digits.train(..., schedule="cosine")``, as in
+    ``examples/digits_qat_finn.py``): one Adam for the whole run, cross-entropy, the learning rate
+    cosine-decayed per step from ``lr`` to 0 at the end of the last epoch. The training samples are
+    reshuffled every epoch (a generator seeded by ``seed``; ``digits.train`` repeats one order) into
+    batches of the size of ``train``'s first batch."""
     batches = list(train)
+    x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
+    size = len(batches[0][1])
+    torch.manual_seed(seed)
+    order = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(qmodel.parameters(), lr=lr)
-    steps = max(1, epochs * len(batches))
+    steps = max(1, epochs * math.ceil(len(y) / size))
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
     for _ in range(epochs):
         qmodel.train()
-        for x, y in batches:
+        for index in torch.randperm(len(y), generator=order).split(size):
             optimizer.zero_grad()
-            nn.functional.cross_entropy(qmodel(x), y).backward()
+            nn.functional.cross_entropy(qmodel(x[index]), y[index]).backward()
             optimizer.step()
             schedule.step()
     return qmodel.eval()
@@ -428,6 +499,10 @@ class Point:
     config: str = ""
     checkpoint: str = ""
 
+    def total(self, resource: str) -> float:
+        """The point's figure for ``resource``: FINN's full estimate, else the cost model's."""
+        return (self.estimated or self.predicted)[resource]
+
 
 def measure(
     model: nn.Module,
@@ -442,19 +517,21 @@ def measure(
     example: torch.Tensor | None = None,
     directory: str | None = None,
     qat_spec: QATSpec | None = None,
+    qat_lr: float = QAT_LR,
+    seed: int = 0,
     save_checkpoint: Callable[[str, Config, nn.Module], None] | None = None,
 ) -> Point:
-    """PTQ and ``qat_epochs`` of QAT at ``widths``, held-out accuracy, and (with ``example``) the full
-    FINN dataflow estimate at the cost model's folding, written under ``directory``: the config,
-    the checkpoint (by ``save_checkpoint(path, config, quantized model)``; default: the
-    quantized model's ``state_dict``) and the FINN directory."""
+    """PTQ and ``qat_epochs`` of QAT (:func:`qat`, ``qat_lr``, ``seed``) at ``widths``, held-out
+    accuracy, and (with ``example``) the full FINN dataflow estimate at the cost model's folding,
+    written under ``directory``: the config, the checkpoint (by ``save_checkpoint(path, config,
+    quantized model)``; default: the quantized model's ``state_dict``) and the FINN directory."""
     from quark.torch.extensions.brevitas.api import ModelExporter
     from quark.torch.extensions.brevitas.qat import freeze
 
     cfg = config(widths, space, qat_spec=qat_spec)
     qmodel = quantize(model, train, cfg)
     if qat_epochs:
-        qat(qmodel, train, qat_epochs)
+        qat(qmodel, train, qat_epochs, lr=qat_lr, seed=seed)
         freeze(qmodel)
     searched = cost.cost(widths)
     predicted = cost.with_weights(weights_of(qmodel, space, widths)).cost(widths)  # the trained weights' own implementation and widths
@@ -462,7 +539,7 @@ def measure(
     point = Point(
         name,
         dict(widths),
-        name.startswith("W") and len(set(widths.values())) == 1,
+        name.startswith("W"),
         score_,
         accuracy(qmodel, evaluation),
         predicted.totals,
@@ -487,39 +564,142 @@ def measure(
 
 
 def _save_state_dict(path: str, cfg: Config, qmodel: nn.Module) -> None:
-    """The Python API's checkpoint: the quantized ``state_dict`` (re-load: quantize the float model
-    with the point's ``config.yaml``, ``calibrate=False``, then ``load_state_dict``)."""
+    """The Python API's checkpoint: the quantized ``state_dict`` (re-load: :func:`load_point`)."""
     torch.save(qmodel.state_dict(), path)
+
+
+def load_point(model: nn.Module, directory: str | os.PathLike, point: Mapping[str, Any]) -> nn.Module:
+    """A measured point's quantized model from its files, as the Python API writes them: the float
+    ``model`` quantized with the point's ``config.yaml`` (no calibration), then its ``model.pt``
+    (the trained, frozen ``state_dict``) loaded strictly."""
+    from quark.torch.extensions.brevitas.api import ModelQuantizer
+
+    cfg = Config.load(os.path.join(directory, point["config"]))
+    qmodel = ModelQuantizer(cfg).quantize_model(model, calibrate=False, progress=False)
+    qmodel.load_state_dict(torch.load(os.path.join(directory, point["checkpoint"]), weights_only=True))
+    return qmodel.eval()
+
+
+def confirm(
+    model: nn.Module,
+    directory: str | os.PathLike,
+    point: Mapping[str, Any],
+    evaluation: Iterable,
+    example: torch.Tensor,
+    *,
+    part: str,
+    clock_mhz: float,
+    target_fps: float | None,
+    load: Callable[[str, Mapping[str, Any]], nn.Module] | None = None,
+    tolerance: float = 0.05,
+    workdir: str | os.PathLike | None = None,
+) -> dict[str, Any]:
+    """One point of ``pareto.json`` measured again from its files alone: its checkpoint re-loaded
+    (``load(directory, point)``; default :func:`load_point` with the float ``model``), its accuracy on
+    ``evaluation`` and a new full ``export_finn_dataflow`` estimate at its folding (under
+    ``workdir``, default a temporary directory). Returns ``accuracy``, ``estimate`` (FINN's totals),
+    ``fps`` and ``problems``: each claim of ``point`` that did not reproduce (the accuracy, not
+    equal; the cost model's ``predicted`` figure and the recorded full estimate of each resource,
+    off the new estimate by more than ``tolerance`` (relative; 1 unit for BRAM / DSP / URAM); the
+    target fps, missed). Empty ``problems``: the point is confirmed."""
+    from quark.torch.extensions.brevitas._backend.targets.finn.estimate import ESTIMATED
+    from quark.torch.extensions.brevitas.api import ModelExporter
+
+    directory = os.fspath(directory)
+    qmodel = (load or (lambda d, p: load_point(model, d, p)))(directory, point)
+    measured = accuracy(qmodel, evaluation)
+    problems = []
+    if measured != point["accuracy"]:
+        problems.append(f"{point['name']}: accuracy {measured:.4f} % from the checkpoint, {point['accuracy']:.4f} % claimed")
+    with tempfile.TemporaryDirectory(dir=workdir) as scratch:
+        full = ModelExporter(os.path.join(scratch, "finn")).export_finn_dataflow(
+            qmodel, example, part=part, clock_mhz=clock_mhz, target_fps=target_fps, integer_input=True,
+            folding=point["folding"],
+        )
+    estimate = full.estimate
+    for claim in ("predicted", "estimated"):
+        for resource in ESTIMATED:
+            claimed, again = float((point.get(claim) or {}).get(resource, math.nan)), float(estimate.totals[resource])
+            slack = tolerance * again if resource == "LUT" else max(1.0, tolerance * again)
+            if not abs(claimed - again) <= slack:
+                problems.append(f"{point['name']}: {claim} {resource} {claimed:,.0f}, FINN's estimate again {again:,.0f}")
+    if target_fps is not None and not estimate.fps >= target_fps * (1 - 1e-9):
+        problems.append(f"{point['name']}: {estimate.fps:,.0f} fps, target {target_fps:,.0f}")
+    return {"name": point["name"], "accuracy": measured, "estimate": dict(estimate.totals), "fps": estimate.fps, "problems": problems}
 
 
 def knee(points: Sequence[Point], resource: str, tolerance: float = 0.5) -> Point:
     """The point with the least ``resource`` whose accuracy is within ``tolerance`` points of the best."""
     best = max(p.accuracy for p in points)
-    return min((p for p in points if p.accuracy >= best - tolerance), key=lambda p: p.predicted[resource])
+    return min((p for p in points if p.accuracy >= best - tolerance), key=lambda p: p.total(resource))
 
 
-def plot(points: Sequence[Point], path: str, resource: str, title: str) -> None:
-    """``pareto.png``: accuracy against the resource, the front as a line, the uniform baselines labelled."""
+def measured_front(points: Sequence[Point], resource: str) -> list[Point]:
+    """The measured points no other measured point matches or beats on both accuracy and
+    ``resource`` (strictly on one), by ``resource``."""
+    front, best = [], -math.inf
+    for p in sorted(points, key=lambda p: (p.total(resource), -p.accuracy)):
+        if p.accuracy > best:
+            front.append(p)
+            best = p.accuracy
+    return front
+
+
+def spread(front: Sequence[Candidate], count: int | None, resource: str, cap: float = math.inf) -> list[Candidate]:
+    """The front's points to measure: those with ``resource`` at most ``cap``; ``count`` of them
+    spread evenly over their range of ``resource`` (for each of ``count`` evenly spaced values from
+    the cheapest to the dearest, the nearest point; a point nearest to two values is measured
+    once), or every one when ``count`` is None."""
+    within = sorted((c for c in front if c.cost.totals[resource] <= cap), key=lambda c: c.cost.totals[resource])
+    if count is None or len(within) <= count:
+        return within
+    values = np.array([c.cost.totals[resource] for c in within])
+    chosen = sorted({int(np.argmin(np.abs(values - t))) for t in np.linspace(values[0], values[-1], count)})
+    return [within[i] for i in chosen]
+
+
+def plot(points: Sequence[Point], path: str, resource: str, title: str, zoom: float = 3.0) -> None:
+    """``pareto.png``: held-out accuracy against FINN's full estimate of ``resource``. Left, every
+    measured point; right, those within ``zoom`` points of the best accuracy (where the choice is
+    made). In both: the measured front as a line, the uniform baselines labelled with their names
+    and figures, the knee (``chosen.yaml``) ringed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(7, 4.5))
-    front = sorted((p for p in points if not p.uniform), key=lambda p: p.predicted[resource])
-    axes.plot([p.predicted[resource] for p in front], [p.accuracy for p in front], "o-", label="searched widths")
-    for p in points:
-        if p.uniform:
-            axes.plot(p.predicted[resource], p.accuracy, "s", color="tab:red")
-            axes.annotate(p.name, (p.predicted[resource], p.accuracy), textcoords="offset points", xytext=(5, -12))
-    axes.plot([], [], "s", color="tab:red", label="uniform baselines")
-    axes.set_xlabel(f"{resource} (FINN estimate, count)")
-    axes.set_ylabel("held-out accuracy (%)")
-    axes.set_title(title)
-    axes.grid(True, alpha=0.3)
-    axes.legend()
+    unit = {"LUT": "LUTs", "BRAM_18K": "BRAM_18K blocks", "DSP": "DSP slices", "URAM": "URAM blocks"}[resource]
+    figure, panels = plt.subplots(1, 2, figsize=(13, 5.2))
+    searched = [p for p in points if not p.uniform]
+    front = measured_front(points, resource)
+    best = knee(points, resource)
+    top = max(p.accuracy for p in points)
+    for axes, shown in zip(panels, (points, [p for p in points if p.accuracy >= top - zoom])):
+        here = [p for p in searched if p in shown]
+        axes.plot([p.total(resource) for p in here], [p.accuracy for p in here], "o", color="tab:blue", alpha=0.45,
+                  label="searched widths (each measured)")
+        line = [p for p in front if p in shown]
+        axes.plot([p.total(resource) for p in line], [p.accuracy for p in line], "-", color="tab:blue",
+                  label="measured front")
+        for p in shown:
+            if p.uniform:
+                axes.plot(p.total(resource), p.accuracy, "s", color="tab:red", markersize=8)
+                axes.annotate(f"{p.name}\n{p.total(resource):,.0f}, {p.accuracy:.2f} %", (p.total(resource), p.accuracy),
+                              textcoords="offset points", xytext=(6, -22), fontsize=8, color="tab:red")
+        axes.plot([], [], "s", color="tab:red", label="uniform baselines (same procedure)")
+        axes.plot(best.total(resource), best.accuracy, "o", markersize=14, markerfacecolor="none", color="black",
+                  label=f"knee (chosen.yaml): {best.name}\n{best.total(resource):,.0f}, {best.accuracy:.2f} %")
+        axes.set_xlabel(f"{unit} (FINN's full dataflow estimate)")
+        axes.set_ylabel("held-out top-1 accuracy (%)")
+        low = min(p.accuracy for p in shown)
+        axes.set_ylim(max(0.0, low - (2 if axes is panels[0] else 0.5)), top + (1 if axes is panels[0] else 0.4))
+        axes.grid(True, alpha=0.3)
+        axes.legend(fontsize=8, loc="lower right")
+    panels[0].set_title("every measured point", fontsize=10)
+    panels[1].set_title(f"within {zoom:g} points of the best accuracy", fontsize=10)
+    figure.suptitle(title, fontsize=11)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=110)
     plt.close(figure)
 
 
@@ -536,7 +716,13 @@ def search(
     bits: Sequence[int] = DEFAULT_BITS,
     qat_epochs: int = 0,
     metric: str = "lut",
-    points: int = 4,
+    points: int | None = 4,
+    upto: str | None = None,
+    qat_spec: QATSpec | None = QAT_SPEC,
+    qat_lr: float = QAT_LR,
+    seed: int = 0,
+    network_input: bool = False,
+    sensitivity_epochs: int = 0,
     progress: bool = True,
     save_checkpoint: Callable[[str, Config, nn.Module], None] | None = None,
 ) -> dict[str, Any]:
@@ -544,18 +730,23 @@ def search(
 
     Builds the cost model (:func:`build_cost_model`), measures per-variable sensitivities on
     ``train`` (:func:`sensitivities`), traces the metric-versus-sensitivity front with the integer
-    program (:func:`milp_front`) and the greedy walk (:func:`greedy_front`), then measures up to
-    ``points`` points of the integer program's front and the uniform baselines W2A2 / W3A3 / W4A4 /
-    W8A8 by the same procedure (PTQ, ``qat_epochs`` of QAT, accuracy on ``evaluation``, the full
-    FINN estimate at the cost model's folding). ``train`` / ``evaluation``: (inputs, integer labels)
+    program (:func:`milp_front`) and the greedy walk (:func:`greedy_front`), then measures points of
+    the integer program's front and the uniform baselines W2A2 / W3A3 / W4A4 / W8A8 by the same
+    procedure (PTQ, ``qat_epochs`` of QAT (:func:`qat`: ``qat_spec``, ``qat_lr``, ``seed``),
+    accuracy on ``evaluation``, the full FINN estimate at the cost model's folding). ``network_input``:
+    the network input's width is searched too (:func:`variables`; the baselines keep 8-bit inputs).
+    ``sensitivity_epochs``: the sensitivities after that many epochs of QAT (0: PTQ). The points
+    measured: those no dearer than the uniform baseline ``upto`` (e.g. ``"W4A4"``, as the search
+    priced it; None: the whole front), ``points`` of them spread evenly over their range of the
+    metric (:func:`spread`; None: every one). ``train`` / ``evaluation``: (inputs, integer labels)
     batches; ``example``: inputs for the FINN exports. Writes to ``output_dir``: ``pareto.json``,
     ``pareto.png``, ``chosen.yaml`` (the knee: the fewest of the metric within 0.5 points of the best
     accuracy) and ``points/<name>/`` (``config.yaml``, the checkpoint ``model.pt`` written by
-    ``save_checkpoint(path, config, quantized model)`` (default: its ``state_dict``; the command
-    line writes its own checkpoint format), the FINN directory ``finn/``). The cost model and the
-    sensitivities are kept in ``output_dir/cache/`` under a digest of the model, the training data
-    and the arguments that shape them: a second run with the same ones reuses them. Returns
-    pareto.json's data.
+    ``save_checkpoint(path, config, quantized model)`` (default: its ``state_dict``, re-loaded by
+    :func:`load_point`; the command line writes its own checkpoint format), the FINN directory
+    ``finn/``). The cost model and the sensitivities are kept in ``output_dir/cache/`` under a
+    digest of the model, the training data and the arguments that shape them: a second run with
+    the same ones reuses them. Returns pareto.json's data.
     """
     import json
     import time
@@ -571,22 +762,34 @@ def search(
         raise ValueError(f"search(bits={list(bits)}): widths of 2 bits and up (1-bit layers are another FINN structure)")
     if not (isinstance(qat_epochs, int) and qat_epochs >= 0):
         raise ValueError(f"search(qat_epochs={qat_epochs!r}): expected an integer >= 0")
-    if not (isinstance(points, int) and points >= 1):
-        raise ValueError(f"search(points={points!r}): expected an integer >= 1")
+    if not (points is None or (isinstance(points, int) and points >= 1)):
+        raise ValueError(f"search(points={points!r}): expected an integer >= 1, or None (every point)")
+    baselines = {f"W{b}A{b}": b for b in bits}
+    if upto is not None and upto not in baselines:
+        raise ValueError(f"search(upto={upto!r}): a uniform baseline of bits={list(bits)}: {sorted(baselines)}, or None")
     resolve(part)  # an unknown part fails here, before the long steps
     out = os.fspath(output_dir)
     os.makedirs(out, exist_ok=True)
     train, evaluation = list(train), list(evaluation)
-    cache = _Cache(os.path.join(out, "cache"), model, train, example, part, clock_mhz, target_fps, bits, metric)
+    cache = _Cache(
+        os.path.join(out, "cache"), model, train, example, part, clock_mhz, target_fps, bits, metric, _spec_key(qat_spec),
+        *(["network input"] if network_input else []),
+        *([f"sensitivity after {sensitivity_epochs} QAT epochs"] if sensitivity_epochs else []),
+    )
     timings = {}
     start = time.perf_counter()
     cost, space = cache.get("cost", lambda: build_cost_model(
         model, train, example, part=part, clock_mhz=clock_mhz, target_fps=target_fps, bits=bits, metric=metric,
-        progress=progress,
+        progress=progress, qat_spec=qat_spec, network_input=network_input,
     ))
     timings["cost model"] = time.perf_counter() - start
     start = time.perf_counter()
-    sensitivity = cache.get("sensitivity", lambda: sensitivities(model, train, space, bits, progress=progress))
+    sensitivity = cache.get(
+        "sensitivity",
+        lambda: sensitivities(
+            model, train, space, bits, progress=progress, qat_spec=qat_spec, qat_epochs=sensitivity_epochs
+        ),
+    )
     timings["sensitivities"] = time.perf_counter() - start
     start = time.perf_counter()
     exact = milp_front(cost, space, sensitivity, bits)
@@ -595,22 +798,23 @@ def search(
     greedy = greedy_front(cost, space, sensitivity, bits)
     timings["greedy"] = time.perf_counter() - start
     resource = METRICS[metric]
-    chosen = [exact[round(i * (len(exact) - 1) / max(1, points - 1))] for i in range(min(points, len(exact)))]
-    chosen = list({name_of(c.widths, space): c for c in chosen}.values())
-    uniform = [Candidate({v.name: b for v in space}, 0.0, None) for b in bits]
+    uniform = [Candidate(uniform_widths(space, b), 0.0, None) for b in bits]
+    cap = math.inf if upto is None else cost.cost(uniform_widths(space, baselines[upto])).totals[resource]
+    chosen = [c for c in spread(exact, points, resource, cap) if not name_of(c.widths, space).startswith("W")]
     start = time.perf_counter()
     measured = [
         measure(
             model, cost, space, c.widths, train, evaluation, qat_epochs=qat_epochs,
             score_=score(c.widths, sensitivity), example=example, directory=out, save_checkpoint=save_checkpoint,
+            qat_spec=qat_spec, qat_lr=qat_lr, seed=seed,
         )
         for c in batches(chosen + uniform, progress=progress, desc="measured points (PTQ, QAT, FINN estimate)")
     ]
     timings["measure"] = time.perf_counter() - start
     best = knee(measured, resource)
-    config(best.widths, space).save(os.path.join(out, "chosen.yaml"))
-    plot(measured, os.path.join(out, "pareto.png"), resource, f"{part} at {clock_mhz:g} MHz, target {target_fps:g} fps"
-         if target_fps else f"{part} at {clock_mhz:g} MHz")
+    config(best.widths, space, qat_spec=qat_spec).save(os.path.join(out, "chosen.yaml"))
+    where = f"{part} at {clock_mhz:g} MHz" + (f", target {target_fps:,.0f} fps" if target_fps else "")
+    plot(measured, os.path.join(out, "pareto.png"), resource, f"{where}; {qat_epochs} QAT epochs per point")
 
     def front_json(front):
         return [{"name": name_of(c.widths, space), "score": c.score, "totals": c.cost.totals} for c in front]
@@ -622,9 +826,12 @@ def search(
         "metric": metric,
         "bits": list(bits),
         "qat_epochs": qat_epochs,
+        "qat": {"spec": _spec_key(qat_spec), "lr": qat_lr, "seed": seed},
+        "sensitivity_epochs": sensitivity_epochs,
         "variables": [v.name for v in space],
         # LUT, BRAM_18K, URAM, DSP of each point: FINN's full estimate of its trained network
         "points": [{**p.__dict__, **(p.estimated or p.predicted)} for p in measured],
+        "measured_front": [p.name for p in measured_front(measured, resource)],
         "chosen": best.name,
         "fronts": {"milp": front_json(exact), "greedy": front_json(greedy)},
         "seconds": timings,
@@ -634,6 +841,11 @@ def search(
     with open(os.path.join(out, "pareto.json"), "w") as handle:
         json.dump(data, handle, indent=2)
     return data
+
+
+def _spec_key(spec: QATSpec | None) -> str | None:
+    """The QAT spec as it enters the cache's digest and pareto.json."""
+    return None if spec is None else repr(spec)
 
 
 class _Cache:

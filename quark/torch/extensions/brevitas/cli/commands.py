@@ -413,6 +413,15 @@ def search(args: argparse.Namespace) -> Result:
         raise UsageError(f"--bits {args.bits}: widths of 2 bits and up (1-bit layers are another FINN structure)")
     if args.qat_epochs < 0:
         raise UsageError(f"--qat-epochs {args.qat_epochs}: must be >= 0")
+    if args.points == "all":
+        points = None
+    elif args.points.isdigit() and int(args.points) >= 1:
+        points = int(args.points)
+    else:
+        raise UsageError(f"--points {args.points}: expected an integer >= 1 or 'all'")
+    if args.upto is not None and args.upto not in {f"W{b}A{b}" for b in bits}:
+        raise UsageError(f"--upto {args.upto}: a uniform baseline of --bits {args.bits}: "
+                         + ", ".join(f"W{b}A{b}" for b in sorted(set(bits))))
     _positive(args, "target_fps", "clock_mhz", "batch_size")
     try:
         require_finn()
@@ -444,8 +453,9 @@ def search(args: argparse.Namespace) -> Result:
     # a failed or interrupted search keeps DIR: its cache/ lets the same command resume
     result = width_search(
         model, train, evaluation, example, args.output, part=args.part, target_fps=args.target_fps,
-        clock_mhz=args.clock_mhz, bits=bits, qat_epochs=args.qat_epochs, metric=args.metric,
-        progress=not args.quiet, save_checkpoint=checkpoint,
+        clock_mhz=args.clock_mhz, bits=bits, qat_epochs=args.qat_epochs, metric=args.metric, points=points,
+        upto=args.upto, seed=args.seed, network_input=args.search_input, progress=not args.quiet,
+        save_checkpoint=checkpoint,
     )
     for point in result["points"]:
         say(args, f"{point['name']:<32} accuracy {point['accuracy']:6.2f} %  {args.metric.upper()} "

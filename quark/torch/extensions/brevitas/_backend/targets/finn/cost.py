@@ -149,6 +149,8 @@ class CostModel:
         weights: (weight variable, bits) -> the layer's integer weights (MW x MH, any order of rows).
         part, clock_mhz, target_fps, mvau_wwidth_max: as for :func:`~.estimate.fold_and_estimate`.
         metric: the resource folding minimizes first (a key of :data:`METRICS`).
+        input_variable: the variable whose width the partition's input has (the network input's
+            quantizer, when searched); None: the input keeps the template's type.
     """
 
     def __init__(
@@ -163,6 +165,7 @@ class CostModel:
         target_fps: float | None = None,
         mvau_wwidth_max: int = MVAU_WWIDTH_MAX,
         metric: str = "lut",
+        input_variable: str | None = None,
     ):
         if metric not in METRICS:
             raise ValueError(f"metric={metric!r}: allowed {sorted(METRICS)}")
@@ -173,7 +176,9 @@ class CostModel:
         self.names = [node.name for node in template.graph.node]
         self.weight_nodes, self.threshold_nodes = dict(weight_nodes), dict(threshold_nodes)
         self.weights = dict(weights)
-        self.variables = sorted(set(self.weight_nodes.values()) | set(self.threshold_nodes.values()))
+        self.input_variable = input_variable
+        found = set(self.weight_nodes.values()) | set(self.threshold_nodes.values())
+        self.variables = sorted(found | ({input_variable} if input_variable else set()))
         self.owner = self._coupling()
         self.units = [i for i in range(len(self.names)) if self.owner.get(i) is None]
         self.depends = {i: self._depends(i) for i in self.units}
@@ -202,6 +207,7 @@ class CostModel:
             "target_fps": self.target_fps,
             "mvau_wwidth_max": self.mvau_wwidth_max,
             "metric": self.metric,
+            "input_variable": self.input_variable,
             "table": table,
             "evaluations": self.evaluations,
         }
@@ -227,6 +233,7 @@ class CostModel:
             target_fps=state["target_fps"],
             mvau_wwidth_max=state["mvau_wwidth_max"],
             metric=state["metric"],
+            input_variable=state.get("input_variable"),
         )
         model._cache = {
             (index, tuple(widths)): tuple(Option(f, c, r, tuple(t)) for f, c, r, t in options)
@@ -265,6 +272,8 @@ class CostModel:
             if self.template.get_initializer(tensor) is not None:
                 continue
             producer = self.template.find_producer(tensor)
+            if producer is None and self.input_variable and tensor == self.template.graph.input[0].name:
+                found.add(self.input_variable)
             if producer is None or producer.name in seen:
                 continue
             seen.add(producer.name)
@@ -289,6 +298,10 @@ class CostModel:
         from qonnx.transformation.infer_shapes import InferShapes
 
         model = ModelWrapper(copy.deepcopy(self.template.model))
+        if self.input_variable is not None:  # the host feeds round(x / scale) at this width
+            name = model.graph.input[0].name
+            signed = model.get_tensor_datatype(name).signed()
+            model.set_tensor_datatype(name, DataType[f"{'INT' if signed else 'UINT'}{widths[self.input_variable]}"])
         nodes = {node.name: node for node in model.graph.node}
         for name, variable in self.weight_nodes.items():
             bits, node = widths[variable], nodes[name]
@@ -476,12 +489,14 @@ def map_probes(
     partitions: list[str],
     weight_codes: Mapping[str, tuple[int, ...]],
     act_codes: Mapping[str, tuple[int, ...]],
+    input_codes: Mapping[str, tuple[int, ...]] | None = None,
 ):
     """Which hardware layer each variable drives, from the dataflow partitions of probe exports
     (``partitions/partition_0.onnx``) whose variables had distinct sequences of widths
     (``weight_codes`` / ``act_codes``: variable -> its width in each probe). Returns (the first
     partition as the template, template node -> weight variable, template node -> activation
-    variable whose width its output has)."""
+    variable whose width its output has). ``input_codes``: the network input's variable, when
+    searched, whose widths the partition's input must have had across the probes (checked)."""
     from qonnx.core.datatype import DataType
     from qonnx.core.modelwrapper import ModelWrapper
     from qonnx.custom_op.registry import getCustomOp
@@ -490,6 +505,10 @@ def map_probes(
     structure = [[(n.name, n.op_type) for n in t.graph.node] for t in templates]
     if any(s != structure[0] for s in structure):
         raise RuntimeError(f"the probe exports have different hardware layers: {structure}")
+    for name, code in (input_codes or {}).items():
+        found = tuple(t.get_tensor_datatype(t.graph.input[0].name).bitwidth() for t in templates)
+        if found != tuple(code):
+            raise RuntimeError(f"the partitions' input widths {found} across the probes are not {name}'s {tuple(code)}")
     by_weight = {code: name for name, code in weight_codes.items()}
     by_act = {code: name for name, code in act_codes.items()}
     weight_nodes, threshold_nodes = {}, {}
