@@ -406,3 +406,67 @@ def test_channels_last_operands_become_vectors_and_nchw_ones_stay():
     after = execute_onnx(after_model, feeds)
     assert [after_model.get_initializer(n).shape for n in ("s", "b", "t")] == [(4,), (4,), (1, 1, 1, 4)]
     assert all(np.array_equal(before[k], after[k]) for k in ("y", "w"))
+
+
+def test_a_grouped_convolution_runs_as_a_block_diagonal_one_named_in_a_warning(digits, tmp_path, caplog):
+    """RegNet's and ResNeXt's grouped convolutions (groups neither 1 nor the channels): FINN 1.6.1
+    lowers plain and depthwise ones only. The pipeline computes each as a plain convolution with
+    zeros outside its groups' blocks: exact, equal to torch, the MVAU's weights as wide as a plain
+    layer's, and a warning names the module and the factor."""
+    import logging
+
+    from quark.torch.extensions.brevitas.api import ModelQuantizer
+    from quark.torch.extensions.brevitas.presets import finn
+
+    train, test = digits
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1, groups=4), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10),
+    ).eval()  # fmt: skip
+    qmodel = ModelQuantizer(finn()).quantize_model(model, train[:4], progress=False)
+    with caplog.at_level(logging.WARNING):
+        result = ModelExporter(tmp_path).export_finn_dataflow(qmodel, test[:16], integer_input=True)
+    assert result.verification.passed and result.verification.max_abs_diff == 0.0
+    assert result.float_layers == ()
+    assert "module '2'" in caplog.text and "(groups=4)" in caplog.text and "4 times its weights" in caplog.text
+    partition = onnx.load(result.files["partition"])
+    widths = sorted(
+        next(a.i for a in n.attribute if a.name == "MW") for n in partition.graph.node if _op(n) == "MVAU"
+    )
+    assert widths == [8, 9, 72]  # conv1 (1x3x3), the classifier (8), the grouped conv as 8x3x3, not 2x3x3
+
+
+def test_grouped_as_dense_keeps_each_groups_kernel_and_zeros_elsewhere():
+    from onnx import TensorProto, helper
+    from qonnx.core.modelwrapper import ModelWrapper
+    from qonnx.core.onnx_exec import execute_onnx
+    from qonnx.transformation.infer_shapes import InferShapes
+
+    from quark.torch.extensions.brevitas._backend.targets.finn.passes import GroupedConvAsDense
+
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], group=3, pads=[1, 1, 1, 1], name="conv"),
+         helper.make_node("Conv", ["y", "d"], ["z"], group=6, name="depthwise")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, 5, 5])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 6, 3, 3])],
+    )  # fmt: skip
+    model = ModelWrapper(helper.make_model(graph))
+    rng = np.random.default_rng(0)
+    weight = rng.integers(-8, 8, size=(6, 2, 3, 3)).astype(np.float32)
+    model.set_initializer("w", weight)
+    model.set_initializer("d", rng.integers(-8, 8, size=(6, 1, 3, 3)).astype(np.float32))
+    model = model.transform(InferShapes())
+    feeds = {"x": rng.integers(0, 16, size=(1, 6, 5, 5)).astype(np.float32)}
+    before = execute_onnx(model, feeds)["z"]
+    grouped = GroupedConvAsDense()
+    after_model = model.transform(grouped)
+    dense = after_model.get_initializer("w")
+    assert dense.shape == (6, 6, 3, 3) and after_model.get_initializer("d").shape == (6, 1, 3, 3)
+    for o in range(6):
+        g = o // 2
+        assert np.array_equal(dense[o, 2 * g : 2 * g + 2], weight[o])
+        assert not np.delete(dense[o], [2 * g, 2 * g + 1], axis=0).any()
+    assert np.array_equal(execute_onnx(after_model, feeds)["z"], before)
+    assert [groups for _, groups in grouped.widened] == [3]

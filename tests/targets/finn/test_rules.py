@@ -9,7 +9,7 @@ import pytest
 import torch
 from _shared import REPO
 from _shared.models import unit_batches
-from _shared.quantize import quantize, quantized_on_unit_batches
+from _shared.quantize import quantized_on_unit_batches
 from torch import nn
 
 from quark.torch.extensions.brevitas._backend.rules import FROM_A_SPEC
@@ -116,40 +116,6 @@ def test_each_requirement_is_refused_before_export_with_the_fix(tmp_path, row):
     with pytest.raises(TargetCheckError, match=message):
         ModelExporter(path).export_qonnx_model(model, unit_batches(1)[0])
     assert not path.exists()  # refused before anything was written
-
-
-#: layer rule -> (model, expected message fragment)
-LAYER_CASES = {
-    "a grouped convolution other than depthwise": (
-        lambda: nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, groups=2), nn.ReLU()),
-        (
-            r"module '2' \(QuantConv2d\): groups=2 \(in_channels=8, out_channels=8\); FINN allows groups=1, or "
-            r"groups = in_channels = out_channels \(depthwise\).*\(qonnx's LowerConvsToMatMul"
-        ),
-    ),
-}
-
-
-def test_every_layer_rule_row_has_a_case():
-    assert {r.refuses for r in finn_rules.LAYER_RULES} == set(LAYER_CASES)
-
-
-@pytest.mark.parametrize("row", LAYER_CASES)
-def test_each_layer_rule_refuses_before_export_naming_the_module(tmp_path, row):
-    build, message = LAYER_CASES[row]
-    images = unit_batches(2, shape=(2, 4, 6, 6))
-    torch.manual_seed(0)
-    model = quantize(finn(), build().eval(), images)
-    path = tmp_path / "model.onnx"
-    with pytest.raises(TargetCheckError, match=message):
-        ModelExporter(path).export_qonnx_model(model, images[0])
-    assert not path.exists()
-
-
-def test_depthwise_and_plain_convolutions_pass_the_layer_rules():
-    model = nn.Sequential(nn.Conv2d(4, 8, 3), nn.Conv2d(8, 8, 3, groups=8), nn.Conv2d(8, 16, 1))
-    subjects = [finn_rules.Module(name, m) for name, m in model.named_modules()]
-    assert not any(found for rule in finn_rules.LAYER_RULES for s in subjects for found in rule.check(s))
 
 
 def test_the_preset_passes_and_the_graph_checks_run(tmp_path):

@@ -36,7 +36,6 @@ TARGET = Target(
     device=DeviceType.FINN,
     format=ExportFormat.qonnx,
     quantizer_rules=rules.QUANTIZER_RULES,
-    layer_rules=rules.LAYER_RULES,
     site_rules=rules.SITE_RULES,
     graph_rules=rules.GRAPH_RULES,
     windowed_pools=AveragePooling.truncated,  # FINN's Pool layer; its GlobalAccPool takes a requantized mean

@@ -120,6 +120,42 @@ class CropKernelsToOnePixel(Transformation):
         return model, False  # one sweep crops every kernel
 
 
+class GroupedConvAsDense(Transformation):
+    """A grouped convolution other than depthwise (RegNet's, ResNeXt's) becomes a plain one whose
+    weights are block-diagonal: output channel o of group g keeps its kernel over group g's input
+    channels and has zeros over the others. Exact (the zeros add nothing to an integer sum), at the
+    price of ``groups`` times the weights and multiply-accumulates of the grouped layer: FINN 1.6.1
+    has hardware for plain and depthwise convolutions only (qonnx's ``LowerConvsToMatMul`` refuses
+    the rest), and its estimate prices the dense layer. Each layer it widens is logged by name
+    (``widened`` holds them, with the module each came from). Depthwise convolutions are left to FINN's VVAU.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.widened: list[tuple[str, int]] = []
+
+    def apply(self, model):
+        from qonnx.util.basic import get_by_name
+
+        from quark.torch.extensions.brevitas._backend.targets.finn.origins import named
+
+        for conv in model.get_nodes_by_op_type("Conv"):
+            group = get_by_name(conv.attribute, "group")
+            groups = group.i if group is not None else 1
+            weight = model.get_initializer(conv.input[1])
+            if groups == 1 or weight is None or weight.shape[1] == 1 and weight.shape[0] == groups:
+                continue
+            out_per_group, in_per_group = weight.shape[0] // groups, weight.shape[1]
+            dense = np.zeros((weight.shape[0], in_per_group * groups, *weight.shape[2:]), dtype=weight.dtype)
+            for g in range(groups):
+                rows, columns = slice(g * out_per_group, (g + 1) * out_per_group), slice(g * in_per_group, (g + 1) * in_per_group)
+                dense[rows, columns] = weight[rows]
+            model.set_initializer(conv.input[1], dense)
+            group.i = 1
+            self.widened.append((named(model, conv), groups))
+        return model, False  # one sweep widens every grouped convolution
+
+
 def _ints(attribute, default: list[int]) -> list[int]:
     return list(attribute.ints) if attribute is not None else list(default)
 

@@ -16,7 +16,6 @@ from quark.torch.extensions.brevitas._backend.export.onnx_graph import (
     dynamic_shapes,
     shape_ops_on_unknown_shapes,
 )
-from quark.torch.extensions.brevitas._backend.inventory import Module
 from quark.torch.extensions.brevitas._backend.rules import ACT, DATA, FROM_A_SPEC, Found, Rule, spec_rule
 from quark.torch.extensions.brevitas.graph import ACTIVATIONS, GraphInput
 from quark.torch.quantization.config.type import RoundType
@@ -70,28 +69,6 @@ QUANTIZER_RULES: tuple[Rule, ...] = (
         _finn_rounding,
         "half_up (or round on an unsigned grid)",
         "FINN's MultiThreshold counts x >= (k + 1/2) steps, i.e. rounds ties up, whatever the Quant node says",
-    ),
-)
-
-
-def _grouped_convolution(subject: Module) -> Iterable[Found]:
-    layer = subject.module
-    groups = getattr(layer, "groups", 1)
-    if isinstance(layer, nn.modules.conv._ConvNd) and groups != 1:
-        depthwise = groups == layer.in_channels == layer.out_channels
-        if not depthwise:
-            yield f"groups={groups} (in_channels={layer.in_channels}, out_channels={layer.out_channels})"
-
-
-#: per module of the quantized model
-LAYER_RULES: tuple[Rule, ...] = (
-    Rule(
-        "a grouped convolution other than depthwise",
-        _grouped_convolution,
-        "groups=1, or groups = in_channels = out_channels (depthwise); no config field changes it: replace "
-        "the layer in the model, or exclude the network's part before it from the accelerator",
-        "qonnx's LowerConvsToMatMul, which FINN 1.6.1 uses for every convolution, lowers plain and depthwise "
-        "convolutions only (RegNet's and ResNeXt's grouped convolutions fail in it)",
     ),
 )
 
@@ -193,4 +170,4 @@ def markdown() -> str:
     """The FINN rules before export as a markdown table (docs/export.md embeds it; a test keeps it in sync)."""
     from quark.torch.extensions.brevitas._backend.rules import markdown as rules_markdown
 
-    return rules_markdown([*QUANTIZER_RULES, *LAYER_RULES, *SITE_RULES])
+    return rules_markdown([*QUANTIZER_RULES, *SITE_RULES])
