@@ -470,3 +470,41 @@ def test_grouped_as_dense_keeps_each_groups_kernel_and_zeros_elsewhere():
         assert not np.delete(dense[o], [2 * g, 2 * g + 1], axis=0).any()
     assert np.array_equal(execute_onnx(after_model, feeds)["z"], before)
     assert [groups for _, groups in grouped.widened] == [3]
+
+
+class _SqueezeExciteHardswish(nn.Module):
+    """MobileNetV3's block in small: Hardswish, and a squeeze-excite gate through Hardsigmoid."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU())
+        self.body = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.Hardswish())
+        self.gate = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(8, 8, 1), nn.Hardsigmoid())
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+
+    def forward(self, x):
+        x = self.body(self.stem(x))
+        return self.head(x * self.gate(x))
+
+
+def test_ops_without_hardware_are_refused_by_name_where_finns_conversions_stop(digits, tmp_path):
+    """Past a Hardswish, qonnx infers no data layout: FINN's global pooling took such a tensor for
+    channels-last (a crash executing the graph), and its threshold conversion stops at a layout it does
+    not expect. The pooling gets ONNX's layout, the conversion that stopped is named, and every node
+    left is refused with its module and fix (the HardSwish first among them), nothing written."""
+    from quark.torch.extensions.brevitas.api import ModelQuantizer
+    from quark.torch.extensions.brevitas.presets import finn
+
+    train, test = digits
+    torch.manual_seed(0)
+    model = _SqueezeExciteHardswish().eval()
+    qmodel = ModelQuantizer(finn(unsigned=("ReLU", "Hardsigmoid"))).quantize_model(model, train[:4], progress=False)
+    with pytest.raises(FinnError, match=r"FINN could not map \d+ node\(s\) to hardware layers") as error:
+        ModelExporter(tmp_path).export_finn_dataflow(qmodel, test[:4], integer_input=True)
+    assert "step 'convert to hardware layers' failed" not in str(error.value)
+    assert error.value.problems[0].startswith("InferThresholdingLayer stopped: ")
+    assert any(
+        p.startswith("HardSwish_0 (HardSwish, module 'body.1.act'): FINN 1.6.1 has no hardware layer for HardSwish")
+        for p in error.value.problems
+    )
+    assert not (tmp_path / "dataflow_partition.onnx").exists()

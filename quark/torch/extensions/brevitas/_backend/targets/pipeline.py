@@ -67,6 +67,8 @@ def run_checked(
             model = step(model)
             seconds = time.perf_counter() - start
             produced = execute_qonnx(model, samples)
+        except error:
+            raise  # a step's own refusal names what it refuses
         except Exception as failure:
             raise error(f"{label} step '{name}' failed on {source}: {type(failure).__name__}: {failure}") from failure
         reference, allowed = expected(model)

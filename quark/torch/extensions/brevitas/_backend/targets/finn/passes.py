@@ -120,6 +120,24 @@ class CropKernelsToOnePixel(Transformation):
         return model, False  # one sweep crops every kernel
 
 
+class PoolInputsAsNCHW(Transformation):
+    """A ``GlobalAveragePool`` whose input has no data layout gets NCHW, the only layout an ONNX
+    GlobalAveragePool has (it averages the axes after the second). qonnx's ``InferDataLayouts``
+    leaves a tensor without one past an op it does not know (MobileNetV3's Hardswish), and FINN's
+    ``InferGlobalAccPoolLayer`` takes a tensor without one for NHWC: it pooled (1, 96, 2, 2) as 96x2
+    pixels of 2 channels and failed on the next execution.
+    """
+
+    def apply(self, model):
+        from qonnx.core.data_layout import NCHW
+
+        for pool in model.get_nodes_by_op_type("GlobalAveragePool"):
+            shape = model.get_tensor_shape(pool.input[0])
+            if not model.get_tensor_layout(pool.input[0]) and shape is not None and len(shape) == 4:
+                model.set_tensor_layout(pool.input[0], NCHW)
+        return model, False
+
+
 class GroupedConvAsDense(Transformation):
     """A grouped convolution other than depthwise (RegNet's, ResNeXt's) becomes a plain one whose
     weights are block-diagonal: output channel o of group g keeps its kernel over group g's input

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -176,10 +176,13 @@ def _accumulating_pools(model):
     from finn.transformation.streamline import Streamline, absorb
     from qonnx.transformation.infer_data_layouts import InferDataLayouts
 
+    from quark.torch.extensions.brevitas._backend.targets.finn.passes import PoolInputsAsNCHW
+
     if not model.get_nodes_by_op_type("GlobalAveragePool"):
         return model
     for transform in (
         InferDataLayouts(),
+        PoolInputsAsNCHW(),
         InferGlobalAccPoolLayer(),
         absorb.AbsorbConsecutiveTransposes(),
         Streamline(),
@@ -378,12 +381,35 @@ def _to_hw(model):
     from finn.transformation.streamline import absorb
     from qonnx.transformation.infer_data_layouts import InferDataLayouts
 
+    failed = []
     for triggers, conversion in _hw_conversions(output_dequantization(model)):
         if not triggers or any(model.get_nodes_by_op_type(t) for t in triggers):
-            model = run_transform(model, conversion())
+            try:
+                model = run_transform(model, conversion())
+            except Exception as error:  # noqa: BLE001 - named with the nodes it left, below
+                # FINN's conversions stop at the first node they cannot take (a layout they do not
+                # expect past an op without hardware): the others go on, the nodes left are refused
+                failed.append(f"{_conversion_name(conversion)} stopped: {type(error).__name__}: {error}")
     for transform in (absorb.AbsorbConsecutiveTransposes(), RemoveCNVtoFCFlatten(), InferDataLayouts()):
         model = run_transform(model, transform)
+    if failed:
+        _refuse_unmapped(model, failed)
     return _tidy(model)
+
+
+def _conversion_name(conversion) -> str:
+    return getattr(conversion, "__name__", None) or getattr(conversion, "func", conversion).__name__
+
+
+def _refuse_unmapped(model, notes: Sequence[str] = ()) -> None:
+    """Refuse the nodes that are not hardware layers (named with their modules and the fix), after
+    ``notes`` (FINN's conversions that stopped), if there are any."""
+    problems = [*notes, *_unmapped(model)]
+    if problems:
+        raise FinnError(
+            f"FINN could not map {len(problems) - len(notes)} node(s) to hardware layers; each needs the change named",
+            problems,
+        )
 
 
 #: FINN's front end, each step executed and compared with the QONNX graph; the hand-off to FINN
@@ -597,12 +623,7 @@ def _partition(model, directory: str):
     from qonnx.core.modelwrapper import ModelWrapper
     from qonnx.custom_op.registry import getCustomOp
 
-    problems = _unmapped(model)
-    if problems:
-        raise FinnError(
-            f"FINN could not map {len(problems)} node(s) to hardware layers; each needs the change named",
-            problems,
-        )
+    _refuse_unmapped(model)
     parent = model.transform(CreateDataflowPartition(partition_model_dir=directory))
     partitions = parent.get_nodes_by_op_type("StreamingDataflowPartition")
     if len(partitions) != 1:
