@@ -566,3 +566,50 @@ def test_cached_sessions_run_qonnxs_one_node_models(finn_zoo_exports):
     assert kept == sum(1 for n in model.graph.node if n.domain in ("", "ai.onnx"))  # one per standard node
     assert all(np.array_equal(plain[k], run[k]) for run in runs for k in plain)
     assert not qonnx_exec._sessions and not qonnx_exec._value_info_tables  # dropped on exit
+
+
+def _identities_graph() -> ModelWrapper:
+    """Every identity qonnx's RemoveIdentityOps removes (Add/Sub of zeros, Mul/Div by ones, a zero
+    Pad, Identity, Dropout), in chains, before a fork, after a fork and at the output, beside
+    operations that are not identities (an Add of ones, a Mul by 2)."""
+    f = TensorProto.FLOAT
+    nodes = [
+        oh.make_node("Relu", ["x"], ["r"], name="relu"),
+        oh.make_node("Mul", ["r", "one"], ["m1"], name="mul_one"),
+        oh.make_node("Add", ["m1", "zero"], ["a1"], name="add_zero"),
+        oh.make_node("Identity", ["a1"], ["fork"], name="identity"),
+        oh.make_node("Div", ["fork", "one"], ["d1"], name="div_one"),
+        oh.make_node("Sub", ["fork", "zero"], ["s1"], name="sub_zero"),
+        oh.make_node("Add", ["d1", "one"], ["a2"], name="add_one"),
+        oh.make_node("Mul", ["s1", "two"], ["m2"], name="mul_two"),
+        oh.make_node("Add", ["a2", "m2"], ["sum"], name="join"),
+        oh.make_node("Pad", ["sum", "pads"], ["p"], name="pad_zero"),
+        oh.make_node("Dropout", ["p"], ["dr"], name="dropout"),
+        oh.make_node("Mul", ["dr", "one"], ["y"], name="mul_one_out"),
+    ]
+    graph = oh.make_graph(
+        nodes, "identities", [oh.make_tensor_value_info("x", f, [1, 4])], [oh.make_tensor_value_info("y", f, [1, 4])],
+        initializer=[
+            onnx.numpy_helper.from_array(np.ones(4, np.float32), "one"),
+            onnx.numpy_helper.from_array(np.zeros(4, np.float32), "zero"),
+            onnx.numpy_helper.from_array(np.full(4, 2, np.float32), "two"),
+            onnx.numpy_helper.from_array(np.zeros(4, np.int64), "pads"),
+        ],
+    )  # fmt: skip
+    return ModelWrapper(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)]))
+
+
+def test_remove_identity_ops_in_one_sweep_gives_qonnxs_graph():
+    from qonnx.core.onnx_exec import execute_onnx
+    from qonnx.transformation.infer_shapes import InferShapes
+    from qonnx.transformation.remove import RemoveIdentityOps
+
+    model = _identities_graph().transform(InferShapes())
+    x = {"x": np.random.default_rng(0).normal(size=(1, 4)).astype(np.float32)}
+    theirs = model.transform(RemoveIdentityOps())
+    with indexed_lookups():
+        assert RemoveIdentityOps.apply.__wrapped__ is qonnx_index._remove_identity_ops
+        ours = model.transform(RemoveIdentityOps())
+    assert [n.name for n in ours.graph.node] == [n.name for n in theirs.graph.node] == ["relu", "add_one", "mul_two", "join"]
+    assert ours.model.SerializeToString() == theirs.model.SerializeToString()
+    np.testing.assert_array_equal(execute_onnx(ours, x)["y"], execute_onnx(model, x)["y"])

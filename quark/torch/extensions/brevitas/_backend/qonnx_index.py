@@ -39,10 +39,12 @@ What it patches, while ``with indexed_lookups():`` is open (restored on exit, al
   ``InferDataLayouts`` and the renaming passes (``GiveUniqueTensorNames``,
   ``GiveReadableTensorNames``, where ``rename_tensor`` itself runs from the indexes).
 
-One audited routine is also replaced (``REPLACED``): ``SortGraph.apply``, which ``transform`` runs after
-every transformation, orders the nodes with ``list.index`` and the ``toposort`` package, both
+Two audited routines are also replaced (``REPLACED``): ``SortGraph.apply``, which ``transform`` runs
+after every transformation, orders the nodes with ``list.index`` and the ``toposort`` package, both
 quadratic on deep graphs; :func:`_sort_graph` gives the same order in linear time (DenseNet-121's
-QONNX: 2.6 s a call with indexed lookups, 0.5 s).
+QONNX: 2.6 s a call with indexed lookups, 0.5 s). ``RemoveIdentityOps.apply`` (FINN's conversion
+runs it) infers every shape again after each identity it removes; :func:`_remove_identity_ops`
+removes them all in one sweep, the same graph.
 
 Why regions, not a cache validated per call: transformations mutate the protobuf directly
 (``node.input[0] = name``, ``graph.node.remove(n)``), and with protobuf's upb runtime no such write
@@ -122,6 +124,8 @@ TRUSTS: dict[str, frozenset[str]] = {
     "GiveUniqueTensorNames.apply": ALL_KINDS,
     # writes: rename_tensor; its nested transform(GiveUniqueTensorNames()) works on a copy
     "GiveReadableTensorNames.apply": ALL_KINDS,
+    # replaced (_remove_identity_ops): graph.node.remove and rewiring between lookups, so no index
+    "RemoveIdentityOps.apply": frozenset(),
 }
 
 _LOOKUPS = (
@@ -704,8 +708,69 @@ def _sort_graph(self, model):
     return (model, False)
 
 
+# -- RemoveIdentityOps in one sweep -----------------------------------------------------------------
+
+
+def _identity_operand(model, node, neutral: float, atol: float) -> bool:
+    import numpy as np
+
+    operand = model.get_initializer(node.input[1]) if len(node.input) > 1 else None
+    return operand is not None and bool(np.isclose(operand, np.full_like(operand, neutral), atol=atol).all())
+
+
+def _zero_pads(model, node, atol: float) -> bool:
+    import numpy as np
+    from qonnx.util.basic import get_by_name
+
+    pads = get_by_name(node.attribute, "pads")
+    pads = np.asarray(pads.ints, dtype=np.int64) if pads is not None else model.get_initializer(node.input[1])
+    return pads is not None and bool((pads == 0).all())
+
+
+def _identity_dropout(model, node, atol: float) -> bool:
+    from qonnx.util.basic import get_by_name
+
+    if model.model.opset_import[0].version < 12:
+        ratio = get_by_name(node.attribute, "ratio")
+        return ratio is not None and ratio.f == 0
+    return len(node.input) == 1 or model.get_initializer(node.input[1]) == 0
+
+
+#: qonnx 1.0.0's RemoveIdentityOps, op type -> whether a node of it is an identity
+_IDENTITIES = {
+    "Add": functools.partial(_identity_operand, neutral=0.0),
+    "Sub": functools.partial(_identity_operand, neutral=0.0),
+    "Mul": functools.partial(_identity_operand, neutral=1.0),
+    "Div": functools.partial(_identity_operand, neutral=1.0),
+    "Pad": _zero_pads,
+    "Identity": lambda model, node, atol: True,
+    "Dropout": _identity_dropout,
+}
+
+
+def _remove_identity_ops(self, model):
+    """qonnx 1.0.0's ``RemoveIdentityOps.apply`` in one sweep: the same nodes removed, the same graph.
+
+    qonnx removes the first identity it finds (an Add/Sub of zeros, a Mul/Div by ones, a zero Pad, an
+    Identity, a no-op Dropout), re-infers every shape, cleans up and starts again: a shape inference
+    per identity (DenseNet-121's QONNX has about 800, a second each). Removing one makes no other
+    node an identity or not (the test reads the node's op type and second input's initializer; the
+    rewiring renames the producer's output or the successors' inputs), so one pass over the nodes
+    with the same test and the same ``remove_node_and_rewire`` removes the same set; shapes are
+    inferred once at the end, and the cleanup after it orders the nodes as qonnx's last one does. A
+    join node qonnx would warn about (and find again, forever) is left, with qonnx's warning."""
+    from qonnx.transformation.infer_shapes import InferShapes
+    from qonnx.transformation.remove import remove_node_and_rewire
+
+    for node in list(model.graph.node):
+        test = _IDENTITIES.get(node.op_type)
+        if test is not None and test(model, node, atol=self.atol):
+            remove_node_and_rewire(model, node)
+    return model.transform(InferShapes()), False
+
+
 #: audited qonnx routines replaced by linear-time ones with the same results (the regions run them)
-REPLACED: dict[str, object] = {"SortGraph.apply": _sort_graph}
+REPLACED: dict[str, object] = {"SortGraph.apply": _sort_graph, "RemoveIdentityOps.apply": _remove_identity_ops}
 
 
 # -- installing -----------------------------------------------------------------------------------
@@ -715,7 +780,7 @@ def _targets() -> list[tuple[object, str, object]]:
     """(owner, attribute, replacement) for every patched function."""
     from qonnx.core import onnx_exec
     from qonnx.core.modelwrapper import ModelWrapper
-    from qonnx.transformation import general, infer_data_layouts, infer_datatypes, infer_shapes
+    from qonnx.transformation import general, infer_data_layouts, infer_datatypes, infer_shapes, remove
 
     from quark.torch.extensions.brevitas._backend import qonnx_exec
 
@@ -742,6 +807,7 @@ def _targets() -> list[tuple[object, str, object]]:
             "GiveReadableTensorNames": general.GiveReadableTensorNames,
             "infer_shapes": infer_shapes,
             "onnx_exec": onnx_exec,
+            "RemoveIdentityOps": remove.RemoveIdentityOps,
         }[owner_name]
         targets.append((owner, attribute, _region(key, REPLACED.get(key, vars(owner)[attribute]))))
     targets.append((onnx_exec, "execute_node", qonnx_exec.cached(vars(onnx_exec)["execute_node"])))
