@@ -508,3 +508,42 @@ def test_ops_without_hardware_are_refused_by_name_where_finns_conversions_stop(d
         for p in error.value.problems
     )
     assert not (tmp_path / "dataflow_partition.onnx").exists()
+
+
+def test_channelwise_scales_move_past_forks_that_follow_each_other():
+    """DenseNet-121: a per-channel scale that forks feeds a scale that forks too. FINN's
+    MoveChannelwiseLinearPastFork reaches the second with an input it has just created, without a
+    shape, and fails; the pipeline's pass infers the shapes and goes on: the second scale replicated
+    before each of its consumers, the same outputs."""
+    from finn.transformation.streamline.reorder import MoveChannelwiseLinearPastFork
+    from onnx import TensorProto, helper
+    from qonnx.core.modelwrapper import ModelWrapper
+    from qonnx.core.onnx_exec import execute_onnx
+    from qonnx.transformation.infer_shapes import InferShapes
+
+    from quark.torch.extensions.brevitas._backend.targets.finn.passes import ChannelwiseLinearPastForks
+
+    shape = [1, 2, 3, 3]
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "s"], ["a"], name="first"),
+         helper.make_node("Relu", ["a"], ["r1"], name="relu1"),
+         helper.make_node("Mul", ["a", "t"], ["b"], name="second"),
+         helper.make_node("Relu", ["b"], ["r2"], name="relu2"),
+         helper.make_node("Neg", ["b"], ["r3"], name="neg"),
+         helper.make_node("Concat", ["r1", "r2", "r3"], ["y"], axis=1, name="concat")],
+        "chained_forks",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 3, 3])],
+    )  # fmt: skip
+    model = ModelWrapper(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    rng = np.random.default_rng(0)
+    model.set_initializer("s", rng.normal(size=(1,)).astype(np.float32))  # channel-wise by broadcasting
+    model.set_initializer("t", rng.normal(size=(1,)).astype(np.float32))
+    model = model.transform(InferShapes())
+    feeds = {"x": rng.normal(size=shape).astype(np.float32)}
+    with pytest.raises(TypeError, match="NoneType"):
+        model.transform(MoveChannelwiseLinearPastFork())
+    moved = model.transform(ChannelwiseLinearPastForks())
+    assert "second" not in [n.name for n in moved.graph.node if n.op_type == "Mul" and moved.is_fork_node(n)]
+    assert [n.name for n in moved.graph.node].count("second") == 2  # one copy before each consumer
+    np.testing.assert_allclose(execute_onnx(moved, feeds)["y"], execute_onnx(model, feeds)["y"], rtol=1e-6)

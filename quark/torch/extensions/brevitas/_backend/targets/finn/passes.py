@@ -138,6 +138,44 @@ class PoolInputsAsNCHW(Transformation):
         return model, False
 
 
+class ChannelwiseLinearPastForks(Transformation):
+    """FINN's ``MoveChannelwiseLinearPastFork`` where such forks follow each other (DenseNet-121: a
+    scale feeding its copies' consumers, themselves scales that fork). FINN's pass replicates a fork's
+    scale in front of each consumer in one sweep and re-infers shapes only at its end, so a consumer
+    that is a forking scale itself is reached with an input it just created, without a shape, and
+    the pass fails (``TypeError: object of type 'NoneType' has no len()``). Each replication is
+    complete before the next node is read, so the graph is consistent there: shapes are inferred and
+    the pass runs again, which moves the remaining forks. Any other failure is FINN's, raised.
+    """
+
+    def __init__(self):
+        super().__init__()
+        from finn.transformation.streamline.reorder import MoveChannelwiseLinearPastFork
+
+        self._finn = MoveChannelwiseLinearPastFork()
+
+    def apply(self, model):
+        from qonnx.transformation.infer_shapes import InferShapes
+
+        try:
+            return self._finn.apply(model)
+        except TypeError:
+            if not _unshaped_linear_forks(model):
+                raise
+            return model.transform(InferShapes()), True
+
+
+def _unshaped_linear_forks(model) -> list[str]:
+    """Forking elementwise scales and biases whose dynamic input has no shape."""
+    return [
+        node.name
+        for node in model.graph.node
+        if node.op_type in ("Add", "Sub", "Mul", "Div")
+        and model.is_fork_node(node)
+        and any(model.get_initializer(i) is None and model.get_tensor_shape(i) is None for i in node.input)
+    ]
+
+
 class GroupedConvAsDense(Transformation):
     """A grouped convolution other than depthwise (RegNet's, ResNeXt's) becomes a plain one whose
     weights are block-diagonal: output channel o of group g keeps its kernel over group g's input

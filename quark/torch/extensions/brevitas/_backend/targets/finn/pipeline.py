@@ -201,10 +201,12 @@ def _scales_past_branches():
     from finn.transformation.streamline import reorder
     from qonnx.transformation.composed import ComposedTransformation
 
+    from quark.torch.extensions.brevitas._backend.targets.finn.passes import ChannelwiseLinearPastForks
+
     return ComposedTransformation(
         [
             reorder.MoveLinearPastEltwiseAdd(),
-            reorder.MoveChannelwiseLinearPastFork(),
+            ChannelwiseLinearPastForks(),
             reorder.MoveScalarLinearPastInvariants(),
             reorder.MoveMulPastFork(),
             reorder.MoveMulPastJoinAdd(),
