@@ -5,6 +5,7 @@ checked against FINN's published per-layer formulas, and refusals that name the 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from functools import partial
 from pathlib import Path
@@ -413,8 +414,6 @@ def test_a_grouped_convolution_runs_as_a_block_diagonal_one_named_in_a_warning(d
     lowers plain and depthwise ones only. The pipeline computes each as a plain convolution with
     zeros outside its groups' blocks: exact, equal to torch, the MVAU's weights as wide as a plain
     layer's, and a warning names the module and the factor."""
-    import logging
-
     from quark.torch.extensions.brevitas.api import ModelQuantizer
     from quark.torch.extensions.brevitas.presets import finn
 
@@ -437,7 +436,7 @@ def test_a_grouped_convolution_runs_as_a_block_diagonal_one_named_in_a_warning(d
     assert widths == [8, 9, 72]  # conv1 (1x3x3), the classifier (8), the grouped conv as 8x3x3, not 2x3x3
 
 
-def test_grouped_as_dense_keeps_each_groups_kernel_and_zeros_elsewhere():
+def test_grouped_as_dense_keeps_each_groups_kernel_and_zeros_elsewhere(caplog):
     from onnx import TensorProto, helper
     from qonnx.core.modelwrapper import ModelWrapper
     from qonnx.core.onnx_exec import execute_onnx
@@ -460,8 +459,8 @@ def test_grouped_as_dense_keeps_each_groups_kernel_and_zeros_elsewhere():
     model = model.transform(InferShapes())
     feeds = {"x": rng.integers(0, 16, size=(1, 6, 5, 5)).astype(np.float32)}
     before = execute_onnx(model, feeds)["z"]
-    grouped = GroupedConvAsDense()
-    after_model = model.transform(grouped)
+    with caplog.at_level(logging.WARNING):
+        after_model = model.transform(GroupedConvAsDense())
     dense = after_model.get_initializer("w")
     assert dense.shape == (6, 6, 3, 3) and after_model.get_initializer("d").shape == (6, 1, 3, 3)
     for o in range(6):
@@ -469,7 +468,8 @@ def test_grouped_as_dense_keeps_each_groups_kernel_and_zeros_elsewhere():
         assert np.array_equal(dense[o, 2 * g : 2 * g + 2], weight[o])
         assert not np.delete(dense[o], [2 * g, 2 * g + 1], axis=0).any()
     assert np.array_equal(execute_onnx(after_model, feeds)["z"], before)
-    assert [groups for _, groups in grouped.widened] == [3]
+    widened = [r.getMessage() for r in caplog.records if "grouped convolution" in r.getMessage()]
+    assert len(widened) == 1 and "conv (Conv) (groups=3)" in widened[0] and "3 times its weights" in widened[0]
 
 
 class _SqueezeExciteHardswish(nn.Module):
@@ -547,3 +547,26 @@ def test_channelwise_scales_move_past_forks_that_follow_each_other():
     assert "second" not in [n.name for n in moved.graph.node if n.op_type == "Mul" and moved.is_fork_node(n)]
     assert [n.name for n in moved.graph.node].count("second") == 2  # one copy before each consumer
     np.testing.assert_allclose(execute_onnx(moved, feeds)["y"], execute_onnx(model, feeds)["y"], rtol=1e-6)
+
+
+def test_scales_past_forks_refuse_inputs_whose_shape_cannot_be_inferred():
+    """Shape inference that cannot give a forking scale's input a shape would make the retry repeat
+    forever: FINN's TypeError is raised instead."""
+    from onnx import TensorProto, helper
+    from qonnx.core.modelwrapper import ModelWrapper
+
+    from quark.torch.extensions.brevitas._backend.targets.finn.passes import ChannelwiseLinearPastForks
+
+    graph = helper.make_graph(
+        [helper.make_node("Opaque", ["x"], ["o"], domain="user.ops", name="opaque"),  # no shape inference
+         helper.make_node("Mul", ["o", "s"], ["a"], name="scale"),
+         helper.make_node("Relu", ["a"], ["r1"]), helper.make_node("Neg", ["a"], ["r2"]),
+         helper.make_node("Add", ["r1", "r2"], ["y"])],
+        "unshaped", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 3, 3])],
+    )  # fmt: skip
+    opsets = [helper.make_opsetid("", 13), helper.make_opsetid("user.ops", 1)]
+    model = ModelWrapper(helper.make_model(graph, opset_imports=opsets))
+    model.set_initializer("s", np.ones(1, np.float32))
+    with pytest.raises(TypeError, match="object of type 'NoneType' has no len"):
+        model.transform(ChannelwiseLinearPastForks())

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 from qonnx.transformation.base import Transformation
+
+logger = logging.getLogger(__name__)
 
 
 class AbsorbClipIntoMultiThreshold(Transformation):
@@ -145,7 +149,8 @@ class ChannelwiseLinearPastForks(Transformation):
     that is a forking scale itself is reached with an input it just created, without a shape, and
     the pass fails (``TypeError: object of type 'NoneType' has no len()``). Each replication is
     complete before the next node is read, so the graph is consistent there: shapes are inferred and
-    the pass runs again, which moves the remaining forks. Any other failure is FINN's, raised.
+    the pass runs again, which moves the remaining forks. Any other failure is FINN's, raised, as is
+    this one when shape inference leaves the same inputs without a shape (it would repeat forever).
     """
 
     def __init__(self):
@@ -160,9 +165,13 @@ class ChannelwiseLinearPastForks(Transformation):
         try:
             return self._finn.apply(model)
         except TypeError:
-            if not _unshaped_linear_forks(model):
+            unshaped = _unshaped_linear_forks(model)
+            if not unshaped:
                 raise
-            return model.transform(InferShapes()), True
+            inferred = model.transform(InferShapes())
+            if _unshaped_linear_forks(inferred) == unshaped:
+                raise
+            return inferred, True
 
 
 def _unshaped_linear_forks(model) -> list[str]:
@@ -182,13 +191,9 @@ class GroupedConvAsDense(Transformation):
     channels and has zeros over the others. Exact (the zeros add nothing to an integer sum), at the
     price of ``groups`` times the weights and multiply-accumulates of the grouped layer: FINN 1.6.1
     has hardware for plain and depthwise convolutions only (qonnx's ``LowerConvsToMatMul`` refuses
-    the rest), and its estimate prices the dense layer. Each layer it widens is logged by name
-    (``widened`` holds them, with the module each came from). Depthwise convolutions are left to FINN's VVAU.
+    the rest), and its estimate prices the dense layer. A warning names each layer it widens and its
+    module. Depthwise convolutions are left to FINN's VVAU.
     """
-
-    def __init__(self):
-        super().__init__()
-        self.widened: list[tuple[str, int]] = []
 
     def apply(self, model):
         from qonnx.util.basic import get_by_name
@@ -208,7 +213,14 @@ class GroupedConvAsDense(Transformation):
                 dense[rows, columns] = weight[rows]
             model.set_initializer(conv.input[1], dense)
             group.i = 1
-            self.widened.append((named(model, conv), groups))
+            logger.warning(
+                "FINN: grouped convolution %s (groups=%d) computed as a plain convolution with block-diagonal "
+                "weights, %d times its weights and MACs: FINN 1.6.1 has hardware for plain and depthwise "
+                "convolutions only",
+                named(model, conv),
+                groups,
+                groups,
+            )
         return model, False  # one sweep widens every grouped convolution
 
 

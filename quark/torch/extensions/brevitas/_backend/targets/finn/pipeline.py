@@ -100,14 +100,13 @@ def _streamline(model):
     )
 
     branches = _branches(model)
-    grouped = GroupedConvAsDense()
     passes: list[Any] = [absorb.AbsorbScalarBiasIntoMultiThreshold(), Streamline()]
     if branches:  # before MaxPool becomes MaxPoolNHWC, which scales cannot pass
         passes += [_scales_past_branches(), Streamline()]
     if model.get_nodes_by_op_type("Conv"):
         passes += [
             CropKernelsToOnePixel(),
-            grouped,
+            GroupedConvAsDense(),
             LowerConvsToMatMul(),
             ForkAfterNhwcTranspose(),
             MakeMaxPoolNHWC(),
@@ -120,15 +119,6 @@ def _streamline(model):
         passes.append(_transposes_past_branches(model))
     for transform in passes:
         model = run_transform(model, transform)
-    for name, groups in grouped.widened:
-        logger.warning(
-            "FINN: grouped convolution %s (groups=%d) computed as a plain convolution with block-diagonal "
-            "weights, %d times its weights and MACs: FINN 1.6.1 has hardware for plain and depthwise "
-            "convolutions only",
-            name,
-            groups,
-            groups,
-        )
     if branches and _linear_before_fork(model):
         model = _linear_past_forks(model)
     for transform in (
