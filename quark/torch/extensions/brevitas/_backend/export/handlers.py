@@ -182,7 +182,9 @@ class MultiThresholdOp:
     dynamo = _MultiThresholdDynamoFn
 
 
-#: widest signed half-up quantizer written as thresholds (2^b - 1 of them; FINN thresholds at most 8 bits)
+#: FINN's default ``max_multithreshold_bit_width`` (its Quant nodes wider than this are not converted to
+#: thresholds; the FINN pipeline converts with it): the widest signed half-up quantizer written as
+#: thresholds (2^b - 1 of them)
 MAX_THRESHOLD_BITS = 8
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from quark.torch.extensions.brevitas._backend.export.handlers import MAX_THRESHOLD_BITS
 from quark.torch.extensions.brevitas._backend.export.safe_graph import load_checked
 from quark.torch.extensions.brevitas._backend.export.verify import FLOAT_RTOL, execute_qonnx, float_tolerance
 from quark.torch.extensions.brevitas._backend.qonnx_index import indexed_lookups
@@ -34,8 +35,6 @@ from quark.torch.quantization.files import atomic_path
 
 logger = logging.getLogger(__name__)
 
-#: FINN's default ``max_multithreshold_bit_width``: Quant nodes wider than this are not converted to thresholds
-MAX_THRESHOLD_BITS = 8
 
 
 def _tidy(model):
