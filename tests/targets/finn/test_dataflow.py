@@ -487,11 +487,11 @@ class _SqueezeExciteHardswish(nn.Module):
         return self.head(x * self.gate(x))
 
 
-def test_ops_without_hardware_are_refused_by_name_where_finns_conversions_stop(digits, tmp_path):
+def test_ops_without_hardware_are_refused_by_name_with_the_layout_changes_around_them(digits, tmp_path):
     """Past a Hardswish, qonnx infers no data layout: FINN's global pooling took such a tensor for
-    channels-last (a crash executing the graph), and its threshold conversion stops at a layout it does
-    not expect. The pooling gets ONNX's layout, the conversion that stopped is named, and every node
-    left is refused with its module and fix (the HardSwish first among them), nothing written."""
+    channels-last (a crash executing the graph). The pooling gets ONNX's layout, and every node
+    left is refused with its module and fix (the HardSwish and the HardSigmoid among them, and the
+    layout changes around them), nothing written."""
     from quark.torch.extensions.brevitas.api import ModelQuantizer
     from quark.torch.extensions.brevitas.presets import finn
 
@@ -502,11 +502,11 @@ def test_ops_without_hardware_are_refused_by_name_where_finns_conversions_stop(d
     with pytest.raises(FinnError, match=r"FINN could not map \d+ node\(s\) to hardware layers") as error:
         ModelExporter(tmp_path).export_finn_dataflow(qmodel, test[:4], integer_input=True)
     assert "step 'convert to hardware layers' failed" not in str(error.value)
-    assert error.value.problems[0].startswith("InferThresholdingLayer stopped: ")
-    assert any(
-        p.startswith("HardSwish_0 (HardSwish, module 'body.1.act'): FINN 1.6.1 has no hardware layer for HardSwish")
-        for p in error.value.problems
-    )
+    for op, module in (("HardSwish", "body.1.act"), ("HardSigmoid", "gate.2.act")):
+        assert any(
+            p.startswith(f"{op}_0 ({op}, module '{module}'): FINN 1.6.1 has no hardware layer for {op}")
+            for p in error.value.problems
+        )
     assert not (tmp_path / "dataflow_partition.onnx").exists()
 
 
@@ -570,3 +570,45 @@ def test_scales_past_forks_refuse_inputs_whose_shape_cannot_be_inferred():
     model.set_initializer("s", np.ones(1, np.float32))
     with pytest.raises(TypeError, match="object of type 'NoneType' has no len"):
         model.transform(ChannelwiseLinearPastForks())
+
+
+class _DenseTransition(nn.Module):
+    """DenseNet's transition and the dense layer after it: an average pool whose requantized output
+    feeds both the next layer and the concatenation of the block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        self.transition = nn.Sequential(nn.Conv2d(8, 8, 1, bias=False), nn.AvgPool2d(2))
+        self.layer = nn.Sequential(nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3, padding=1, bias=False))
+        self.head = nn.Sequential(nn.BatchNorm2d(12), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(12, 10))
+
+    def forward(self, x):
+        x = self.transition(self.stem(x))
+        return self.head(torch.cat([x, self.layer(x)], 1))
+
+
+def test_a_dense_transition_keeps_its_thresholds_channels_first(digits, tmp_path):
+    """The pool's output is requantized half up, exported as a MultiThreshold: without a
+    ``data_layout`` qonnx's layout inference left its output unknown, the nodes after it guessed
+    NHWC, and FINN's conversion wrote NHWC into the next batch norm's per-channel thresholds on an
+    NCHW tensor (DenseNet-121: 'Threshold shape incorrect' after streamlining)."""
+    from quark.torch.examples.vision_zoo import set_batch_norm_statistics
+    from quark.torch.extensions.brevitas.api import ModelQuantizer
+    from quark.torch.extensions.brevitas.presets import finn
+
+    train, test = digits
+    torch.manual_seed(0)
+    model = set_batch_norm_statistics(_DenseTransition(), train[:4])
+    qmodel = ModelQuantizer(finn()).quantize_model(model, train[:4], progress=False)
+    ModelExporter(tmp_path / "m.onnx").export_qonnx_model(qmodel, test[:2])
+    layouts = {
+        n.name: onnx.helper.get_attribute_value(a)
+        for n in onnx.load(tmp_path / "m.onnx").graph.node
+        if n.op_type == "MultiThreshold"
+        for a in n.attribute
+        if a.name == "data_layout"
+    }
+    assert layouts and set(layouts.values()) == {b"NCHW"}
+    result = ModelExporter(tmp_path).export_finn_dataflow(qmodel, test[:16], integer_input=True)
+    assert result.verification.passed and result.verification.max_abs_diff == 0.0

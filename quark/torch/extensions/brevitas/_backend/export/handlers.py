@@ -149,28 +149,38 @@ class _MultiThresholdTorchScriptFn(torch.autograd.Function):
     of floats) each value reaches (x >= t), plus ``out_bias``; exact comparisons. The thresholds are
     a ``Constant`` node, as the exporter writes Brevitas' scales: shape inference then gives them the
     value_info that qonnx's ``GiveUniqueTensorNames`` renames by (an initializer without one keeps
-    its name, which FINN's next MultiThreshold node then also takes in ``GiveReadableTensorNames``)."""
+    its name, which FINN's next MultiThreshold node then also takes in ``GiveReadableTensorNames``).
+    ``data_layout`` says channels first, as torch's tensors are: without it qonnx's
+    ``InferDataLayouts`` leaves the output's layout unknown, and the nodes after it guess NHWC for
+    4-D tensors, which FINN's conversion then writes into the next per-channel thresholds."""
 
     @staticmethod
-    def symbolic(g, x, thresholds, out_bias, out_dtype):
+    def symbolic(g, x, thresholds, out_bias, out_dtype, data_layout):
         values = g.op("Constant", value_t=torch.tensor([thresholds], dtype=torch.float32))
-        ret = g.op(f"{DOMAIN_STRING}::MultiThreshold", x, values, out_bias_f=out_bias, out_dtype_s=out_dtype)
+        ret = g.op(
+            f"{DOMAIN_STRING}::MultiThreshold",
+            x,
+            values,
+            out_bias_f=out_bias,
+            out_dtype_s=out_dtype,
+            data_layout_s=data_layout,
+        )
         ret.setType(x.type())
         return ret
 
     @staticmethod
-    def forward(ctx, x, thresholds, out_bias, out_dtype):
+    def forward(ctx, x, thresholds, out_bias, out_dtype, data_layout):
         steps = torch.tensor(thresholds, dtype=x.dtype, device=x.device)
         return (x.unsqueeze(-1) >= steps).sum(-1).to(x.dtype) + out_bias
 
 
 class _MultiThresholdDynamoFn(DynamoFn):
     @staticmethod
-    def symbolic(x, thresholds, out_bias, out_dtype):
+    def symbolic(x, thresholds, out_bias, out_dtype, data_layout):
         return torch.onnx.ops.symbolic(
             f"{DOMAIN_STRING}::MultiThreshold",
             (x, torch.tensor([thresholds], dtype=x.dtype, device=x.device)),
-            {"out_bias": float(out_bias), "out_dtype": out_dtype},
+            {"out_bias": float(out_bias), "out_dtype": out_dtype, "data_layout": data_layout},
             dtype=x.dtype,
             shape=x.shape,
             version=DOMAIN_VERSION,
@@ -186,6 +196,8 @@ class MultiThresholdOp:
 #: thresholds; the FINN pipeline converts with it): the widest signed half-up quantizer written as
 #: thresholds (2^b - 1 of them)
 MAX_THRESHOLD_BITS = 8
+#: qonnx's ``data_layout`` of a MultiThreshold by rank: torch's channels-first tensors
+CHANNELS_FIRST = {2: "NC", 3: "NCW", 4: "NCHW"}
 
 
 class _SpecRounding:
@@ -242,8 +254,8 @@ class _SpecRounding:
         u = x / scale  # as IntQuant.to_int: x / scale + zero_point, rounded, clamped
         if self.zero_point_used:
             u = u + zero_point
-        if self.thresholds is not None and u.dim() >= 2:  # MultiThreshold: channels on axis 1
-            q = self.export_op(MultiThresholdOp, u, *self.thresholds)
+        if self.thresholds is not None and u.dim() in CHANNELS_FIRST:  # MultiThreshold: channels on axis 1
+            q = self.export_op(MultiThresholdOp, u, *self.thresholds, CHANNELS_FIRST[u.dim()])
         else:
             zero = torch.zeros_like(zero_point)
             floor = {**attrs, "narrow_range": False, "rounding_mode": "FLOOR"}

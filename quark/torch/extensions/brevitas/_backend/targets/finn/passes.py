@@ -89,6 +89,46 @@ def _perm(node) -> list[int]:
     return next((list(a.ints) for a in node.attribute if a.name == "perm"), [])
 
 
+class QuantAvgPoolNHWC(Transformation):
+    """A ``QuantAvgPool2d`` (FINN's integer average pool, NCHW as ``ConvertQONNXtoFINN`` makes it)
+    after a Transpose into NCHW (a convolution's lowered output) computes in NHWC and the Transpose
+    moves past it, as FINN's ``MakeMaxPoolNHWC`` does for max pooling (FINN 1.6.1 has no pass for
+    this pool; its ``InferPool`` takes either layout). Exact (the same sums, other axes).
+
+    Left NCHW, the pool's output stays NCHW through the layers after it: a concatenation with
+    convolutions' NHWC outputs (DenseNet's transition into the next block) keeps Transposes on
+    some inputs only, which no FINN pass moves and no hardware layer takes.
+    """
+
+    def apply(self, model):
+        from qonnx.custom_op.registry import getCustomOp
+
+        for pool in model.get_nodes_by_op_type("QuantAvgPool2d"):
+            op = getCustomOp(pool)
+            transpose = model.find_producer(pool.input[0])
+            if (
+                op.get_nodeattr("data_layout") != "NCHW"
+                or transpose is None
+                or transpose.op_type != "Transpose"
+                or _perm(transpose) != TO_NCHW
+                or len(model.find_consumers(transpose.output[0]) or []) != 1
+            ):
+                continue
+            nhwc_in, nchw_out = transpose.input[0], pool.output[0]
+            b, c, h, w = model.get_tensor_shape(nchw_out)
+            nhwc_out = model.make_new_valueinfo_name()
+            model.set_tensor_shape(nhwc_out, [b, h, w, c])
+            model.set_tensor_datatype(nhwc_out, model.get_tensor_datatype(nchw_out))
+            pool.input[0], pool.output[0] = nhwc_in, nhwc_out
+            transpose.input[0], transpose.output[0] = nhwc_out, nchw_out
+            op.set_nodeattr("data_layout", "NHWC")
+            nodes = model.graph.node  # the Transpose now follows the pool
+            nodes.remove(transpose)
+            nodes.insert(list(nodes).index(pool) + 1, transpose)
+            return model, True
+        return model, False
+
+
 class CropKernelsToOnePixel(Transformation):
     """A convolution over an image one pixel high or wide (a 3x3 convolution with padding 1 in the
     last stage of torchvision's ResNet-18 at 32x32) whose output is one pixel there too: only the

@@ -96,6 +96,7 @@ def _streamline(model):
         CropKernelsToOnePixel,
         ForkAfterNhwcTranspose,
         GroupedConvAsDense,
+        QuantAvgPoolNHWC,
     )
 
     branches = _branches(model)
@@ -109,8 +110,10 @@ def _streamline(model):
             LowerConvsToMatMul(),
             ForkAfterNhwcTranspose(),
             MakeMaxPoolNHWC(),
+            QuantAvgPoolNHWC(),
             absorb.AbsorbTransposeIntoMultiThreshold(),
             MakeMaxPoolNHWC(),
+            QuantAvgPoolNHWC(),
             absorb.AbsorbConsecutiveTransposes(),
         ]
     passes += [ConvertBipolarMatMulToXnorPopcount(), Streamline()]
