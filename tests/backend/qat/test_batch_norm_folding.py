@@ -109,7 +109,7 @@ def test_unquantized_folded_layer_is_the_layer_then_batch_norm(name):
     """Quantizers off: the folded layer in eval mode computes the layer then batch norm (float64)."""
     factory, shape, layer_fn = MODELS[name]
     model, batches = with_statistics(factory().double(), shape)
-    qmodel = quantize(model, batches, config())
+    qmodel = quantize(model, batches, config(absorb_frozen_batch_norm=False))  # absorbed: see below
     layer = folded(qmodel)
     layer.weight_quant.disable_quant = True
     layer.input_quant.disable_quant = True
@@ -122,7 +122,7 @@ def test_unquantized_folded_layer_is_the_layer_then_batch_norm(name):
 def test_eval_forward_is_the_formula_with_the_quantized_folded_weight(name):
     factory, shape, layer_fn = MODELS[name]
     model, batches = with_statistics(factory().double(), shape)
-    layer = folded(quantize(model, batches, config()))
+    layer = folded(quantize(model, batches, config(absorb_frozen_batch_norm=False)))
     layer.input_quant.disable_quant = True
     x = batches[1]
     quant = lambda w: T.quantize(w, threshold(layer).double(), 4, True)
@@ -194,25 +194,43 @@ def test_gradients_reach_the_weight_gamma_and_beta(frozen):
 @pytest.mark.parametrize("name", MODELS)
 @pytest.mark.parametrize("mode", MODES, ids=["layerwise", "graph"])
 def test_absorbing_holds_the_folded_values_and_changes_no_output(name, mode):
-    """The first training step absorbs: weight = w * s, bias = beta + (b - running_mean) * s (in
-    ``bn.bias`` for a layer without a bias), from the formula; the outputs stay bit for bit."""
+    """Frozen after one step: the next training step absorbs, weight = w * s, bias = beta + (b -
+    running_mean) * s (in ``bn.bias`` for a layer without a bias), from the formula, in the same
+    parameters; the outputs stay bit for bit; gamma (and beta beside a bias) stop training."""
     factory, shape, _ = MODELS[name]
     model, batches = with_statistics(factory().double(), shape)
-    qmodel = quantize(model, batches, config(mode))
+    qmodel = quantize(model, batches, config(mode, freeze_batch_norm_steps=1))
     layer = folded(qmodel)
+    qmodel.train()(batches[2])  # batch statistics, then frozen
+    assert bool(layer.batch_norm_frozen) and not layer.absorbed
     w, b, gamma, beta, mean, var, eps = (a.clone() if torch.is_tensor(a) else a for a in reference_args(layer))
     before = [qmodel.eval()(x) for x in batches]
     weight, bias = layer.weight, layer.bias if layer.bias is not None else layer.bn.bias
-    assert not layer.absorbed
     qmodel.train()(batches[0])
     assert layer.absorbed and "absorbed" in repr(layer)
-    assert layer.weight is weight and (layer.bias if layer.bias is not None else layer.bn.bias) is bias  # the same parameters
+    assert layer.weight is weight and (layer.bias if layer.bias is not None else layer.bn.bias) is bias
     s = R.factor(gamma, var, eps)
     torch.testing.assert_close(layer.weight.detach(), w * s.view(-1, *[1] * (w.dim() - 1)), rtol=1e-12, atol=1e-12)
     expected_bias = beta + ((b if b is not None else torch.zeros_like(beta)) - mean) * s
     torch.testing.assert_close(bias.detach(), expected_bias, rtol=1e-12, atol=1e-12)
     for x, y in zip(batches, before):
         assert torch.equal(qmodel.eval()(x), y)
+    assert not layer.bn.weight.requires_grad and layer.bn.bias.requires_grad is (layer.bias is None)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=["layerwise", "graph"])
+def test_frozen_from_the_start_is_absorbed_when_built_and_equals_merged_batch_norm(mode):
+    model, batches = with_statistics(conv2d_model(), MODELS["conv2d"][1])
+    qmodel = quantize(copy.deepcopy(model), batches, config(mode))
+    layer = folded(qmodel)
+    assert layer.absorbed and not layer.bn.weight.requires_grad
+    s = R.factor(model[1].weight.detach(), model[1].running_var, model[1].eps)
+    torch.testing.assert_close(layer.weight.detach(), model[0].weight.detach() * s.view(-1, 1, 1, 1), rtol=1e-6, atol=0)
+    merged = ModelQuantizer(
+        Config(global_quant_config=config(mode).global_quant_config, quant_mode=mode, pre_quant_opt_config=[MergeBatchNorm()])
+    ).quantize_model(model, batches, progress=False)
+    for x in batches:
+        assert torch.equal(qmodel.eval()(x), merged.eval()(x))
 
 
 @pytest.mark.parametrize("absorb", [True, False])
@@ -263,7 +281,7 @@ def test_a_checkpoint_of_the_absorbed_layer_round_trips_and_one_from_before_load
     assert folded(loaded).absorbed
     x = batches[1]
     assert torch.equal(loaded.eval()(x), qmodel.eval()(x))
-    raw = quantize(copy.deepcopy(model), batches, config())
+    raw = quantize(copy.deepcopy(model), batches, config(absorb_frozen_batch_norm=False))  # holds w
     old = {k: v for k, v in raw.state_dict().items() if k != "0.batch_norm_absorbed"}
     loaded = fresh()
     loaded.load_state_dict(old)
@@ -384,7 +402,7 @@ def test_load_float_weights_into_an_absorbed_layer_holds_w_again():
     other, _ = with_statistics(conv2d_model(), MODELS["conv2d"][1], seed=5)
     qat.load_float_weights(qmodel, other.state_dict())
     assert not folded(qmodel).absorbed and torch.equal(folded(qmodel).weight, other[0].weight)
-    reference = quantize(copy.deepcopy(model), batches, config())  # the same thresholds, never absorbed
+    reference = quantize(copy.deepcopy(model), batches, config(absorb_frozen_batch_norm=False))  # the same thresholds
     qat.load_float_weights(reference, other.state_dict())
     x = batches[1]
     assert torch.equal(qmodel.eval()(x), reference.eval()(x))

@@ -80,10 +80,12 @@ class TQTSpec(QATSpec):
             start, at the float model's statistics; None: never frozen by count (batch statistics
             with the running-statistics correction throughout).
         absorb_frozen_batch_norm: once the statistics are frozen, the batch norm is absorbed into
-            the layer's own parameters at the next training step: ``weight`` becomes
+            the layer's own parameters (when the model is built if frozen from the start, else at
+            the next training step): ``weight`` becomes
             ``w * gamma / sqrt(running_var + eps)`` and the bias the folded bias, in place (the
             same ``Parameter`` objects, so the optimizer goes on training them), and gamma and beta
-            stop training. The forward is unchanged bit for bit; the optimizer then steps the
+            stop training (``requires_grad`` False; a ``DistributedDataParallel`` built before an
+            absorption later in training needs ``find_unused_parameters=True``). The forward is unchanged bit for bit; the optimizer then steps the
             folded weight itself, as after merging batch norm before quantization, instead of w
             (Adam moves w by about its learning rate whatever the gradient's scale, so the folded
             weight moved ``gamma / sqrt(running_var + eps)`` times as far: 3 to 19 times on the

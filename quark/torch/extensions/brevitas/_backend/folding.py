@@ -11,11 +11,12 @@ The scheme of Jacob et al. 2018 (section 3.2), Krishnamoorthi 2018 (section 3.2)
 - frozen (after ``freeze_batch_norm_steps`` training steps) and in eval mode: ``y = conv(x,
   q(w * s), q_b(beta + (b - running_mean) * s))``, merged batch norm bit for bit (Brevitas'
   ``mul_add_from_bn`` and ``merge_bn`` formulas, in their order of operations);
-- frozen, at the next training step (``absorb_frozen_batch_norm``, the default): absorbed, i.e. the
+- frozen (``absorb_frozen_batch_norm``, the default), when the layer is built if the statistics are
+  frozen from the start, else at the next training step: absorbed, i.e. the
   layer's ``weight`` and bias (``bn.bias`` for a layer without one) take those folded values in
   place and are used as they are (:meth:`FoldedBatchNorm.absorb`); the forward does not change, bit
   for bit, but the optimizer now steps the folded weight itself, as with batch norm merged before
-  quantization, and gamma and beta stop training. Without absorbing, the gradients reach ``w``,
+  quantization, and gamma and beta stop training (``requires_grad`` False). Without absorbing, the gradients reach ``w``,
   ``gamma`` and ``beta`` through ``s``, and Adam, which moves each parameter by about its learning
   rate whatever the gradient's scale, moved the folded weight ``s`` times as far as merged batch
   norm does (s = 3 to 19 on the digits CNN: three times as many of its 4-bit codes changed per step,
@@ -100,6 +101,8 @@ class FoldedBatchNorm:
         self.register_buffer("batch_norm_steps", torch.zeros((), dtype=torch.int64, device=device))
         self.register_buffer("batch_norm_frozen", torch.tensor(freeze_steps == 0, device=device))
         self.register_buffer("batch_norm_absorbed", torch.tensor(False, device=device))
+        if absorb and self._absorbable():  # frozen from the start: before an optimizer or DDP sees the parameters
+            self.absorb()
 
     # -- the folded tensors -----------------------------------------------------------------------
 
@@ -160,6 +163,11 @@ class FoldedBatchNorm:
             self.weight.copy_(weight)
             (self.bn.bias if self.bias is None else self.bias).copy_(bias)
         self.batch_norm_absorbed.fill_(True)
+        # no longer read: no gradient (DistributedDataParallel built after this leaves them out; one
+        # built before an absorption later in training needs find_unused_parameters=True)
+        unused = [self.bn.weight] + ([self.bn.bias] if self.bias is not None else []) if self.bn.affine else []
+        for param in unused:
+            param.requires_grad_(False)
 
     def quant_weight(self, quant_input: Any = None, subtensor_slice_list: Any = None):
         """The quantized folded weight (Brevitas' ``quant_weight`` quantizes ``self.weight``)."""
