@@ -8,11 +8,13 @@ over every parameter at a constant lr 1e-3 for 6 epochs (``digits.train``: the s
 seed). Per run: held-out accuracy after PTQ and after every epoch, against the float model's.
 Modes (``--modes``): ``kept`` (``fold_batch_norm=False``: batch norm a float layer in training
 mode, the issue's baseline), ``fold`` (statistics never frozen), ``fold@N`` (frozen after N
-training steps; ``fold@0``: frozen from the start). The criterion (issue 18): every epoch within
-3 points of float and the last within 1.
+training steps, then absorbed into the layer's weight and bias: ``TQTSpec``'s
+``absorb_frozen_batch_norm``; ``fold@0``: frozen from the start, the default), ``fold@N-raw`` (the
+same without absorbing: w, gamma and beta train through ``w * gamma / sqrt(var + eps)``, the default
+before). The criterion (issue 18): every epoch within 3 points of float and the last within 1.
 
     .venv/bin/python benchmarks/qat_batch_norm.py [--seeds 0 1 2 3 4] [--inits _3SD _LL_J]
-        [--modes kept fold fold@100] [--epochs 6] [--graph]
+        [--modes kept fold fold@0 fold@0-raw] [--epochs 6] [--graph]
 """
 
 from __future__ import annotations
@@ -34,14 +36,15 @@ WITHIN_EVERY_EPOCH, WITHIN_AT_END = 3.0, 1.0
 
 
 def mode_spec(mode: str) -> dict:
-    """``TQTSpec`` fields of a mode name: kept, fold, fold@N."""
+    """``TQTSpec`` fields of a mode name: kept, fold, fold@N, fold@N-raw."""
     if mode == "kept":
         return {"fold_batch_norm": False}
     if mode == "fold":
         return {"fold_batch_norm": True, "freeze_batch_norm_steps": None}
-    if mode.startswith("fold@"):
-        return {"fold_batch_norm": True, "freeze_batch_norm_steps": int(mode[5:])}
-    raise SystemExit(f"--modes: {mode!r} is not kept, fold or fold@N")
+    steps, raw = mode.removeprefix("fold@").removesuffix("-raw"), mode.endswith("-raw")
+    if mode.startswith("fold@") and steps.isdigit():
+        return {"fold_batch_norm": True, "freeze_batch_norm_steps": int(steps), "absorb_frozen_batch_norm": not raw}
+    raise SystemExit(f"--modes: {mode!r} is not kept, fold, fold@N or fold@N-raw")
 
 
 def config(init: str, mode: str, graph: bool) -> Config:
@@ -94,7 +97,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--inits", nargs="+", default=["_3SD", "_LL_J"], choices=["_3SD", "_LL_J"])
-    parser.add_argument("--modes", nargs="+", default=["kept", "fold", "fold@100"])
+    parser.add_argument("--modes", nargs="+", default=["kept", "fold", "fold@0", "fold@0-raw"])
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--graph", action="store_true", help="graph mode (QuantizationMode.fx_graph_mode)")
     parser.add_argument("--data", choices=["digits", "mnist"], default="digits", help="8x8 digits or MNIST-5k")

@@ -97,6 +97,8 @@ def test_every_tqt_observer_row_initialises_the_threshold_of_its_spec(init):
         ({"freeze_batch_norm_steps": True}, TypeError, "freeze_batch_norm_steps"),
         ({"freeze_batch_norm_steps": 2.5}, TypeError, "freeze_batch_norm_steps"),
         ({"freeze_batch_norm_steps": -1}, ValueError, "freeze_batch_norm_steps"),
+        ({"absorb_frozen_batch_norm": 1}, TypeError, "absorb_frozen_batch_norm"),
+        ({"absorb_frozen_batch_norm": None}, TypeError, "absorb_frozen_batch_norm"),
     ],
 )
 def test_batch_norm_fields_are_checked(kwargs, error, field):
@@ -105,12 +107,14 @@ def test_batch_norm_fields_are_checked(kwargs, error, field):
 
 
 def test_batch_norm_fields_round_trip_and_reach_only_the_weight():
-    tqt = TQTSpec(TQTThresholdInitMeth._LL_J, fold_batch_norm=True, freeze_batch_norm_steps=7)
+    tqt = TQTSpec(
+        TQTThresholdInitMeth._LL_J, fold_batch_norm=True, freeze_batch_norm_steps=7, absorb_frozen_batch_norm=False
+    )
     spec = QuantizationSpec(dtype=Dtype.int4, symmetric=True, scale_type=ScaleType.pof2, qat_spec=tqt)
     cfg = Config(global_quant_config=QuantizationConfig(weight=spec, input_tensors=spec))
     assert Config.from_dict(cfg.to_dict()) == cfg
     weight = normalise(spec, "weight", "w")
-    assert (weight.fold_batch_norm, weight.freeze_batch_norm_steps) == (True, 7)
+    assert (weight.fold_batch_norm, weight.freeze_batch_norm_steps, weight.absorb_frozen_batch_norm) == (True, 7, False)
     activation = normalise(spec, "input_tensors", "x")
     assert (activation.fold_batch_norm, activation.freeze_batch_norm_steps) == (False, None)
     off = QuantizationSpec(
@@ -124,3 +128,4 @@ def test_batch_norm_fields_round_trip_and_reach_only_the_weight():
 def test_folding_is_the_default_of_a_tqt_spec():
     assert TQTSpec().fold_batch_norm is True
     assert TQTSpec().freeze_batch_norm_steps == FREEZE_BATCH_NORM_STEPS
+    assert TQTSpec().absorb_frozen_batch_norm is True

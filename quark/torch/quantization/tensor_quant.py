@@ -151,9 +151,11 @@ class TensorQuant:
     lsq: bool = False  # learned step size (LSQ): the scale is a trained parameter, its gradient scaled
     narrow: bool = False  # integer: the grid without its most negative level (ternary: {-1, 0, 1})
     # weights (TQTSpec.fold_batch_norm): a batch norm after the layer is folded into it during QAT,
-    # its statistics frozen after freeze_batch_norm_steps training steps (None: never)
+    # its statistics frozen after freeze_batch_norm_steps training steps (None: never), then absorbed
+    # into the layer's weight and bias if absorb_frozen_batch_norm
     fold_batch_norm: bool = False
     freeze_batch_norm_steps: int | None = None
+    absorb_frozen_batch_norm: bool = True
     # weights (A2QSpec): the signed accumulator width promised (None: unconstrained) and A2Q+'s
     # zero-centring; the grid is narrow (no -2^(b-1)) and rounding toward zero, as Brevitas' A2Q
     accumulator_bits: int | None = None
@@ -668,11 +670,15 @@ TQT_OBSERVERS: dict[TQTThresholdInitMeth, type[ObserverBase]] = {
 
 
 def batch_norm_folding(qat_spec: Any, role: str) -> dict[str, Any]:
-    """The ``TensorQuant`` fields of ``TQTSpec.fold_batch_norm`` / ``freeze_batch_norm_steps``
-    (weights only: a batch norm folds into the weights it follows)."""
+    """The ``TensorQuant`` fields of ``TQTSpec.fold_batch_norm`` / ``freeze_batch_norm_steps`` /
+    ``absorb_frozen_batch_norm`` (weights only: a batch norm folds into the weights it follows)."""
     if role != "weight" or not getattr(qat_spec, "fold_batch_norm", False):
         return {}
-    return {"fold_batch_norm": True, "freeze_batch_norm_steps": qat_spec.freeze_batch_norm_steps}
+    return {
+        "fold_batch_norm": True,
+        "freeze_batch_norm_steps": qat_spec.freeze_batch_norm_steps,
+        "absorb_frozen_batch_norm": qat_spec.absorb_frozen_batch_norm,
+    }
 
 
 def tqt_observer(qat_spec: Any, observer: type[ObserverBase], where: str = "spec") -> tuple[type[ObserverBase], bool]:

@@ -2,8 +2,9 @@
 ``_backend/folding.py``), against the formulas in ``_reference/batch_norm.py``: the eval-mode and
 frozen forward is merged batch norm (bit for bit against a model merged before quantization), the
 training forward normalises with the batch's statistics and updates the running ones, gradients reach
-the weight, gamma and beta, the statistics freeze after the configured steps; layerwise and graph
-mode; Conv1d / Conv2d / Linear with BatchNorm1d / 2d; checkpoints."""
+the weight, gamma and beta, the statistics freeze after the configured steps and are then absorbed
+into the layer's parameters (the outputs unchanged, an Adam step moving the folded weight by the
+learning rate); layerwise and graph mode; Conv1d / Conv2d / Linear with BatchNorm1d / 2d; checkpoints."""
 
 from __future__ import annotations
 
@@ -108,7 +109,7 @@ def test_unquantized_folded_layer_is_the_layer_then_batch_norm(name):
     """Quantizers off: the folded layer in eval mode computes the layer then batch norm (float64)."""
     factory, shape, layer_fn = MODELS[name]
     model, batches = with_statistics(factory().double(), shape)
-    qmodel = quantize(model, batches, config())
+    qmodel = quantize(model, batches, config(absorb_frozen_batch_norm=False))  # absorbed: see below
     layer = folded(qmodel)
     layer.weight_quant.disable_quant = True
     layer.input_quant.disable_quant = True
@@ -121,7 +122,7 @@ def test_unquantized_folded_layer_is_the_layer_then_batch_norm(name):
 def test_eval_forward_is_the_formula_with_the_quantized_folded_weight(name):
     factory, shape, layer_fn = MODELS[name]
     model, batches = with_statistics(factory().double(), shape)
-    layer = folded(quantize(model, batches, config()))
+    layer = folded(quantize(model, batches, config(absorb_frozen_batch_norm=False)))
     layer.input_quant.disable_quant = True
     x = batches[1]
     quant = lambda w: T.quantize(w, threshold(layer).double(), 4, True)
@@ -176,12 +177,116 @@ def test_folded_model_equals_batch_norm_merged_before_quantization_bit_for_bit(m
 
 @pytest.mark.parametrize("frozen", [False, True])
 def test_gradients_reach_the_weight_gamma_and_beta(frozen):
+    """Batch statistics, or frozen ones not absorbed: through ``w * s``."""
     model, batches = with_statistics(conv2d_model(), MODELS["conv2d"][1])
-    qmodel = quantize(model, batches, config(freeze_batch_norm_steps=0 if frozen else None)).train()
+    cfg = config(freeze_batch_norm_steps=0 if frozen else None, absorb_frozen_batch_norm=False)
+    qmodel = quantize(model, batches, cfg).train()
     qmodel(batches[0]).square().mean().backward()
     layer = folded(qmodel)
+    assert not layer.absorbed
     for p in (layer.weight, layer.bn.weight, layer.bn.bias, threshold_param(layer)):
         assert p.grad is not None and p.grad.abs().sum() > 0
+
+
+# -- frozen statistics absorbed into the layer's parameters (TQTSpec.absorb_frozen_batch_norm) --------
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("mode", MODES, ids=["layerwise", "graph"])
+def test_absorbing_holds_the_folded_values_and_changes_no_output(name, mode):
+    """Frozen after one step: the next training step absorbs, weight = w * s, bias = beta + (b -
+    running_mean) * s (in ``bn.bias`` for a layer without a bias), from the formula, in the same
+    parameters; the outputs stay bit for bit; gamma (and beta beside a bias) stop training."""
+    factory, shape, _ = MODELS[name]
+    model, batches = with_statistics(factory().double(), shape)
+    qmodel = quantize(model, batches, config(mode, freeze_batch_norm_steps=1))
+    layer = folded(qmodel)
+    qmodel.train()(batches[2])  # batch statistics, then frozen
+    assert bool(layer.batch_norm_frozen) and not layer.absorbed
+    w, b, gamma, beta, mean, var, eps = (a.clone() if torch.is_tensor(a) else a for a in reference_args(layer))
+    before = [qmodel.eval()(x) for x in batches]
+    weight, bias = layer.weight, layer.bias if layer.bias is not None else layer.bn.bias
+    qmodel.train()(batches[0])
+    assert layer.absorbed and "absorbed" in repr(layer)
+    assert layer.weight is weight and (layer.bias if layer.bias is not None else layer.bn.bias) is bias
+    s = R.factor(gamma, var, eps)
+    torch.testing.assert_close(layer.weight.detach(), w * s.view(-1, *[1] * (w.dim() - 1)), rtol=1e-12, atol=1e-12)
+    expected_bias = beta + ((b if b is not None else torch.zeros_like(beta)) - mean) * s
+    torch.testing.assert_close(bias.detach(), expected_bias, rtol=1e-12, atol=1e-12)
+    for x, y in zip(batches, before):
+        assert torch.equal(qmodel.eval()(x), y)
+    assert not layer.bn.weight.requires_grad and layer.bn.bias.requires_grad is (layer.bias is None)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=["layerwise", "graph"])
+def test_frozen_from_the_start_is_absorbed_when_built_and_equals_merged_batch_norm(mode):
+    model, batches = with_statistics(conv2d_model(), MODELS["conv2d"][1])
+    qmodel = quantize(copy.deepcopy(model), batches, config(mode))
+    layer = folded(qmodel)
+    assert layer.absorbed and not layer.bn.weight.requires_grad
+    s = R.factor(model[1].weight.detach(), model[1].running_var, model[1].eps)
+    torch.testing.assert_close(layer.weight.detach(), model[0].weight.detach() * s.view(-1, 1, 1, 1), rtol=1e-6, atol=0)
+    merged = ModelQuantizer(
+        Config(global_quant_config=config(mode).global_quant_config, quant_mode=mode, pre_quant_opt_config=[MergeBatchNorm()])
+    ).quantize_model(model, batches, progress=False)
+    for x in batches:
+        assert torch.equal(qmodel.eval()(x), merged.eval()(x))
+
+
+@pytest.mark.parametrize("absorb", [True, False])
+def test_gradients_after_absorbing_reach_the_folded_weight_not_gamma(absorb):
+    model, batches = with_statistics(conv2d_model(), MODELS["conv2d"][1])
+    qmodel = quantize(model, batches, config(absorb_frozen_batch_norm=absorb)).train()
+    qmodel(batches[0]).square().mean().backward()
+    layer = folded(qmodel)
+    assert layer.absorbed is absorb
+    assert layer.weight.grad.abs().sum() > 0 and layer.bn.bias.grad.abs().sum() > 0  # the conv has no bias: beta holds it
+    assert (layer.bn.weight.grad is None) is absorb
+
+
+@pytest.mark.parametrize("absorb", [True, False])
+def test_an_adam_step_moves_the_folded_weight_by_the_learning_rate_once_absorbed(absorb):
+    """Adam's first step is lr * sign(grad) (m / sqrt(v) = g / |g|, less eps) on each parameter. Absorbed,
+    the quantized tensor w * s is the parameter: it moves by lr. Not absorbed, w moves by lr, so
+    w * s by lr * s per output channel (gamma's own step adds w * dgamma / sqrt(var + eps))."""
+    model, batches = with_statistics(conv2d_model(), MODELS["conv2d"][1])
+    qmodel = quantize(model, batches, config(absorb_frozen_batch_norm=absorb)).train()
+    layer = folded(qmodel)
+    lr = 1e-3
+    optimizer = torch.optim.Adam(qmodel.parameters(), lr=lr)
+    qmodel(batches[0]).square().mean().backward()  # absorbs first (a training forward)
+    before = layer.folded_weight().detach().clone()
+    s = R.factor(layer.bn.weight.detach(), layer.bn.running_var, layer.bn.eps).view(-1, 1, 1, 1)
+    moved = layer.weight.grad != 0
+    optimizer.step()
+    step = (layer.folded_weight().detach() - before).abs()
+    if absorb:  # lr |g| / (|g| + eps), a hair below lr where |g| is small; float32 differences
+        torch.testing.assert_close(step[moved], torch.full_like(step[moved], lr), rtol=1e-3, atol=0)
+        assert step.max() <= lr * 1.001
+    else:  # the channel with s = 1.67 (with_statistics' gamma and variance) moves 1.67 times as far
+        assert s.max() > 1.5 and step.max() > 1.5 * lr
+
+
+def test_a_checkpoint_of_the_absorbed_layer_round_trips_and_one_from_before_loads():
+    """The absorbed flag travels with the weight it describes; a state saved before absorbing
+    existed (no ``batch_norm_absorbed`` key) holds w and loads strictly as not absorbed."""
+    model, batches = with_statistics(conv2d_model(), MODELS["conv2d"][1])
+    qmodel = quantize(copy.deepcopy(model), batches, config()).train()
+    qmodel(batches[0])
+    state = qmodel.state_dict()
+    assert bool(state["0.batch_norm_absorbed"])
+    fresh = lambda: ModelQuantizer(config()).quantize_model(copy.deepcopy(model), calibrate=False, progress=False)
+    loaded = fresh()
+    loaded.load_state_dict(state)
+    assert folded(loaded).absorbed
+    x = batches[1]
+    assert torch.equal(loaded.eval()(x), qmodel.eval()(x))
+    raw = quantize(copy.deepcopy(model), batches, config(absorb_frozen_batch_norm=False))  # holds w
+    old = {k: v for k, v in raw.state_dict().items() if k != "0.batch_norm_absorbed"}
+    loaded = fresh()
+    loaded.load_state_dict(old)
+    assert not folded(loaded).absorbed
+    assert torch.equal(loaded.eval()(x), raw.eval()(x))
 
 
 def threshold_param(layer) -> torch.Tensor:
@@ -287,6 +392,20 @@ def test_load_float_weights_finds_the_folded_batch_norm():
     qat.load_float_weights(qmodel, other.state_dict())
     assert torch.equal(folded(qmodel).bn.running_mean, other[1].running_mean)
     assert torch.equal(folded(qmodel).weight, other[0].weight)
+
+
+def test_load_float_weights_into_an_absorbed_layer_holds_w_again():
+    model, batches = with_statistics(conv2d_model(), MODELS["conv2d"][1])
+    qmodel = quantize(copy.deepcopy(model), batches, config()).train()
+    qmodel(batches[0])
+    assert folded(qmodel).absorbed
+    other, _ = with_statistics(conv2d_model(), MODELS["conv2d"][1], seed=5)
+    qat.load_float_weights(qmodel, other.state_dict())
+    assert not folded(qmodel).absorbed and torch.equal(folded(qmodel).weight, other[0].weight)
+    reference = quantize(copy.deepcopy(model), batches, config(absorb_frozen_batch_norm=False))  # the same thresholds
+    qat.load_float_weights(reference, other.state_dict())
+    x = batches[1]
+    assert torch.equal(qmodel.eval()(x), reference.eval()(x))
 
 
 @pytest.mark.parametrize("mode", MODES, ids=["layerwise", "graph"])

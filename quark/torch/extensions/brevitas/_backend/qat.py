@@ -89,6 +89,10 @@ def load_float_weights(quant_model: nn.Module, float_state_dict: dict[str, Any])
     """
     moved = folding.float_keys(quant_model)
     float_state_dict = {_moved(key, moved): value for key, value in float_state_dict.items()}
+    for bn_prefix in moved.values():  # a float weight is w, not the folded weight an absorbed layer holds
+        layer = bn_prefix[: -len("bn.")]
+        if layer + "weight" in float_state_dict:
+            float_state_dict[layer + "batch_norm_absorbed"] = torch.tensor(False)
     own = quant_model.state_dict()
     unknown = sorted(set(float_state_dict) - set(own))
     if unknown:
