@@ -197,3 +197,41 @@ def test_the_handoff_takes_the_thresholds_of_signed_half_up_quantizers(tmp_path)
     report = finn_handoff(tmp_path / "m.onnx", x)
     assert [s.max_abs_diff for s in report.steps] == [0.0] * len(report.steps)
     assert "Quant" not in report.steps[-1].op_types
+
+
+def test_thresholds_rounded_in_one_sweep_as_finns_pass_rounds_them():
+    """The pipeline's threshold rounding gives FINN's ``RoundAndClipThresholds`` graph (thresholds,
+    their datatypes, every tensor's datatype), MultiThresholds on signed, unsigned and float inputs,
+    in one sweep instead of FINN's pass per node."""
+    from finn.transformation.streamline.round_thresholds import RoundAndClipThresholds
+    from onnx import TensorProto, helper
+    from qonnx.core.datatype import DataType
+    from qonnx.core.modelwrapper import ModelWrapper
+
+    from quark.torch.extensions.brevitas._backend.targets.finn.passes import round_thresholds_in_one_sweep
+
+    inputs = {"a": "INT4", "b": "UINT8", "c": "FLOAT32"}
+    nodes, outputs = [], []
+    for k, name in enumerate(inputs):
+        outputs.append(helper.make_tensor_value_info(f"y{k}", TensorProto.FLOAT, [1, 3]))
+        nodes.append(
+            helper.make_node(
+                "MultiThreshold", [name, f"t{k}"], [f"y{k}"], domain="qonnx.custom_op.general", out_dtype="UINT2"
+            )
+        )
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 3]) for n in inputs], outputs
+    )
+    model = ModelWrapper(helper.make_model(graph))
+    rng = np.random.default_rng(0)
+    for k, (name, dtype) in enumerate(inputs.items()):
+        model.set_tensor_datatype(name, DataType[dtype])
+        model.set_initializer(f"t{k}", (rng.normal(size=(3, 3)) * 200).astype(np.float32))  # some beyond the ranges
+    ours = model.transform(round_thresholds_in_one_sweep())
+    finns = model.transform(RoundAndClipThresholds())
+    for k in range(3):
+        assert np.array_equal(ours.get_initializer(f"t{k}"), finns.get_initializer(f"t{k}"))
+        assert ours.get_tensor_datatype(f"t{k}") == finns.get_tensor_datatype(f"t{k}")
+    assert not np.array_equal(ours.get_initializer("t0"), model.get_initializer("t0"))  # something was rounded
+    assert np.array_equal(ours.get_initializer("t2"), model.get_initializer("t2"))  # float input: left as it was
+    assert [ours.get_tensor_datatype(f"y{k}") for k in range(3)] == [finns.get_tensor_datatype(f"y{k}") for k in range(3)]

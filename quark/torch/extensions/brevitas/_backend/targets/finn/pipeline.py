@@ -86,7 +86,6 @@ def _streamline(model):
     threshold rounding of its ResNet example."""
     from finn.transformation.streamline import Streamline, absorb
     from finn.transformation.streamline.reorder import MakeMaxPoolNHWC
-    from finn.transformation.streamline.round_thresholds import RoundAndClipThresholds
     from qonnx.transformation.bipolar_to_xnor import ConvertBipolarMatMulToXnorPopcount
     from qonnx.transformation.general import RemoveUnusedTensors
     from qonnx.transformation.infer_data_layouts import InferDataLayouts
@@ -97,6 +96,7 @@ def _streamline(model):
         ForkAfterNhwcTranspose,
         GroupedConvAsDense,
         QuantAvgPoolNHWC,
+        round_thresholds_in_one_sweep,
     )
 
     branches = _branches(model)
@@ -124,7 +124,7 @@ def _streamline(model):
     if branches and _linear_before_fork(model):
         model = _linear_past_forks(model)
     for transform in (
-        RoundAndClipThresholds(),
+        round_thresholds_in_one_sweep(),
         absorb.AbsorbScalarMulAddIntoTopK(),
         InferDataLayouts(),
         RemoveUnusedTensors(),
