@@ -15,7 +15,11 @@ Runs the measuring functions of the scripts beside this one (each also has its o
 - ``export``: export time and verification per zoo model, config and format (``export_zoo.py``);
 - ``finn_executor``: the demo's FINN dataflow on 10,000 digits images, FINN's Python execution
   beside the batched executor (``finn_executor.py``);
-- ``memory``: calibration peak memory against the number of batches (``calibration_memory.py``).
+- ``memory``: calibration peak memory against the number of batches (``calibration_memory.py``);
+- ``quark_ptq`` (opt-in: only with ``--only quark_ptq``): ``quantize_model`` wall time against AMD
+  Quark's own Brevitas extension, same client code, transformers' vision models
+  (``quark_ptq_time.py``); creates AMD's environment (``.venv-amd-quark/``) when missing, and is
+  skipped with the reason when that cannot be done (no registry).
 
 ``--quick`` runs fewer seeds, steps, batches and models (a few minutes on 2 cores): a smoke test
 of the whole set, not figures to quote. The JSON records the load average at start and end:
@@ -124,6 +128,19 @@ def _memory(quick: bool) -> dict:
     return {"rows": calibration_memory.measure([4, 16] if quick else [4, 16, 64, 256])}
 
 
+def _quark_ptq(quick: bool) -> dict:
+    import quark_ptq_time
+
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)
+    try:
+        if quick:
+            return quark_ptq_time.measure(runs=1, models=["resnet", "vit"], configs=["W8A8 per tensor"], log=log)
+        return quark_ptq_time.measure(log=log)
+    except quark_ptq_time.Unavailable as e:
+        log(f"quark_ptq skipped: AMD Quark's environment is not available: {e}")
+        return {"skipped": str(e)}
+
+
 #: name -> (runs in --quick, measuring function)
 BENCHMARKS: dict[str, tuple[bool, Callable[[bool], dict]]] = {
     "digits_ptq": (True, _digits_ptq),
@@ -135,7 +152,10 @@ BENCHMARKS: dict[str, tuple[bool, Callable[[bool], dict]]] = {
     "export": (True, _export),
     "finn_executor": (True, _finn_executor),
     "memory": (True, _memory),
+    "quark_ptq": (False, _quark_ptq),
 }
+#: run only when named with --only (they install or download something first)
+OPT_IN = {"quark_ptq"}
 
 
 # -- the table: one function per benchmark turns its result into rows -----------------------------
@@ -246,6 +266,19 @@ def _rows_memory(r: dict) -> list[Row]:
     ]
 
 
+def _rows_quark_ptq(r: dict) -> list[Row]:
+    if "skipped" in r:
+        return [("quark_ptq", "AMD Quark's extension", "skipped", r["skipped"])]
+    rows = []
+    for x in r["rows"]:
+        if x["ratio"] is None:
+            value = f"failed: ours {x['ours error'] or 'ran'}; AMD {x['AMD error'] or 'ran'}"
+        else:
+            value = f"{x['ours quantize_s']:.2f} / {x['AMD quantize_s']:.2f} s, {x['ratio']:.2f}x"
+        rows.append(("quark_ptq", f"{x['model']} {x['config']}", "quantize_model ours / AMD (median)", value))
+    return rows
+
+
 ROWS: dict[str, Callable[[dict], list[Row]]] = {
     "digits_ptq": _rows_digits_ptq,
     "bit_sweep": _rows_bit_sweep,
@@ -256,6 +289,7 @@ ROWS: dict[str, Callable[[dict], list[Row]]] = {
     "export": _rows_export,
     "finn_executor": _rows_finn_executor,
     "memory": _rows_memory,
+    "quark_ptq": _rows_quark_ptq,
 }
 
 
@@ -326,12 +360,14 @@ def main(argv: list[str] | None = None) -> dict:
         nargs="+",
         choices=list(BENCHMARKS),
         metavar="NAME",
-        help=f"run only these, of {', '.join(BENCHMARKS)}",
+        help=f"run only these, of {', '.join(BENCHMARKS)} ({', '.join(sorted(OPT_IN))}: only when named)",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)  # warnings of the benchmarks' own configs are known
     warnings.simplefilter("ignore")
-    names = args.only or [name for name, (in_quick, _) in BENCHMARKS.items() if in_quick or not args.quick]
+    names = args.only or [
+        name for name, (in_quick, _) in BENCHMARKS.items() if (in_quick or not args.quick) and name not in OPT_IN
+    ]
     meta = {
         "quick": args.quick,
         "torch": torch.__version__,
