@@ -22,6 +22,7 @@ from _shared.numerics import (
 from _shared.quantize import quantize
 from torch import nn
 
+from quark.torch.extensions.brevitas.api import UncalibratedModelWarning, calibrate
 from quark.torch.quantization.observer import (
     PerTensorMSEObserver,
     PerTensorPercentileObserver,
@@ -122,3 +123,45 @@ def test_static_output_minmax(dtype, symmetric, scale_type):
     q, deq, s, zp = R.fake_quant(y, bits, signed, symmetric, scale_type=scale_type, rng=rng)
     exact(qm(x), deq)
     check_quant_tensor(qm[0].output_quant(y), y, q, deq, s, zp)
+
+
+def test_static_output_range_from_quantized_weights_each_quantized_once():
+    """Calibration quantizes each weight once, not once per batch, and the output ranges it observes
+    are those of the quantized weights (reference: the layers recomputed from the formula)."""
+    torch.manual_seed(19)
+    model = nn.Sequential(nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 8))
+    batches = calibration_batches()
+    int8 = spec("int8", True)
+    with pytest.warns(UncalibratedModelWarning):  # built, calibrated below
+        qm = quantize(layer_config(weight=int8, output_tensors=int8), model)
+    calls = {"0": 0, "2": 0}
+    for name in ("0", "2"):
+        qm.get_submodule(name).weight_quant.tensor_quant.register_forward_hook(
+            lambda *_, name=name: calls.__setitem__(name, calls[name] + 1)
+        )
+    calibrate(qm, batches)
+    assert len(batches) > 1 and calls == {"0": 1, "2": 1}
+
+    def fq(t, rng=None):  # 8-bit symmetric per tensor, max |t| (or the observed range) to 127
+        return R.fake_quant(t, 8, True, True, rng=rng or (-t.abs().max(), t.abs().max()))[1]
+
+    w0 = fq(model[0].weight.detach())
+    with torch.no_grad():
+        h = torch.cat([F.linear(b, w0, model[0].bias) for b in batches])
+    rng = (torch.clamp(h.min(), max=0), torch.clamp(h.max(), min=0))
+    x = probe_input()
+    with torch.no_grad():
+        h_probe = fq(F.linear(x, w0, model[0].bias), rng)
+    exact(qm[0](x), h_probe)
+
+
+def test_a_weight_changed_in_place_is_quantized_again():
+    from quark.torch.extensions.brevitas._backend.calibrate import _quantize_once
+
+    seen = []
+    cached = _quantize_once(lambda w: seen.append(w.clone()) or w.sum())
+    weight = torch.ones(3)
+    assert cached(weight[:]) == 3 and cached(weight[:]) == 3 and len(seen) == 1  # a new view, same tensor
+    weight.mul_(2)
+    assert cached(weight[:]) == 6 and len(seen) == 2
+    assert cached(torch.ones(3)) == 3 and len(seen) == 3

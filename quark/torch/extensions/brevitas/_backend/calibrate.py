@@ -14,13 +14,14 @@ largest single gain of W4A4 and W2A2 TQT QAT.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 from brevitas.graph.calibrate import QuantizationStatusManager
-from brevitas.proxy.parameter_quant import BiasQuantProxyFromInjector
+from brevitas.proxy.parameter_quant import BiasQuantProxyFromInjector, WeightQuantProxyFromInjectorBase
 from brevitas.proxy.runtime_quant import ActQuantProxyFromInjectorBase
 from brevitas.quant_tensor import _unpack_quant_tensor
 from torch import nn
@@ -139,7 +140,7 @@ def calibrate(model: nn.Module, calib_data: Iterable[Any] | data.CalibrationData
     returned = QuantizationStatusManager.disable_return_quant_tensor(model)
     used = 0
     try:
-        with torch.no_grad():
+        with torch.no_grad(), weights_quantized_once(model):
             for batch in data.calibration_data(calib_data).passes("calibration"):
                 _calibration_step(model, batch)
                 used += 1
@@ -174,6 +175,37 @@ def calibrate(model: nn.Module, calib_data: Iterable[Any] | data.CalibrationData
     )
     logger.info("calibrated %d activation quantizers on %d batches", len(proxies), used)
     return used
+
+
+@contextlib.contextmanager
+def weights_quantized_once(model: nn.Module) -> Iterator[None]:
+    """Within the block, each weight quantizer returns its last output again for the same, unchanged
+    weight tensor (same storage, shape, strides and version counter) instead of quantizing it again:
+    calibration runs every batch through the same weights. A weight computed anew each call (a folded
+    batch norm's) misses the cache and is quantized as before. Measured on transformers' ResNet (PTQ
+    benchmark, 8 batches): weight quantization was 55 % of the calibration forward passes."""
+    proxies = [m for m in model.modules() if isinstance(m, WeightQuantProxyFromInjectorBase) and m.is_quant_enabled]
+    for proxy in proxies:
+        proxy.forward = _quantize_once(proxy.forward)
+    try:
+        yield
+    finally:
+        for proxy in proxies:
+            del proxy.forward
+
+
+def _quantize_once(forward: Any) -> Any:
+    last: list[Any] = [None, None, None]  # key, output, the weight (held: its storage cannot be reused)
+
+    def cached(weight: torch.Tensor, *args: Any) -> Any:
+        if args:  # a quantizer that reads its layer's input too (accumulator-aware ones)
+            return forward(weight, *args)
+        key = (weight.data_ptr(), weight.shape, weight.stride(), weight._version, weight.dtype, weight.device)
+        if last[0] != key:
+            last[:] = key, forward(weight), weight
+        return last[1]
+
+    return cached
 
 
 def _calibration_step(model: nn.Module, batch: Any) -> None:
