@@ -235,3 +235,48 @@ def test_thresholds_rounded_in_one_sweep_as_finns_pass_rounds_them():
     assert not np.array_equal(ours.get_initializer("t0"), model.get_initializer("t0"))  # something was rounded
     assert np.array_equal(ours.get_initializer("t2"), model.get_initializer("t2"))  # float input: left as it was
     assert [ours.get_tensor_datatype(f"y{k}") for k in range(3)] == [finns.get_tensor_datatype(f"y{k}") for k in range(3)]
+
+
+def test_transposes_past_eltwise_in_one_sweep_rewrite_as_finns_pass():
+    """Transposes before chains of Add / Mul with constants (channel-wise, scalar) moved in one call:
+    the nodes FINN's ``MoveTransposePastEltwise`` leaves (in another order) and the same function."""
+    from finn.transformation.streamline.reorder import MoveTransposePastEltwise
+    from onnx import TensorProto, helper
+    from qonnx.core.modelwrapper import ModelWrapper
+    from qonnx.core.onnx_exec import execute_onnx
+    from qonnx.transformation.infer_shapes import InferShapes
+
+    from quark.torch.extensions.brevitas._backend.targets.finn.passes import (
+        transposes_past_eltwise_in_one_sweep,
+    )
+
+    nodes, outputs = [], []
+    for branch in range(2):
+        x, prev = f"r{branch}", f"t{branch}"  # the pass drops its input's shape: not a graph input's
+        nodes.append(helper.make_node("Relu", [f"x{branch}"], [x]))
+        nodes.append(helper.make_node("Transpose", [x], [prev], perm=[0, 2, 3, 1]))
+        for k, op in enumerate(("Mul", "Add", "Mul")[: 2 + branch]):
+            out = f"y{branch}_{k}"
+            nodes.append(helper.make_node(op, [prev, f"c{branch}_{k}"], [out]))
+            prev = out
+        outputs.append(helper.make_tensor_value_info(prev, TensorProto.FLOAT, [1, 4, 4, 3]))
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(f"x{b}", TensorProto.FLOAT, [1, 3, 4, 4]) for b in range(2)], outputs
+    )
+    model = ModelWrapper(helper.make_model(graph))
+    rng = np.random.default_rng(0)
+    for branch in range(2):
+        for k in range(2 + branch):
+            shape = (1, 1, 1, 3) if k != 1 else (1,)  # channel-wise (NHWC) and scalar constants
+            model.set_initializer(f"c{branch}_{k}", rng.normal(size=shape).astype(np.float32))
+    model = model.transform(InferShapes())
+    inputs = {f"x{b}": rng.normal(size=(1, 3, 4, 4)).astype(np.float32) for b in range(2)}
+    expected = execute_onnx(model, inputs)
+    ours = model.transform(transposes_past_eltwise_in_one_sweep())
+    finns = model.transform(MoveTransposePastEltwise())
+    assert [n.op_type for n in ours.graph.node][-1] == "Transpose"  # something moved
+    assert sorted(n.SerializeToString() for n in ours.graph.node) == sorted(n.SerializeToString() for n in finns.graph.node)
+    assert all(np.array_equal(ours.get_initializer(t), finns.get_initializer(t)) for t in ours.get_all_tensor_names()
+               if finns.get_initializer(t) is not None)
+    got = execute_onnx(ours, inputs)
+    assert all(np.allclose(got[k], v, rtol=1e-6) for k, v in expected.items())

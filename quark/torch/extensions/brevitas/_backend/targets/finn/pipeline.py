@@ -191,11 +191,13 @@ def _scales_past_branches():
     forks, residual additions and concatenations (StreamlinePlus whole repeats the standard
     group exhaustively too, which took most of the 40 s the ResNet-like network needed)."""
     from finn.transformation.streamline import reorder
-    from qonnx.transformation.composed import ComposedTransformation
 
-    from quark.torch.extensions.brevitas._backend.targets.finn.passes import ChannelwiseLinearPastForks
+    from quark.torch.extensions.brevitas._backend.targets.finn.passes import (
+        ChannelwiseLinearPastForks,
+        ComposedCleaningAfterChanges,
+    )
 
-    return ComposedTransformation(
+    return ComposedCleaningAfterChanges(
         [
             reorder.MoveLinearPastEltwiseAdd(),
             ChannelwiseLinearPastForks(),
@@ -217,24 +219,25 @@ def _transposes_past_branches(model):
     which FINN's ``MoveTransposePastSplit`` takes) and channel shuffles
     (:class:`~.passes.ChannelShuffleToNHWC`: a transpose of more than four axes)."""
     from finn.transformation.streamline import absorb, collapse_repeated, remove, reorder
-    from qonnx.transformation.composed import ComposedTransformation
 
     from quark.torch.extensions.brevitas._backend.targets.finn.passes import (
         ChannelShuffleToNHWC,
+        ComposedCleaningAfterChanges,
         SlicesAsSplit,
+        transposes_past_eltwise_in_one_sweep,
     )
 
     chunks = any(model.get_nodes_by_op_type(t) for t in ("Slice", "Split"))
     transposes = model.get_nodes_by_op_type("Transpose")
     shuffles = any(len(model.get_tensor_shape(n.input[0]) or ()) > 4 for n in transposes)
-    return ComposedTransformation(
+    return ComposedCleaningAfterChanges(
         [
             *([SlicesAsSplit()] if chunks else []),
             *([ChannelShuffleToNHWC()] if shuffles else []),
             *([reorder.MoveTransposePastSplit()] if chunks else []),
             reorder.MoveTransposePastFork(),
             reorder.MoveTransposePastJoinConcat(),
-            reorder.MoveTransposePastEltwise(),
+            transposes_past_eltwise_in_one_sweep(),
             reorder.MoveTransposePastJoinMul(),
             reorder.MoveTransposePastJoinAdd(),
             collapse_repeated.CollapseRepeatedTranspose(),
