@@ -23,11 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import subprocess
 import sys
 import tempfile
 import time
 import warnings
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -115,20 +117,25 @@ def one(name: str, target: str) -> dict:
 
 def run(name: str, target: str, timeout: float) -> dict:
     command = [sys.executable, __file__, "--one", name, target]
+    start = time.perf_counter()
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return {"network": name, "target": target, "passed": False, "error": f"did not finish in {timeout:.0f} s"}
+    wall = round(time.perf_counter() - start, 1)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode or not lines:
-        return {"network": name, "target": target, "passed": False, "error": done.stderr.strip()[-300:]}
-    return json.loads(lines[-1])
+        return {"network": name, "target": target, "passed": False, "error": done.stderr.strip()[-300:], "wall_s": wall}
+    return {**json.loads(lines[-1]), "wall_s": wall}
 
 
 def _cell(row: dict) -> str:
     if "error" in row:  # its first line, and the first item under it where it lists them
         lines = [line.strip() for line in row["error"].splitlines() if line.strip()]
-        return "FAIL: " + " ".join(lines[:2] if lines[0].endswith(":") else lines[:1])[:300]
+        refused = Counter(re.findall(r"\((\w+), module ", row["error"]))  # a FinnError's nodes, by op type
+        by_type = f" (op types: {', '.join(f'{t} {n}' for t, n in refused.most_common())})" if refused else ""
+        after = f" after {row['wall_s']:g} s" if "wall_s" in row else ""
+        return f"FAIL{after}: " + " ".join(lines[:2] if lines[0].endswith(":") else lines[:1])[:300] + by_type
     seconds = " + ".join(f"{k} {v:g}" for k, v in row["seconds"].items())
     if row["target"] == "finn":
         return (
