@@ -25,7 +25,7 @@ that machine load hits both alike; threads pinned equal (``torch.set_num_threads
 ``OMP_NUM_THREADS``). Timed: ``quantize_model`` with calibration, the process's first call (the
 compared figure: what a one-model script waits for) and a second call on a freshly built copy in the
 same process (first-call costs paid); the model build from its config; the import of the extension
-(ours imports Brevitas lazily, on the first ``quantize_model``; AMD's at import). Reported per cell: medians over ``--runs``,
+(both import Brevitas there; AMD's also imports most of its ``quark`` package). Reported per cell: medians over ``--runs``,
 the ratio ours / AMD, the quantized output's relative error against float in each (so that the two
 did comparable work), or the first line of the error where one failed.
 
