@@ -119,7 +119,10 @@ def train(model: nn.Module, data, epochs: int, lr: float, seed: int) -> list[flo
 
 def ours(float_model: nn.Module, weight_bits: int, act_bits: int, data, args, seed: int) -> tuple[nn.Module, list[float]]:
     qat_spec = TQTSpec(TQTThresholdInitMeth[args.tqt]) if args.tqt else None
-    config = presets.finn(weight_bits=weight_bits, act_bits=act_bits, input_bits=8, qat_spec=qat_spec)
+    config = presets.finn(
+        weight_bits=weight_bits, act_bits=act_bits, input_bits=8, qat_spec=qat_spec,
+        per_channel_weights=getattr(args, "per_channel_weights", False),
+    )  # fmt: skip
     calib = [data[0][i : i + BATCH] for i in range(0, 1000, BATCH)]
     qmodel = ModelQuantizer(config).quantize_model(copy.deepcopy(float_model), calib, progress=False)
     return qmodel, train(qmodel, data, args.epochs, args.lr, seed)

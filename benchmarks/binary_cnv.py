@@ -1,0 +1,141 @@
+"""Binary and low-bit CNV on real 8x8 digits: this package's QAT against Brevitas' own bnn_pynq CNV.
+
+Data: scikit-learn's 1,797 real 8x8 digits (``quark.torch.examples.digits.load(seed=0)``: 1,438
+training and 359 held-out digits, the same split for every run), pixels in [0, 1], each pixel
+repeated 4x4 (nearest upsampling) to the 32x32 that CNV's geometry needs: six unpadded 3x3
+convolutions and two 2x2 max pools take 32 to 1.
+
+Both networks are CNV-shaped at a quarter of bnn_pynq's widths (``WIDTH_DIVISOR``; the full CNV,
+64-64-128-128-256-256 channels, takes about 16 times the compute, minutes per epoch on two cores):
+convolutions 16-16, pool, 32-32, pool, 64-64, then fully connected 128-128-10. For each seed and
+each of W1A1, W1A2, W2A2:
+
+- ours: the float network (Conv2d without bias, BatchNorm2d, ReLU; Linear, BatchNorm1d, ReLU; the
+  last Linear plain) trained in float for ``--float-epochs``, then quantized with
+  ``presets.finn(weight_bits, act_bits, input_bits=8)`` (graph mode, as ``binary_tfc.py``) and
+  trained for ``--epochs``;
+- bnn_pynq: Brevitas' ``brevitas_examples.bnn_pynq.models.CNV.CNV`` (its own quantizers, 8-bit
+  input, TensorNorm at the end, weights clipped to [-1, 1] after every step as its trainer does)
+  built with its channel and feature constants divided by ``WIDTH_DIVISOR``, one input channel,
+  trained for ``--epochs`` from its own initialisation.
+
+The loop is ``binary_tfc.train`` (Adam at a constant ``--lr``, cross-entropy, batches of 100 in the
+same seeded order, held-out accuracy after every epoch). Every seed is printed.
+
+    .venv/bin/python benchmarks/binary_cnv.py [--seeds 0 1 2] [--epochs 10] [--float-epochs 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from unittest import mock
+
+import torch
+from binary_tfc import WIDTHS, ours, train
+from torch import nn
+
+from quark.torch.examples import digits
+
+WIDTH_DIVISOR = 4
+UPSAMPLE = 4  # 8x8 -> 32x32
+
+
+def digits_32(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The digits split, images 1x32x32 (each pixel repeated 4x4), labels."""
+    data = digits.load(seed=seed)
+
+    def images(x: torch.Tensor) -> torch.Tensor:
+        return x.repeat_interleave(UPSAMPLE, dim=2).repeat_interleave(UPSAMPLE, dim=3)
+
+    (x_train, y_train), (x_test, y_test) = data.train.tensors, data.test.tensors
+    return images(x_train), y_train, images(x_test), y_test
+
+
+def _cnv_constants():
+    from brevitas_examples.bnn_pynq.models import CNV
+
+    return {
+        "CNV_OUT_CH_POOL": [(c // WIDTH_DIVISOR, pool) for c, pool in CNV.CNV_OUT_CH_POOL],
+        "INTERMEDIATE_FC_FEATURES": [(i // WIDTH_DIVISOR, o // WIDTH_DIVISOR) for i, o in CNV.INTERMEDIATE_FC_FEATURES],
+        "LAST_FC_IN_FEATURES": CNV.LAST_FC_IN_FEATURES // WIDTH_DIVISOR,
+    }
+
+
+def float_cnv() -> nn.Module:
+    """bnn_pynq's CNV layout (divided widths) as a float network with ReLU."""
+    constants = _cnv_constants()
+    layers: list[nn.Module] = []
+    channels = 1
+    for out_channels, pool in constants["CNV_OUT_CH_POOL"]:
+        layers += [nn.Conv2d(channels, out_channels, 3, bias=False), nn.BatchNorm2d(out_channels), nn.ReLU()]
+        if pool:
+            layers.append(nn.MaxPool2d(2))
+        channels = out_channels
+    layers.append(nn.Flatten())
+    for in_features, out_features in constants["INTERMEDIATE_FC_FEATURES"]:
+        layers += [nn.Linear(in_features, out_features, bias=False), nn.BatchNorm1d(out_features), nn.ReLU()]
+    layers.append(nn.Linear(constants["LAST_FC_IN_FEATURES"], 10))
+    return nn.Sequential(*layers)
+
+
+def bnn_pynq_cnv(weight_bits: int, act_bits: int) -> nn.Module:
+    from brevitas_examples.bnn_pynq.models import CNV
+
+    with mock.patch.multiple(CNV, **_cnv_constants()):  # read by CNV.__init__ only
+        return CNV.CNV(num_classes=10, weight_bit_width=weight_bits, act_bit_width=act_bits, in_bit_width=8, in_ch=1)
+
+
+def run(args) -> None:
+    data = digits_32()
+    rows: list[tuple[str, int, list[float]]] = []
+    started = time.perf_counter()
+    for seed in args.seeds:
+        torch.manual_seed(seed)
+        float_model = float_cnv()
+        rows.append(("float (pre-training)", seed, train(float_model, data, args.float_epochs, args.float_lr, seed)))
+        for label, (w, a) in WIDTHS.items():
+            rows.append((f"ours {label}", seed, ours(float_model, w, a, data, args, seed)[1]))
+            torch.manual_seed(seed)
+            rows.append((f"bnn_pynq {label}", seed, train(bnn_pynq_cnv(w, a), data, args.epochs, args.lr, seed)))
+    elapsed = time.perf_counter() - started
+    print(
+        f"CNV / {WIDTH_DIVISOR} on scikit-learn digits repeated to 32x32 ({len(data[0])} train / {len(data[2])} held out); "
+        f"Adam lr {args.lr:g} constant, batch 100, {args.epochs} quantized epochs; ours after {args.float_epochs} float "
+        f"epochs (lr {args.float_lr:g}); TQT: {args.tqt or 'off'}; weights: "
+        f"{'per channel, scales from the weights' if args.per_channel_weights else 'per tensor'}; "
+        f"{torch.get_num_threads()} thread(s); {elapsed:.0f} s"
+    )
+    epochs = max(len(h) for _, _, h in rows)
+    print(f"{'network':<22}{'seed':>5} " + "".join(f"{'e' + str(i + 1):>7}" for i in range(epochs)) + f"{'best':>8}")
+    for label in dict.fromkeys(r[0] for r in rows):
+        for name, seed, history in rows:
+            if name == label:
+                print(f"{name:<22}{seed:>5} " + "".join(f"{acc:>7.1f}" for acc in history) + f"{max(history):>8.1f}")
+    print("final accuracy per seed (ours - bnn_pynq):")
+    for label in WIDTHS:
+        pairs = [
+            (next(h for n, s, h in rows if n == f"ours {label}" and s == seed)[-1],
+             next(h for n, s, h in rows if n == f"bnn_pynq {label}" and s == seed)[-1])
+            for seed in args.seeds
+        ]  # fmt: skip
+        print(f"  {label}: " + ", ".join(f"{o:.1f} vs {b:.1f} ({o - b:+.1f})" for o, b in pairs))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--epochs", type=int, default=10, help="quantized training epochs (both networks)")
+    parser.add_argument("--float-epochs", type=int, default=10, help="float pre-training epochs of ours")
+    parser.add_argument("--lr", type=float, default=1e-2, help="Adam's learning rate for the quantized training")
+    parser.add_argument("--float-lr", type=float, default=1e-3)
+    parser.add_argument("--tqt", choices=["_3SD", "_LL_J"], default="_3SD", help="TQT threshold init ('' to turn off)")
+    parser.add_argument(
+        "--per-channel-weights", action="store_true",
+        help="ours: int2 / int4 weights with per-output-channel scales from the weights (presets.finn's option) "
+        "instead of TQT-trained per-tensor thresholds",
+    )  # fmt: skip
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    run(args)
