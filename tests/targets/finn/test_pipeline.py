@@ -3,6 +3,8 @@ and Streamline with the outputs of the QONNX graph (which equals torch), on real
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import onnx
 import pytest
@@ -272,6 +274,9 @@ def test_transposes_past_eltwise_in_one_sweep_rewrite_as_finns_pass():
     model = model.transform(InferShapes())
     inputs = {f"x{b}": rng.normal(size=(1, 3, 4, 4)).astype(np.float32) for b in range(2)}
     expected = execute_onnx(model, inputs)
+    one_call, changed = transposes_past_eltwise_in_one_sweep().apply(copy.deepcopy(model))
+    assert changed and [n.op_type for n in one_call.graph.node].count("Transpose") == 2
+    assert all(one_call.find_direct_successors(n) is None for n in one_call.get_nodes_by_op_type("Transpose"))
     ours = model.transform(transposes_past_eltwise_in_one_sweep())
     finns = model.transform(MoveTransposePastEltwise())
     assert [n.op_type for n in ours.graph.node][-1] == "Transpose"  # something moved
@@ -280,3 +285,51 @@ def test_transposes_past_eltwise_in_one_sweep_rewrite_as_finns_pass():
                if finns.get_initializer(t) is not None)
     got = execute_onnx(ours, inputs)
     assert all(np.allclose(got[k], v, rtol=1e-6) for k, v in expected.items())
+
+
+def test_quant_weights_folded_in_one_sweep_as_finns_pass_folds_them():
+    """Constant quantizers before MatMul / Add (scaled: FINN moves the scale behind them) and one of
+    unit scale, folded in one call: the nodes, integer weights and datatypes FINN's
+    ``FoldQuantWeights`` leaves, and the same function."""
+    from finn.transformation.qonnx.fold_quant_weights import FoldQuantWeights
+    from onnx import TensorProto, helper
+    from qonnx.core.modelwrapper import ModelWrapper
+    from qonnx.core.onnx_exec import execute_onnx
+    from qonnx.transformation.infer_datatypes import InferDataTypes
+    from qonnx.transformation.infer_shapes import InferShapes
+
+    from quark.torch.extensions.brevitas._backend.targets.finn.passes import fold_quant_weights_in_one_sweep
+
+    rng = np.random.default_rng(0)
+    nodes, prev, constants = [], "x", {}
+    for k, (op, scale) in enumerate([("MatMul", 0.05), ("Add", 0.25), ("MatMul", 1.0), ("MatMul", 0.125)]):
+        shape = (4, 4) if op == "MatMul" else (1, 4)
+        constants.update({f"w{k}": rng.normal(size=shape) * 4 * scale, f"s{k}": scale, f"z{k}": 0.0, f"b{k}": 4.0})
+        quant = helper.make_node("Quant", [f"w{k}", f"s{k}", f"z{k}", f"b{k}"], [f"q{k}"], domain="qonnx.custom_op.general",
+                                 signed=1, narrow=0, rounding_mode="ROUND")  # fmt: skip
+        nodes += [quant, helper.make_node(op, [prev, f"q{k}"], [f"y{k}"])]
+        prev = f"y{k}"
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [2, 4])],
+    )  # fmt: skip
+    model = ModelWrapper(helper.make_model(graph))
+    for name, value in constants.items():
+        model.set_initializer(name, np.asarray(value, dtype=np.float32))
+    model = model.transform(InferShapes()).transform(InferDataTypes())
+    x = {"x": rng.normal(size=(2, 4)).astype(np.float32)}
+    expected = execute_onnx(model, x)[prev]
+    one_call, changed = fold_quant_weights_in_one_sweep().apply(copy.deepcopy(model))
+    assert changed and not one_call.get_nodes_by_op_type("Quant")  # FINN's pass: one per call
+    ours = model.transform(fold_quant_weights_in_one_sweep())
+    finns = model.transform(FoldQuantWeights())
+    assert not ours.get_nodes_by_op_type("Quant") and len(ours.get_nodes_by_op_type("Mul")) == 3  # folded, scales moved
+    assert [n.op_type for n in ours.graph.node] == [n.op_type for n in finns.graph.node]
+    for mine, theirs in zip(ours.graph.node, finns.graph.node, strict=True):  # FINN names new tensors at random
+        for a, b in zip(mine.input, theirs.input, strict=True):
+            value = finns.get_initializer(b)
+            assert (ours.get_initializer(a) is None) == (value is None)
+            if value is not None:
+                assert np.array_equal(ours.get_initializer(a), value)
+                assert ours.get_tensor_datatype(a) == finns.get_tensor_datatype(b)
+    assert np.allclose(execute_onnx(ours, x)[prev], expected, rtol=1e-5, atol=1e-6)

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
@@ -62,13 +63,17 @@ def _tidy(model):
 
 def _to_finn(model):
     """FINN's ``step_qonnx_to_finn``: Quant nodes become MultiThreshold nodes and integer weights."""
-    from finn.transformation.qonnx.convert_qonnx_to_finn import ConvertQONNXtoFINN
+    from finn.transformation.qonnx import convert_qonnx_to_finn
     from finn.transformation.qonnx.quant_act_to_multithreshold import default_filter_function_generator
 
-    convert = ConvertQONNXtoFINN(
+    from quark.torch.extensions.brevitas._backend.targets.finn.passes import fold_quant_weights_in_one_sweep
+
+    convert = convert_qonnx_to_finn.ConvertQONNXtoFINN(
         filter_function=default_filter_function_generator(max_multithreshold_bit_width=MAX_THRESHOLD_BITS)
     )
-    return _tidy(run_transform(model, convert))
+    # FINN's step as it is, with its weight folding done in one sweep (the same graph)
+    with mock.patch.object(convert_qonnx_to_finn, "FoldQuantWeights", fold_quant_weights_in_one_sweep):
+        return _tidy(run_transform(model, convert))
 
 
 def _absorb_clips(model):
