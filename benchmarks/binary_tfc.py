@@ -118,7 +118,8 @@ def train(model: nn.Module, data, epochs: int, lr: float, seed: int) -> list[flo
 
 
 def ours(float_model: nn.Module, weight_bits: int, act_bits: int, data, args, seed: int) -> tuple[nn.Module, list[float]]:
-    qat_spec = TQTSpec(TQTThresholdInitMeth[args.tqt]) if args.tqt else None
+    fold = not getattr(args, "batch_norm_float", False)  # binary_cnv.py's option
+    qat_spec = TQTSpec(TQTThresholdInitMeth[args.tqt], fold_batch_norm=fold) if args.tqt else None
     config = presets.finn(
         weight_bits=weight_bits, act_bits=act_bits, input_bits=8, qat_spec=qat_spec,
         per_channel_weights=getattr(args, "per_channel_weights", False),

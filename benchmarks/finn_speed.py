@@ -56,20 +56,18 @@ Seconds = tuple[float, float]  # (wall, process CPU)
 
 def _prepare(path: str):
     """The FINN pipeline's ``prepare`` without its reference run: the checked load, module tags,
-    cleanup, batch 1, shapes, datatypes."""
+    cleanup, batch 1, shapes, datatypes (``pipeline.batch_one``: a value_info for every initializer,
+    without which ``ConvertQONNXtoFINN`` on a vision network fails in FINN's renaming)."""
     from qonnx.core.modelwrapper import ModelWrapper
-    from qonnx.transformation.change_batchsize import ChangeBatchSize
-    from qonnx.transformation.infer_datatypes import InferDataTypes
-    from qonnx.transformation.infer_shapes import InferShapes
     from qonnx.util.cleanup import cleanup_model
 
     from quark.torch.extensions.brevitas._backend.export.safe_graph import load_checked
     from quark.torch.extensions.brevitas._backend.targets.finn.origins import tag_origins
+    from quark.torch.extensions.brevitas._backend.targets.finn.pipeline import batch_one
 
     model = ModelWrapper(load_checked(path))
     tag_origins(model)
-    model = cleanup_model(model)
-    return model.transform(ChangeBatchSize(1)).transform(InferShapes()).transform(InferDataTypes())
+    return batch_one(cleanup_model(model))
 
 
 def stages(work_dir: str) -> list[tuple[str, Callable]]:
