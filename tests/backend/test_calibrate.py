@@ -165,3 +165,23 @@ def test_a_weight_changed_in_place_is_quantized_again():
     weight.mul_(2)
     assert cached(weight[:]) == 6 and len(seen) == 2
     assert cached(torch.ones(3)) == 3 and len(seen) == 3
+
+
+def test_calibration_puts_back_the_quantizers_forward_even_after_an_error():
+    """The weight cache lives only inside calibration: afterwards each quantizer's ``forward`` is what it
+    was (a wrapper set on the instance before survives), also when a batch fails."""
+    from quark.torch.extensions.brevitas._backend.calibrate import weights_quantized_once
+
+    torch.manual_seed(20)
+    with pytest.warns(UncalibratedModelWarning):
+        qm = quantize(layer_config(weight=spec("int8", True), output_tensors=spec("int8", True)), nn.Sequential(nn.Linear(32, 16)))
+    proxy = qm[0].weight_quant
+    assert "forward" not in vars(proxy)
+    with pytest.raises(ValueError, match="raised RuntimeError"):
+        calibrate(qm, [torch.randn(4, 7)])  # the wrong width: the layer raises
+    assert "forward" not in vars(proxy)
+    wrapper = proxy.forward
+    proxy.forward = wrapper  # another library's wrapper on the instance
+    with weights_quantized_once(qm), weights_quantized_once(qm):  # nested too
+        assert vars(proxy)["forward"] is not wrapper
+    assert vars(proxy)["forward"] is wrapper

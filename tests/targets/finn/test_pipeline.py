@@ -333,3 +333,38 @@ def test_quant_weights_folded_in_one_sweep_as_finns_pass_folds_them():
                 assert np.array_equal(ours.get_initializer(a), value)
                 assert ours.get_tensor_datatype(a) == finns.get_tensor_datatype(b)
     assert np.allclose(execute_onnx(ours, x)[prev], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_quant_weights_folded_in_one_sweep_through_a_debug_marker_as_finns_pass():
+    """FINN's pass removes a DebugMarker behind a weight quantizer by rebuilding the model (a deep copy
+    through ``ModelWrapper.transform``): the sweep goes on with that model and ends where FINN's does."""
+    from finn.transformation.qonnx.fold_quant_weights import FoldQuantWeights
+    from onnx import TensorProto, helper
+    from qonnx.core.modelwrapper import ModelWrapper
+    from qonnx.core.onnx_exec import execute_onnx
+    from qonnx.transformation.infer_shapes import InferShapes
+
+    from quark.torch.extensions.brevitas._backend.targets.finn.passes import fold_quant_weights_in_one_sweep
+
+    nodes = [
+        helper.make_node("Quant", ["w", "s", "z", "b"], ["q"], domain="qonnx.custom_op.general", signed=1, narrow=0,
+                         rounding_mode="ROUND"),
+        helper.make_node("DebugMarker", ["q"], ["qd"], domain="qonnx.custom_op.general", export_debug_name="dbg"),
+        helper.make_node("Transpose", ["qd"], ["qt"], perm=[1, 0]),
+        helper.make_node("MatMul", ["x", "qt"], ["y"]),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )  # fmt: skip
+    model = ModelWrapper(helper.make_model(graph))
+    rng = np.random.default_rng(0)
+    for name, value in {"w": rng.normal(size=(3, 4)), "s": 0.25, "z": 0.0, "b": 4.0}.items():
+        model.set_initializer(name, np.asarray(value, dtype=np.float32))
+    model = model.transform(InferShapes())
+    x = {"x": rng.normal(size=(2, 4)).astype(np.float32)}
+    ours = model.transform(fold_quant_weights_in_one_sweep())
+    finns = model.transform(FoldQuantWeights())
+    assert [n.op_type for n in ours.graph.node] == [n.op_type for n in finns.graph.node] == ["MatMul", "Mul"]
+    assert "transform" not in vars(ours) and "make_empty_exec_context" not in vars(ours)
+    assert np.allclose(execute_onnx(ours, x)["y"], execute_onnx(model, x)["y"], rtol=1e-5, atol=1e-6)

@@ -182,16 +182,23 @@ def weights_quantized_once(model: nn.Module) -> Iterator[None]:
     """Within the block, each weight quantizer returns its last output again for the same, unchanged
     weight tensor (same storage, shape, strides and version counter) instead of quantizing it again:
     calibration runs every batch through the same weights. A weight computed anew each call (a folded
-    batch norm's) misses the cache and is quantized as before. Measured on transformers' ResNet (PTQ
-    benchmark, 8 batches): weight quantization was 55 % of the calibration forward passes."""
+    batch norm's) misses the cache and is quantized as before; a weight rewritten through ``.data``
+    inside the block (which bumps no version counter) would not, and nothing here does that.
+    Measured on transformers' ResNet (PTQ benchmark, 8 batches): weight quantization was 55 % of the
+    calibration forward passes. A ``forward`` set on a quantizer instance before (another wrapper)
+    is wrapped, and put back after."""
     proxies = [m for m in model.modules() if isinstance(m, WeightQuantProxyFromInjectorBase) and m.is_quant_enabled]
+    previous = [vars(proxy).get("forward") for proxy in proxies]
     for proxy in proxies:
         proxy.forward = _quantize_once(proxy.forward)
     try:
         yield
     finally:
-        for proxy in proxies:
-            del proxy.forward
+        for proxy, forward in zip(proxies, previous, strict=True):
+            if forward is None:
+                del proxy.forward
+            else:
+                proxy.forward = forward
 
 
 def _quantize_once(forward: Any) -> Any:

@@ -235,7 +235,7 @@ def in_one_sweep(apply, model):
     ``make_empty_exec_context`` allocates every tensor of the graph). A pass that returns another
     model than it was given (a rewrite through ``ModelWrapper.transform``) ends the sweep there:
     the caller's loop calls it again, as it calls FINN's pass."""
-    changed_any = False
+    changed_any, result = False, model
     model.transform = lambda transformation, *args, **kwargs: (
         model if isinstance(transformation, InferShapes) else type(model).transform(model, transformation, *args, **kwargs)
     )
@@ -247,7 +247,9 @@ def in_one_sweep(apply, model):
             if not changed or result is not model:
                 break
     finally:
-        del model.transform, model.make_empty_exec_context
+        for wrapper in (model, result):  # a deep copy made through transform carries the stubs too
+            for stub in ("transform", "make_empty_exec_context"):
+                vars(wrapper).pop(stub, None)
     return result.transform(InferShapes()), changed_any
 
 
