@@ -165,6 +165,9 @@ def test_a_weight_changed_in_place_is_quantized_again():
     weight.mul_(2)
     assert cached(weight[:]) == 6 and len(seen) == 2
     assert cached(torch.ones(3)) == 3 and len(seen) == 3
+    with torch.inference_mode():
+        frozen = torch.ones(3)  # an inference tensor: no version counter to key on, quantized every call
+    assert cached(frozen) == 3 and cached(frozen) == 3 and len(seen) == 5
 
 
 def test_calibration_puts_back_the_quantizers_forward_even_after_an_error():

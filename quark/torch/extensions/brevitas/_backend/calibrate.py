@@ -205,8 +205,8 @@ def _quantize_once(forward: Any) -> Any:
     last: list[Any] = [None, None, None]  # key, output, the weight (held: its storage cannot be reused)
 
     def cached(weight: torch.Tensor, *args: Any) -> Any:
-        if args:  # a quantizer that reads its layer's input too (accumulator-aware ones)
-            return forward(weight, *args)
+        if args or weight.is_inference():  # one that reads its layer's input too (accumulator-aware ones);
+            return forward(weight, *args)  # an inference tensor has no version counter
         key = (weight.data_ptr(), weight.shape, weight.stride(), weight._version, weight.dtype, weight.device)
         if last[0] != key:
             last[:] = key, forward(weight), weight
