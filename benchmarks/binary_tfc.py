@@ -132,7 +132,12 @@ def ours(float_model: nn.Module, weight_bits: int, act_bits: int, data, args, se
     )  # fmt: skip
     calib = [data[0][i : i + BATCH] for i in range(0, 1000, BATCH)]
     qmodel = ModelQuantizer(config).quantize_model(copy.deepcopy(float_model), calib, progress=False)
-    return qmodel, train(qmodel, data, args.epochs, args.lr, seed)
+    return qmodel, train(qmodel, data, args.epochs, qat_lr(args), seed)
+
+
+def qat_lr(args) -> float:
+    """Ours' learning rate for the quantized training: binary_cnv.py's ``--qat-lr``, else ``--lr``."""
+    return getattr(args, "qat_lr", None) or args.lr
 
 
 def finn_check(model: nn.Module, x_test: torch.Tensor, directory: str) -> str:
@@ -158,12 +163,17 @@ def finn_check(model: nn.Module, x_test: torch.Tensor, directory: str) -> str:
 
 def train_all(data, args, float_network, bnn_pynq_network, widths, after_ours=None) -> list[tuple[str, int, list[float]]]:
     """Per seed: the float network pre-trained, then ours and bnn_pynq at each width, each with its
-    held-out accuracy per epoch; ``after_ours(label, seed, qmodel)`` sees each quantized model."""
+    held-out accuracy per epoch; ``after_ours(label, seed, qmodel)`` sees each quantized model.
+    With ``args.float_control`` (binary_cnv.py's option) the pre-trained float network is also
+    trained on, unquantized, by the loop and learning rate ours' quantized training gets."""
     rows: list[tuple[str, int, list[float]]] = []
     for seed in args.seeds:
         torch.manual_seed(seed)
         float_model = float_network()
         rows.append(("float (pre-training)", seed, train(float_model, data, args.float_epochs, args.float_lr, seed)))
+        if getattr(args, "float_control", False):
+            control = copy.deepcopy(float_model)
+            rows.append(("float (trained on)", seed, train(control, data, args.epochs, qat_lr(args), seed)))
         for label in widths:
             w, a = WIDTHS[label]
             qmodel, history = ours(float_model, w, a, data, args, seed)
