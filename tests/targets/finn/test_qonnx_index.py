@@ -6,7 +6,9 @@ torchvision's SqueezeNet), and the FINN pipeline and the QONNX verification runn
 
 from __future__ import annotations
 
+import copy
 import importlib.util
+import math
 import random
 import threading
 import warnings
@@ -613,3 +615,97 @@ def test_remove_identity_ops_in_one_sweep_gives_qonnxs_graph():
     assert [n.name for n in ours.graph.node] == [n.name for n in theirs.graph.node] == ["relu", "add_one", "mul_two", "join"]
     assert ours.model.SerializeToString() == theirs.model.SerializeToString()
     np.testing.assert_array_equal(execute_onnx(ours, x)["y"], execute_onnx(model, x)["y"])
+
+
+def _shape_values_graph() -> ModelWrapper:
+    """Shapes that depend on initializer values (Reshape, Slice, Pad, Tile, Expand, Resize, Range,
+    ConstantOfShape) beside weights larger than ``SHAPE_VALUES_MAX`` (a MatMul, a Conv) and a qonnx
+    custom op (MultiThreshold), every value_info left to inference."""
+    f = TensorProto.FLOAT
+    big = qonnx_index.SHAPE_VALUES_MAX + 1
+
+    def init(name, value):
+        return onnx.numpy_helper.from_array(np.asarray(value), name)
+
+    nodes = [
+        oh.make_node("Conv", ["x", "conv_w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        oh.make_node("MultiThreshold", ["c", "thresholds"], ["t"], name="mt", domain="qonnx.custom_op.general"),
+        oh.make_node("Reshape", ["t", "shape"], ["r"], name="reshape"),
+        oh.make_node("MatMul", ["r", "fc_w"], ["m"], name="matmul"),
+        oh.make_node("Slice", ["m", "starts", "ends", "axes"], ["s"], name="slice"),
+        oh.make_node("Pad", ["s", "pads"], ["p"], name="pad"),
+        oh.make_node("Tile", ["p", "repeats"], ["tl"], name="tile"),
+        oh.make_node("Expand", ["tl", "expand"], ["e"], name="expand"),
+        oh.make_node("Unsqueeze", ["e", "axes_u"], ["u"], name="unsqueeze"),
+        oh.make_node("Resize", ["u", "", "scales"], ["y"], name="resize"),
+        oh.make_node("Range", ["start", "limit", "delta"], ["range"], name="range"),
+        oh.make_node("ConstantOfShape", ["shape_c"], ["filled"], name="constant_of_shape"),
+    ]
+    rng = np.random.default_rng(0)
+    graph = oh.make_graph(
+        nodes, "shape_values", [oh.make_tensor_value_info("x", f, [1, 8, 6, 6])],
+        [oh.make_tensor_value_info("y", f, None), oh.make_tensor_value_info("range", f, None),
+         oh.make_tensor_value_info("filled", f, None)],
+        initializer=[
+            init("conv_w", rng.normal(size=(big // 72 + 1, 8, 3, 3)).astype(np.float32)),
+            init("thresholds", np.zeros((big // 72 + 1, 3), np.float32)),
+            init("shape", np.array([1, -1], np.int64)),
+            init("fc_w", rng.normal(size=((big // 72 + 1) * 36, 40)).astype(np.float32)),
+            init("starts", np.array([3], np.int64)), init("ends", np.array([30], np.int64)),
+            init("axes", np.array([1], np.int64)), init("pads", np.array([0, 2, 0, 1], np.int64)),
+            init("repeats", np.array([2, 1], np.int64)), init("expand", np.array([3, 1, 1], np.int64)),
+            init("axes_u", np.array([0], np.int64)), init("scales", np.array([1, 1, 2, 0.5], np.float32)),
+            init("start", np.float32(1)), init("limit", np.float32(7)), init("delta", np.float32(2)),
+            init("shape_c", np.array([2, 5], np.int64)),
+        ],
+    )  # fmt: skip
+    return ModelWrapper(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)]))
+
+
+def test_infer_shapes_without_the_weights_gives_qonnxs_graph():
+    from qonnx.transformation.infer_shapes import InferShapes
+
+    model = _shape_values_graph()
+    assert max(math.prod(t.dims) for t in model.graph.initializer) > qonnx_index.SHAPE_VALUES_MAX
+    theirs = _seeded(model.transform, InferShapes())
+    with indexed_lookups():
+        assert InferShapes.apply.__wrapped__ is qonnx_index._infer_shapes
+        ours = _seeded(model.transform, InferShapes())
+    assert ours.model.SerializeToString() == theirs.model.SerializeToString()
+    assert ours.get_tensor_shape("y") == [1, 3, 4, 15] and ours.get_tensor_shape("range") == [3]
+    assert ours.get_tensor_shape("filled") == [2, 5] and ours.get_tensor_shape("t") == [1, 15, 6, 6]
+    assert [n.domain for n in ours.graph.node if n.op_type == "MultiThreshold"] == ["qonnx.custom_op.general"]  # restored
+    np.testing.assert_array_equal(ours.get_initializer("fc_w"), model.get_initializer("fc_w"))
+
+
+def test_give_unique_parameter_tensors_gives_qonnxs_graph():
+    """A weight shared by two nodes and twice by one (each repeat copied, its datatype with it), a
+    weight used once, a dynamic input: the same graph as qonnx's pass, converting only the repeats."""
+    from qonnx.core.datatype import DataType
+    from qonnx.transformation.general import GiveUniqueParameterTensors
+
+    f = TensorProto.FLOAT
+    nodes = [
+        oh.make_node("Mul", ["x", "w"], ["a"], name="first"),
+        oh.make_node("Mul", ["a", "w"], ["b"], name="second"),
+        oh.make_node("Add", ["w", "w"], ["ww"], name="twice"),
+        oh.make_node("Add", ["b", "ww"], ["c"], name="join"),
+        oh.make_node("Mul", ["c", "once"], ["y"], name="once"),
+    ]
+    graph = oh.make_graph(
+        nodes, "shared", [oh.make_tensor_value_info("x", f, [1, 4])], [oh.make_tensor_value_info("y", f, [1, 4])],
+        initializer=[
+            onnx.numpy_helper.from_array(np.arange(4, dtype=np.float32), "w"),
+            onnx.numpy_helper.from_array(np.full(4, 3, np.float32), "once"),
+        ],
+    )  # fmt: skip
+    model = ModelWrapper(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)]))
+    model.set_tensor_datatype("w", DataType["INT4"])
+    theirs = _seeded(GiveUniqueParameterTensors().apply, copy.deepcopy(model))[0]
+    with indexed_lookups():
+        assert GiveUniqueParameterTensors.apply.__wrapped__ is qonnx_index._give_unique_parameter_tensors
+        ours = _seeded(GiveUniqueParameterTensors().apply, copy.deepcopy(model))[0]
+    assert ours.model.SerializeToString() == theirs.model.SerializeToString()
+    renamed = [n.input for n in ours.graph.node][:3]
+    assert len({renamed[0][1], renamed[1][1], renamed[2][0], renamed[2][1]}) == 4  # four uses, four tensors
+    assert all(ours.get_tensor_datatype(name) == DataType["INT4"] for name in (renamed[1][1], *renamed[2]))
