@@ -709,3 +709,36 @@ def test_give_unique_parameter_tensors_gives_qonnxs_graph():
     renamed = [n.input for n in ours.graph.node][:3]
     assert len({renamed[0][1], renamed[1][1], renamed[2][0], renamed[2][1]}) == 4  # four uses, four tensors
     assert all(ours.get_tensor_datatype(name) == DataType["INT4"] for name in (renamed[1][1], *renamed[2]))
+
+
+def test_infer_shapes_keeps_the_values_of_integer_initializers_of_any_size():
+    """A shape input of more than ``SHAPE_VALUES_MAX`` values (absurd, but ONNX reads it): integer
+    initializers keep their data, so the output's shape is inferred as qonnx infers it."""
+    from qonnx.transformation.infer_shapes import InferShapes
+
+    rank = qonnx_index.SHAPE_VALUES_MAX + 1
+    graph = oh.make_graph(
+        [oh.make_node("ConstantOfShape", ["shape"], ["y"], name="fill")], "big_shape", [],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[onnx.numpy_helper.from_array(np.ones(rank, np.int64), "shape")],
+    )  # fmt: skip
+    model = ModelWrapper(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 13)]))
+    theirs = _seeded(model.transform, InferShapes())
+    with indexed_lookups():
+        ours = _seeded(model.transform, InferShapes())
+    assert ours.get_tensor_shape("y") == [1] * rank
+    assert ours.model.SerializeToString() == theirs.model.SerializeToString()
+
+
+def test_repeated_fields_are_recognized_with_and_without_is_repeated():
+    """protobuf before 6.31 has no ``FieldDescriptor.is_repeated``; its ``label`` says the same."""
+    node, name = (onnx.GraphProto.DESCRIPTOR.fields_by_name[f] for f in ("node", "name"))
+    assert qonnx_index._is_repeated(node) and not qonnx_index._is_repeated(name)
+
+    class OldField:  # the descriptor's attributes that protobuf 4.25 - 6.30 have
+        LABEL_REPEATED, LABEL_OPTIONAL = 3, 1
+
+        def __init__(self, label):
+            self.label = label
+
+    assert qonnx_index._is_repeated(OldField(3)) and not qonnx_index._is_repeated(OldField(1))

@@ -33,7 +33,8 @@ What it patches, while ``with indexed_lookups():`` is open (restored on exit, al
   dropped; ``transform`` runs its transformation in a region that trusts nothing;
 * the *regions*, the only places an index is used (``TRUSTS``): ``ModelWrapper``'s
   ``check_all_tensor_shapes_specified`` (run by every ``ModelWrapper(...)``, so by every
-  ``InferShapes``), ``InferShapes``' ``_hide_finn_ops``, the transformations ``transform`` runs after
+  ``InferShapes``), ``InferShapes``' ``_hide_finn_ops``, the replaced routines (``REPLACED``,
+  below, which trust no index themselves), the transformations ``transform`` runs after
   every transformation (``SortGraph``, ``SortCommutativeInputsInitializerLast``,
   ``GiveUniqueParameterTensors``, ``RemoveStaticGraphInputs``), ``InferDataTypes``,
   ``InferDataLayouts`` and the renaming passes (``GiveUniqueTensorNames``,
@@ -76,7 +77,10 @@ verification (``export/verify._run_qonnx``: qonnx's cleanup and shape inference)
 
 Thread-agnostic: the class patch is installed by the first ``indexed_lookups()`` of the process and
 removed by the last one to exit; indexes are used only in the thread that opened the context (other
-threads, and code outside regions, get qonnx's own methods' behaviour). Written against qonnx 1.0.0
+threads, and code outside regions, get qonnx's own lookups' behaviour; the replaced routines,
+``REPLACED``, run in every thread while the patch is installed, with qonnx's results; the replaced
+``InferShapes`` writes its result into the model it was given, where qonnx's returns a new one and
+leaves the given model with its custom ops hidden: ``transform`` deep-copies first, so no caller sees it). Written against qonnx 1.0.0
 (``qonnx/core/modelwrapper.py``; any other version patches nothing); the patched functions must
 keep their qonnx semantics, which the tests check answer by answer and graph by graph.
 """
@@ -811,10 +815,12 @@ def _give_unique_parameter_tensors(self, model):
 
 # -- InferShapes without copying the weights -------------------------------------------------------
 
-#: initializers of more elements than this go to ONNX's shape inference as name, type and dims only
-#: (a weight); the inputs whose values it reads (Reshape's shape, Slice's starts, Pad's pads, Resize's
-#: scales, Tile's repeats, Expand, ConstantOfShape, Range, TopK's K, ...) hold one value per axis
+#: floating-point initializers of more elements than this go to ONNX's shape inference as name, type
+#: and dims only (a weight); the inputs whose values it reads (Reshape's shape, Slice's starts, Pad's
+#: pads, Resize's scales, Tile's repeats, Expand, ConstantOfShape, Range, TopK's K, ...) hold one value
+#: per axis, and all but Resize's scales and Range's bounds are integers, which always keep their data
 SHAPE_VALUES_MAX = 1024
+_WEIGHT_TYPES = frozenset({1, 10, 11, 16})  # TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
 
 
 def _infer_shapes(self, model):
@@ -826,7 +832,7 @@ def _infer_shapes(self, model):
     weight for shapes that depend on the weights' dims only. FINN's streamlining infers shapes about
     250 times on EfficientNet-Lite0 (its depthwise weights expanded dense, 221 MB): 126 of its
     218 s, 63 s of it serializing and parsing. Here inference gets a copy whose large initializers
-    (``SHAPE_VALUES_MAX``) keep their name, type and dims only, and every field it returns but the
+    (floating point, over ``SHAPE_VALUES_MAX`` elements) keep their name, type and dims only, and every field it returns but the
     initializers is written back into the model (0.97 s -> 0.10 s a call on that graph, the same
     bytes); qonnx's custom ops are hidden and restored around it as qonnx does."""
     import onnx
@@ -840,7 +846,7 @@ def _infer_shapes(self, model):
     _copy_fields(proto, light, skip="graph")
     _copy_fields(proto.graph, light.graph, skip="initializer")
     for tensor in proto.graph.initializer:
-        if math.prod(tensor.dims) <= SHAPE_VALUES_MAX:
+        if tensor.data_type not in _WEIGHT_TYPES or math.prod(tensor.dims) <= SHAPE_VALUES_MAX:
             light.graph.initializer.add().CopyFrom(tensor)
         else:
             light.graph.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
@@ -862,12 +868,18 @@ def _copy_fields(source, target, skip: str, clear: bool = False) -> None:
     for field, value in source.ListFields():
         if field.name == skip:
             continue
-        if field.is_repeated:
+        if _is_repeated(field):
             getattr(target, field.name).extend(value)
         elif field.message_type is not None:
             getattr(target, field.name).CopyFrom(value)
         else:
             setattr(target, field.name, value)
+
+
+def _is_repeated(field) -> bool:
+    """Whether a protobuf field is repeated (``is_repeated`` from protobuf 6.31, ``label`` before)."""
+    repeated = getattr(field, "is_repeated", None)
+    return field.label == field.LABEL_REPEATED if repeated is None else repeated
 
 
 #: audited qonnx routines replaced by linear-time ones with the same results (the regions run them)
