@@ -40,12 +40,11 @@ defaults), stays at chance (``logs/binary_cnv.txt``, docs/qat.md).
 
 from __future__ import annotations
 
-import argparse
 import time
 from unittest import mock
 
 import torch
-from binary_tfc import BINARY_WIDTHS, WIDTHS, print_table, qat_lr, train_all
+from binary_tfc import BINARY_WIDTHS, WIDTHS, print_table, qat_lr, train_all, training_arguments
 from torch import nn
 
 from quark.torch.examples import digits
@@ -118,12 +117,7 @@ def run(args) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--epochs", type=int, default=10, help="quantized training epochs (both networks)")
-    parser.add_argument("--float-epochs", type=int, default=10, help="float pre-training epochs of ours")
-    parser.add_argument("--lr", type=float, default=1e-2, help="Adam's learning rate for the quantized training")
-    parser.add_argument("--float-lr", type=float, default=1e-3)
+    parser = training_arguments(__doc__.splitlines()[0])
     parser.add_argument(
         "--qat-lr", type=float, default=1e-3,
         help="ours' learning rate for the quantized training, which starts from the trained float network "
@@ -133,7 +127,6 @@ if __name__ == "__main__":
         "--float-control", action="store_true",
         help="also train the pre-trained float network on, unquantized, at ours' learning rate (a control row)",
     )  # fmt: skip
-    parser.add_argument("--tqt", choices=["_3SD", "_LL_J"], default="_3SD", help="TQT threshold init ('' to turn off)")
     parser.add_argument(
         "--per-channel-weights", action="store_true",
         help="ours: int2 / int4 weights with per-output-channel scales from the weights (presets.finn's option) "

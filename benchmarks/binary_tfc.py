@@ -222,13 +222,22 @@ def run(args) -> None:
         print(line)
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def training_arguments(description: str) -> argparse.ArgumentParser:
+    """The options of ``train_all`` that both binary benchmarks take."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--epochs", type=int, default=10, help="quantized training epochs (both networks)")
     parser.add_argument("--float-epochs", type=int, default=10, help="float pre-training epochs of ours")
-    parser.add_argument("--lr", type=float, default=1e-2, help="Adam's learning rate for the quantized training")
+    parser.add_argument(
+        "--lr", type=float, default=1e-2,
+        help="Adam's learning rate for the quantized training (bnn_pynq's; ours' too unless --qat-lr is given)",
+    )  # fmt: skip
     parser.add_argument("--float-lr", type=float, default=1e-3)
     parser.add_argument("--tqt", choices=["_3SD", "_LL_J"], default="_3SD", help="TQT threshold init ('' to turn off)")
+    return parser
+
+
+if __name__ == "__main__":
+    parser = training_arguments(__doc__.splitlines()[0])
     parser.add_argument("--finn", default=None, help="a directory: FINN's dataflow of the seed-0 W1A1 network there")
     run(parser.parse_args())

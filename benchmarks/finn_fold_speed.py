@@ -79,10 +79,12 @@ def bench(name: str, repeats: int) -> str:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--networks", nargs="+", default=["resnet18", "densenet121"])
-    parser.add_argument("--repeats", type=int, default=2)
+def main(bench=bench, doc: str = __doc__, networks=("resnet18", "densenet121"), repeats: int = 2) -> None:
+    """``--networks`` and ``--repeats``, then ``bench(name, repeats)``'s line per network, one thread,
+    warnings off (``finn_streamline_speed.py`` runs its own ``bench`` through this too)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--networks", nargs="+", default=list(networks))
+    parser.add_argument("--repeats", type=int, default=repeats)
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     logging.disable(logging.WARNING)

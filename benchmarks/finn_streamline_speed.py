@@ -16,17 +16,13 @@ Needs finn-plus, torchvision and timm (``pip install --no-deps torchvision timm`
 
 from __future__ import annotations
 
-import argparse
-import logging
 import random
 import tempfile
 import time
-import warnings
 from unittest import mock
 
 import numpy as np
-import torch
-from finn_fold_speed import export
+from finn_fold_speed import export, main
 
 #: the replacements this benchmark takes out for qonnx's own
 COMPARED = ("InferShapes.apply", "GiveUniqueParameterTensors.apply")
@@ -65,17 +61,5 @@ def bench(name: str, repeats: int) -> str:
     return f"{name}: streamlining {times}; graphs byte-identical {same}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--networks", nargs="+", default=["efficientnet_lite0"])
-    parser.add_argument("--repeats", type=int, default=1)
-    args = parser.parse_args()
-    warnings.simplefilter("ignore")
-    logging.disable(logging.WARNING)
-    torch.set_num_threads(1)
-    for name in args.networks:
-        print(bench(name, args.repeats), flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    main(bench, __doc__, networks=("efficientnet_lite0",), repeats=1)
