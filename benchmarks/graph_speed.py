@@ -13,17 +13,21 @@ start: no batch-norm op in the step); ``graph, bn float`` is graph mode with
 ``torch.ao fused``: PyTorch's own QAT on the same network (``prepare_qat_fx`` with the x86 default
 QAT qconfig: ``FusedMovingAvgObsFakeQuantize``, conv + batch norm + ReLU fused with batch statistics).
 
-QAT step: forward + cross-entropy + backward + SGD, the variants interleaved so that machine noise
-hits each alike; median time and ratio to float. Calibration: ``calibrate`` over the batches of a
-graph-mode model built with ``calibrate=False``, per batch, against a float forward pass (eval,
-no_grad) per batch. Goals (issue 9): graph QAT step <= 1.5x float, layerwise <= 1.25x at 2
-threads, graph calibration <= 3x a float forward pass per batch.
+QAT step: forward + cross-entropy + backward + SGD; the variants take turns in rounds of a few
+consecutive steps each (``qat_step_speed.step_times``), so that machine noise hits each alike;
+median time and ratio to float. Calibration: ``calibrate`` over the batches of a graph-mode model
+built with ``calibrate=False``, per batch, against a float forward pass (eval, no_grad) per batch.
+Goals (issue 23): QAT step <= 1.25x float in both modes and graph calibration <= 1.5x a float
+forward pass, at 2 threads.
 
-    OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/graph_speed.py [--steps 40] [--batches 16]
+    .venv/bin/python benchmarks/graph_speed.py [--steps 40] [--batches 16]
 
-On a shared machine set ``OMP_WAIT_POLICY=PASSIVE``: with OpenMP's default spinning, 2 threads
-competing with other processes for 2 cores made the float step 4-6x slower than at 1 thread
-(measured), which swamps every ratio.
+On an idle machine run it as it is (OpenMP's defaults, what a user gets). When other processes
+load the machine, set ``OMP_WAIT_POLICY=PASSIVE``: with OpenMP's default spinning, 2 threads
+competing with them for 2 cores made the float step 4-6x slower than at 1 thread (measured),
+which swamps every ratio; on an idle machine PASSIVE costs each parallel region a thread wake-up
+instead: one quantizer forward and backward at 2 threads measured 4.4x slower with it on a
+98K-element tensor, 1.5x on a 1M-element one.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).parent))
-from qat_step_speed import cnn, step_fn
+from qat_step_speed import cnn, step_fn, step_times
 
 from quark.torch.extensions.brevitas._backend.calibrate import calibrate
 from quark.torch.extensions.brevitas._backend.data import CalibrationData
@@ -74,19 +78,6 @@ def torch_ao_fused(model: nn.Module, x: torch.Tensor) -> nn.Module:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.ao's deprecation notices
         return prepare_qat_fx(model.train(), get_default_qat_qconfig_mapping("x86"), (x,))
-
-
-def step_times(variants: dict, steps: int) -> dict[str, float]:
-    for _ in range(5):  # warm-up
-        for step in variants.values():
-            step()
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(steps):
-        for name, step in variants.items():
-            start = time.perf_counter()
-            step()
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def calibration_times(model: nn.Module, data: list[torch.Tensor], repeats: int = 3) -> tuple[float, float]:
@@ -140,7 +131,7 @@ def measure(steps: int, batches: int, threads: tuple[int, ...] = (1, 2)) -> dict
 
 def main(steps: int, batches: int) -> None:
     result = measure(steps, batches)
-    print(f"6-conv CNN, batch 32, 3x32x32, W8A8 pof2 TQT; QAT: {steps} interleaved steps; calibration: {batches} batches")
+    print(f"6-conv CNN, batch 32, 3x32x32, W8A8 pof2 TQT; QAT: {steps} steps, variants in turns; calibration: {batches} batches")
     for threads, row in result["threads"].items():
         print(f"{threads} thread(s), QAT step: median ms and ratio to float")
         for name, med in row["step_median_s"].items():

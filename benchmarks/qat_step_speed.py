@@ -1,7 +1,7 @@
 """QAT training-step time: float vs this package (W8A8 per tensor, TQT) vs Brevitas' defaults.
 
 A 6-conv CNN (batch 32, 3x32x32 inputs); weights and the inputs of every compute layer
-quantized, 8 bits per tensor. Three variants are timed side by side, interleaved, in one run:
+quantized, 8 bits per tensor. Three variants are timed side by side, taking turns, in one run:
 
 - float: the plain PyTorch network;
 - quark TQT: ``ModelQuantizer`` with int8 power-of-two TQT thresholds on weights and inputs;
@@ -68,7 +68,7 @@ def step_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor):
 
 
 def measure(steps: int, threads: int) -> dict:
-    """Median step seconds per variant and its ratio to float, the variants interleaved."""
+    """Median step seconds per variant and its ratio to float, the variants taking turns."""
     torch.manual_seed(0)
     torch.set_num_threads(threads)
     x, y = torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,))
@@ -79,22 +79,34 @@ def measure(steps: int, threads: int) -> dict:
         "quark TQT W8A8": step_fn(quark_tqt(model, data), x, y),
         "brevitas layerwise W8A8": step_fn(brevitas_layerwise(model, data), x, y),
     }
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(5):  # warm-up
-        for step in variants.values():
-            step()
-    for _ in range(steps):  # interleaved, so that machine noise hits every variant alike
-        for name, step in variants.items():
-            start = time.perf_counter()
-            step()
-            times[name].append(time.perf_counter() - start)
-    base = statistics.median(times["float"])
+    medians = step_times(variants, steps)
     return {
         "steps": steps,
         "threads": threads,
-        "median_s": {name: statistics.median(values) for name, values in times.items()},
-        "ratio_to_float": {name: statistics.median(values) / base for name, values in times.items()},
+        "median_s": medians,
+        "ratio_to_float": {name: med / medians["float"] for name, med in medians.items()},
     }
+
+
+def step_times(variants: dict, steps: int, block: int = 5) -> dict[str, float]:
+    """Median seconds of each variant's step: rounds in which every variant runs ``block``
+    consecutive steps after an untimed one, so that machine noise hits every variant alike while
+    each is timed as a training loop runs it, one model after itself. Interleaving single steps
+    instead makes each step start on a heap shaped by another model's tensors: glibc hands memory
+    back and pages it in again, and a graph-mode QAT step measured 2,300-10,000 page faults that
+    way against 0-400 when repeated (``resource.getrusage``), which no training loop sees."""
+    for _ in range(3):  # warm-up
+        for step in variants.values():
+            step()
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(max(1, steps // block)):
+        for name, step in variants.items():
+            step()
+            for _ in range(block):
+                start = time.perf_counter()
+                step()
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def main(steps: int, threads: int) -> None:

@@ -21,10 +21,17 @@ import torch.nn.functional as F
 from _reference import tqt as R
 from brevitas.core.function_wrapper import RoundSte
 from brevitas.core.quant.int_base import IntQuant
+from brevitas.core.scaling.standalone import ParameterScaling
 from torch import nn
 
 from quark.torch.extensions.brevitas import config as X
-from quark.torch.extensions.brevitas._backend.quantizers import FusedPof2IntQuant
+from quark.torch.extensions.brevitas._backend.quantizers import (
+    FusedPof2IntQuant,
+    TQTParameterScaling,
+    _inside_any_device,
+    _inside_cpu,
+    _Pof2Grid,
+)
 from quark.torch.extensions.brevitas.api import ModelQuantizer
 from quark.torch.quantization.config.config import (
     Config,
@@ -253,9 +260,16 @@ def test_gradients_finite_and_nonzero_through_a_network():
 # -- the fused kernel -----------------------------------------------------------------------------
 
 
-def _int_quants(bits: int, signed: bool):
-    kw = {"narrow_range": False, "signed": signed, "input_view_impl": nn.Identity(), "float_to_int_impl": RoundSte()}
+def _int_quants(bits: int, signed: bool, narrow: bool = False):
+    kw = {"narrow_range": narrow, "signed": signed, "input_view_impl": nn.Identity(), "float_to_int_impl": RoundSte()}
     return IntQuant(**kw), FusedPof2IntQuant(**kw)
+
+
+def _as_stock_scaling(scaling: TQTParameterScaling) -> None:
+    """The same module run by Brevitas' own ``ParameterScaling.forward``."""
+    assert type(scaling) is TQTParameterScaling
+    scaling.__class__ = ParameterScaling
+    scaling.__dict__.pop("_fused", None)
 
 
 def _run(mod, x, s, up, bits):
@@ -266,12 +280,18 @@ def _run(mod, x, s, up, bits):
     return y.detach(), x.grad, s.grad
 
 
-@pytest.mark.parametrize("bits,signed", [(8, True), (4, True), (2, True), (8, False), (4, False), (2, False)])
+@pytest.mark.parametrize(
+    "bits,signed,narrow",
+    [(8, True, False), (4, True, False), (2, True, False), (8, False, False), (4, False, False), (2, False, False)]
+    + [(8, True, True), (3, True, True), (2, True, True), (1, True, False), (1, False, False), (3, False, False)],
+)
 @pytest.mark.parametrize("log2_scale", [-7, -2, 0, 3])
-def test_fused_matches_stock_intquant(bits, signed, log2_scale):
+def test_fused_matches_stock_intquant(bits, signed, narrow, log2_scale):
     """Outputs and input gradients bit-identical; the scale gradient bit-identical where every
-    partial sum is exact (dyadic inputs, integer upstream gradients), else within float32 error."""
-    stock, fused = _int_quants(bits, signed)
+    partial sum is exact (dyadic inputs, integer upstream gradients), else within float32 error.
+    The grids cover odd and even ends (narrow int8: qmin -127; int1: qmax 0), where a tie x/s =
+    qmin - 1/2 or qmax + 1/2 rounds onto the grid or off it."""
+    stock, fused = _int_quants(bits, signed, narrow)
     s = torch.tensor(2.0**log2_scale)
     g = torch.Generator().manual_seed(bits * 10 + log2_scale)
     # dyadic data: multiples of s/16 up to +-2^(b+1) s, ties included (k/16 = .5 happens)
@@ -286,6 +306,7 @@ def test_fused_matches_stock_intquant(bits, signed, log2_scale):
     a, b = _run(stock, x, s, up, bits), _run(fused, x, s, up, bits)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
     qmin, qmax = R.grid(bits, signed)
+    qmin += int(narrow)
     xs = x.double() / float(s)
     r = torch.round(xs)
     terms = up.double() * torch.where(r < qmin, float(qmin), torch.where(r > qmax, float(qmax), r - xs))
@@ -307,6 +328,49 @@ def test_fused_scale_gradient_is_at_least_as_accurate_as_the_stock_chain():
     assert errors[1] <= max(errors[0], 1e-6 * abs(exact))
 
 
+@pytest.mark.parametrize("qmin,qmax", [(-128, 127), (-127, 127), (0, 255), (-1, 0), (0, 1), (-4, 3)])
+def test_in_range_gradient_is_the_same_on_every_device_path(qmin, qmax):
+    """The CPU bounds (one hardtanh_backward) and the tensor bounds used on accelerators pass the
+    same gradient: x/s on every tie qmin - 1/2 ... qmax + 1/2 and beside it."""
+    grid, s = _Pof2Grid.of(qmin, qmax), torch.tensor([2.0**-3])
+    ticks = torch.arange(2 * qmin - 3, 2 * qmax + 4).float() / 2  # every half step, ties included
+    x = torch.cat([ticks, torch.nextafter(ticks, ticks + 1), torch.nextafter(ticks, ticks - 1)]) * s
+    g = torch.randn(x.shape, generator=torch.Generator().manual_seed(qmax))
+    expected = g * ((torch.round(x / s) >= qmin) & (torch.round(x / s) <= qmax))
+    assert torch.equal(_inside_cpu(g, x, s, grid), expected)
+    assert torch.equal(_inside_any_device(g, x, s, grid), expected)
+
+
+def test_wide_grids_take_brevitas_path():
+    """Past float32's significand (int24 and wider) qmin - 1/2 is no float32: Brevitas' chain runs."""
+    stock, fused = _int_quants(24, True)
+    x, s = torch.randn(100) * 1e6, torch.tensor(1.0)
+    a, b = _run(stock, x, s, torch.ones(100), 24), _run(fused, x, s, torch.ones(100), 24)
+    assert all(torch.equal(u, v) for u, v in zip(a, b))
+
+
+@pytest.mark.parametrize("flavour,label", [("main", "int8"), ("main", "uint4"), ("ext", "int2")])
+def test_tqt_scaling_matches_brevitas_chain(flavour, label):
+    """The fused TQT scale: value and threshold gradient bit-identical to Brevitas' nine-module
+    chain, across thresholds on and off a power of two, negative ones and one whose power of two
+    falls below Brevitas' minimum scale (1e-10)."""
+    layer = _quant_layer(flavour, label, label)
+    fused = layer.weight_quant.tensor_quant.scaling_impl
+    assert type(fused) is TQTParameterScaling and fused._fused[0]
+    stock = copy.deepcopy(fused)
+    _as_stock_scaling(stock)
+    threshold = layer.weight_quant.tensor_quant.int_scaling_impl(layer.weight_quant.bit_width())
+    for v in (-3.7, -3.0, -0.2, 0.0, 0.4, 2.0, 5.5, -40.0):
+        results = []
+        for scaling in (stock, fused):
+            _set(scaling.value, v)
+            scaling.value.grad = None
+            scale = scaling(layer.weight, threshold)
+            (scale * 3.0).sum().backward()
+            results.append((scale.detach(), scaling.value.grad.clone()))
+        assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1]), v
+
+
 @pytest.mark.parametrize("flavour,label", [("main", "int4"), ("main", "uint2"), ("ext", "int8")])
 def test_fused_layer_matches_stock_layer(flavour, label):
     """The whole TQT layer with the fused kernel against the same layer on Brevitas' IntQuant."""
@@ -316,6 +380,7 @@ def test_fused_layer_matches_stock_layer(flavour, label):
     _, bits, signed = DTYPES[label]
     for proxy_tq in (stock_layer.weight_quant.tensor_quant, stock_layer.input_quant.fused_activation_quant_proxy.tensor_quant):
         proxy_tq.int_quant = _int_quants(bits, signed)[0]
+        _as_stock_scaling(proxy_tq.scaling_impl)
     x = torch.randn(32, 24, generator=torch.Generator().manual_seed(6)) * 2
     results = []
     for layer in (stock_layer, fused_layer):

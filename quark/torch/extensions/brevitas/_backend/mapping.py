@@ -77,6 +77,7 @@ from quark.torch.extensions.brevitas._backend.quantizers import (
     RoundHalfUpSte,
     SaturatingFloatQuant,
     TQTIntScaling,
+    TQTParameterScaling,
     UnitIntScaling,
     ZeroInclusiveMax,
     ZeroInclusiveMinMax,
@@ -324,6 +325,7 @@ def _tqt(tq: TensorQuant) -> dict[str, Any]:
         "bit_width": tq.bit_width,
         "narrow_range": False,
         "signed": tq.signed,
+        "scaling_impl": TQTParameterScaling,
         "int_scaling_impl": TQTIntScaling,
         # TQTIntScaling is already an exact power of two: restricting it again each call is waste
         "restrict_threshold_impl": FloatRestrictValue,
