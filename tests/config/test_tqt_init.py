@@ -51,6 +51,27 @@ def test_3sd_observer_over_batches(kind):
     assert float(lo) == -float(hi)
 
 
+@pytest.mark.parametrize("offset", [0.0, 500.0, -1000.0])
+def test_3sd_observer_std_survives_a_large_mean(offset):
+    """The standard deviation itself (threshold - |mean|), to 1e-4, where the mean is 1,000 times
+    it: raw float32 sums of x and x^2 would leave it some percent off. (The threshold is a float32:
+    its rounding, 6e-5 at 1,000, is what the tolerance leaves room for.)"""
+    x = (samples("normal", 200_000, seed=6) + offset).float()
+    obs = TQT3SDObserver()
+    for batch in x.split(50_000):
+        obs(batch.reshape(10, -1))
+    mean, std = float(x.double().mean()), float(x.double().std(unbiased=False))
+    assert (float(obs.calculate_range()[1]) - abs(mean)) / 3 == pytest.approx(std, rel=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_3sd_observer_other_float_types(dtype):
+    x = samples("laplace", 20_000, seed=7).to(dtype)
+    obs = TQT3SDObserver()
+    obs(x)
+    assert float(obs.calculate_range()[1]) == pytest.approx(R.three_sd(x.double()), rel=1e-6)
+
+
 def test_3sd_observer_ignores_empty_batches():
     x = samples("laplace", 5000, seed=4)
     obs = TQT3SDObserver()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from quark.torch.quantization.config.type import QSchemeType
-from quark.torch.quantization.observer.base import ObserverBase
+from quark.torch.quantization.observer.base import ObserverBase, last_axis_min_max
 
 
 class PerTensorMinMaxObserver(ObserverBase):
@@ -19,7 +19,7 @@ class PerTensorMinMaxObserver(ObserverBase):
         self.register_buffer("max_val", torch.tensor(float("-inf")), persistent=False)
 
     def _observe(self, x: torch.Tensor) -> None:
-        lo, hi = torch.aminmax(self._view(x), dim=-1)
+        lo, hi = last_axis_min_max(self._view(x))
         if self.min_val.shape != lo.shape:  # first batch of a per-channel observer
             self.min_val, self.max_val = lo, hi
         else:

@@ -25,7 +25,7 @@ from typing import ClassVar
 import torch
 
 from quark.torch.quantization.config.type import QSchemeType
-from quark.torch.quantization.observer.base import ObserverBase
+from quark.torch.quantization.observer.base import ObserverBase, last_axis_min_max
 from quark.torch.quantization.observer.minmax import PerChannelMinMaxObserver
 
 #: power-of-two scales stay in [2^-127, 2^127], as Quark's scale2pos clamps them
@@ -76,7 +76,7 @@ class _PowerOfTwoVote(ObserverBase):
 
     def _batch_range(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         view = self._view(x)
-        return torch.aminmax(view, dim=-1)
+        return last_axis_min_max(view)
 
     def _view(self, x: torch.Tensor) -> torch.Tensor:
         return x.reshape(-1)
