@@ -20,7 +20,7 @@ built with ``calibrate=False``, per batch, against a float forward pass (eval, n
 Goals (issue 23): QAT step <= 1.25x float in both modes and graph calibration <= 1.5x a float
 forward pass, at 2 threads.
 
-    .venv/bin/python benchmarks/graph_speed.py [--steps 40] [--batches 16]
+    .venv/bin/python benchmarks/graph_speed.py [--steps 40] [--batches 16] [--block 5]
 
 On an idle machine run it as it is (OpenMP's defaults, what a user gets). When other processes
 load the machine, set ``OMP_WAIT_POLICY=PASSIVE``: with OpenMP's default spinning, 2 threads
@@ -97,7 +97,7 @@ def calibration_times(model: nn.Module, data: list[torch.Tensor], repeats: int =
     return statistics.median(forward), statistics.median(calib)
 
 
-def measure(steps: int, batches: int, threads: tuple[int, ...] = (1, 2)) -> dict:
+def measure(steps: int, batches: int, threads: tuple[int, ...] = (1, 2), block: int = 5) -> dict:
     """Per thread count: QAT step medians (s) and ratios to float, graph-mode calibration per batch
     against a float forward pass."""
     logging.getLogger("quark").setLevel(logging.ERROR)  # the float batch norms are named at every quantize
@@ -117,7 +117,7 @@ def measure(steps: int, batches: int, threads: tuple[int, ...] = (1, 2)) -> dict
             ),
             "torch.ao fused": step_fn(torch_ao_fused(copy.deepcopy(model), x), x, y),
         }
-        medians = step_times(variants, steps)
+        medians = step_times(variants, steps, block)
         forward, calib = calibration_times(model, data)
         result["threads"][count] = {
             "step_median_s": medians,
@@ -129,8 +129,8 @@ def measure(steps: int, batches: int, threads: tuple[int, ...] = (1, 2)) -> dict
     return result
 
 
-def main(steps: int, batches: int) -> None:
-    result = measure(steps, batches)
+def main(steps: int, batches: int, block: int = 5) -> None:
+    result = measure(steps, batches, block=block)
     print(f"6-conv CNN, batch 32, 3x32x32, W8A8 pof2 TQT; QAT: {steps} steps, variants in turns; calibration: {batches} batches")
     for threads, row in result["threads"].items():
         print(f"{threads} thread(s), QAT step: median ms and ratio to float")
@@ -146,5 +146,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--batches", type=int, default=16)
+    parser.add_argument("--block", type=int, default=5, help="consecutive steps per variant and turn (1: single steps interleaved)")
     args = parser.parse_args()
-    main(args.steps, args.batches)
+    main(args.steps, args.batches, args.block)
