@@ -341,6 +341,49 @@ def test_in_range_gradient_is_the_same_on_every_device_path(qmin, qmax):
     assert torch.equal(_inside_any_device(g, x, s, grid), expected)
 
 
+def test_grid_bounds_whatever_the_default_dtype():
+    """The bounds are float32 neighbours even under a float64 default dtype (else x/s = -128.5,
+    which rounds onto int8's grid, lost its gradient)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        grid = _Pof2Grid.of(-128, 127)
+    finally:
+        torch.set_default_dtype(previous)
+    assert grid == _Pof2Grid.of(-128, 127)
+    stock, fused = _int_quants(8, True)
+    x, s = torch.tensor([-128.5, -128.50002, 127.5, 127.49999]), torch.tensor(1.0)
+    a, b = _run(stock, x, s, torch.ones(4), 8), _run(fused, x, s, torch.ones(4), 8)
+    assert torch.equal(a[1], b[1]) and a[1].tolist() == [1.0, 0.0, 0.0, 1.0]
+
+
+@pytest.mark.parametrize("log2_scale", [-110, 105, 121, 126])
+def test_extreme_scales_match_stock(log2_scale):
+    """Scales whose grid bounds would overflow float32 or fall below its normal range take the
+    exact in-range test on CPU: same outputs and input gradients as Brevitas, no error."""
+    stock, fused = _int_quants(8, True)
+    s = torch.tensor(2.0**log2_scale)
+    ticks = torch.arange(-260, 260).float() / 2
+    x = torch.cat([ticks, torch.nextafter(ticks, ticks + 1), torch.nextafter(ticks, ticks - 1)]) * s
+    x = x[torch.isfinite(x)]
+    up = torch.ones_like(x)
+    a, b = _run(stock, x, s, up, 8), _run(fused, x, s, up, 8)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_zero_dimensional_input_and_float64_scale():
+    """A 0-d tensor keeps its shape forward and backward; a float64 scale takes Brevitas' path
+    (its output dtype and all)."""
+    stock, fused = _int_quants(8, True)
+    x, s = torch.tensor(0.3), torch.tensor(2.0**-4)
+    a, b = _run(stock, x, s, torch.tensor(2.0), 8), _run(fused, x, s, torch.tensor(2.0), 8)
+    assert b[0].shape == b[1].shape == a[0].shape == () and all(torch.equal(u, v) for u, v in zip(a, b))
+    s64 = torch.tensor(2.0**-4, dtype=torch.float64)
+    x = torch.randn(50)
+    a, b = _run(stock, x, s64, torch.ones(50), 8), _run(fused, x, s64, torch.ones(50), 8)
+    assert b[0].dtype == a[0].dtype and all(torch.equal(u, v) for u, v in zip(a, b))
+
+
 def test_wide_grids_take_brevitas_path():
     """Past float32's significand (int24 and wider) qmin - 1/2 is no float32: Brevitas' chain runs."""
     stock, fused = _int_quants(24, True)

@@ -15,11 +15,12 @@ from quark.torch.quantization.tqt_init import jeffreys_threshold, three_sd
 class TQT3SDObserver(ObserverBase):
     """TQT ``_3SD`` threshold: |mean| + 3 std of all calibration data (running moments in float64).
 
-    Each batch is reduced in its own precision (float32 for float32 and narrower inputs) about
-    its own mean: sum(x) and sum((x - m)^2) by torch's cascaded sums, then added to the float64
-    moments as n m and sum((x - m)^2) + n m^2, so that a large mean cancels nothing. Why not
-    float64 throughout: copying each activation to float64 first measured 2.5x the time of these
-    passes, a third of a graph-mode calibration's overhead over the float forward pass.
+    On CPU each batch (float32, as every observer receives it) is reduced in float32 about its own
+    mean: sum(x) and sum((x - m)^2) by torch's cascaded sums, then added to the float64 moments as
+    n m and sum((x - m)^2) + n m^2, so that a large mean cancels nothing; a batch that overflows
+    float32 is reduced again in float64. Why not float64 throughout: copying each activation to
+    float64 first measured 2.5x the time of these passes, a third of a graph-mode calibration's
+    overhead over the float forward pass. On an accelerator, float64 throughout.
     """
 
     statistic = "3sd"
@@ -29,11 +30,12 @@ class TQT3SDObserver(ObserverBase):
         self.register_buffer("moments", torch.zeros(3, dtype=torch.float64), persistent=False)
 
     def _observe(self, x: torch.Tensor) -> None:
-        x = x.detach().flatten()
-        x = x if x.dtype in (torch.float32, torch.float64) else x.float()
-        count = x.numel()
-        mean, spread = self._centred_moments(x)
-        if not torch.isfinite(spread):  # float32 overflowed (values of 1e19 and more): float64
+        x, count = x.flatten(), x.numel()
+        if x.is_cpu:
+            mean, spread = self._centred_moments(x)
+            if not torch.isfinite(spread):  # float32 overflowed (values of 1e19 and more)
+                mean, spread = self._centred_moments(x.double())
+        else:  # an accelerator is not memory-bound here, and testing for overflow would sync it
             mean, spread = self._centred_moments(x.double())
         spread, mean = spread.double(), mean.double()
         self.moments += torch.stack([mean.new_tensor(float(count)), mean * count, spread + mean * mean * count])

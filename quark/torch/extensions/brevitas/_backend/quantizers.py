@@ -452,24 +452,41 @@ class _Pof2Grid(NamedTuple):
     @classmethod
     def of(cls, qmin: int, qmax: int) -> _Pof2Grid:
         def outward(bound: float, direction: float) -> float:
-            return float(torch.nextafter(torch.tensor(bound), torch.tensor(direction)))
+            as32 = functools.partial(torch.tensor, dtype=torch.float32)  # float32's neighbour, whatever the default dtype
+            return float(torch.nextafter(as32(bound), as32(direction)))
 
         low = qmin - 0.5 if qmin % 2 else outward(qmin - 0.5, -math.inf)
         high = qmax + 0.5 if qmax % 2 else outward(qmax + 0.5, math.inf)
         return cls(qmin, qmax, low, high)
 
 
+#: scales whose grid bounds low * s, high * s are exact float32 numbers (neither overflow nor
+#: subnormal) for every grid below 2^23
+_EXACT_BOUNDS = (2.0**-100, 2.0**100)
+
+
 def _inside_cpu(grad: Tensor, x: Tensor, scale: Tensor, grid: _Pof2Grid) -> Tensor:
     """grad where round(x / s) lies on the grid, else 0, in one pass: ``hardtanh_backward`` keeps
     grad strictly between its bounds. Reading s costs nothing on the CPU; low * s is exact in
-    float32, and x > low * s exactly when x / s > low, s being a power of two."""
+    float32 (s in ``_EXACT_BOUNDS``; outside, :func:`_inside_exact`), and x > low * s exactly when
+    x / s > low, s being a power of two."""
     s = float(scale)
+    if not _EXACT_BOUNDS[0] <= s <= _EXACT_BOUNDS[1]:
+        return _inside_exact(grad, x, scale, grid)
     return torch.ops.aten.hardtanh_backward(grad, x, grid.low * s, grid.high * s)
 
 
 def _inside_any_device(grad: Tensor, x: Tensor, scale: Tensor, grid: _Pof2Grid) -> Tensor:
-    """:func:`_inside_cpu` with the bounds kept as tensors: no device sync on an accelerator."""
+    """:func:`_inside_cpu` with the bounds kept as float32 tensors: no device sync on an
+    accelerator. Exact for s in ``_EXACT_BOUNDS``; below 2^-125 a tie at the grid's ends may be
+    decided the other way (such a scale's 1/s is at most 8 from float32's overflow)."""
     return grad * ((x > grid.low * scale) & (x < grid.high * scale))
+
+
+def _inside_exact(grad: Tensor, x: Tensor, scale: Tensor, grid: _Pof2Grid) -> Tensor:
+    """The definition, round(x / s) compared with the grid: three more passes."""
+    r = torch.round(x * torch.reciprocal(scale))
+    return grad * ((r >= grid.qmin) & (r <= grid.qmax))
 
 
 class _Pof2FakeQuant(torch.autograd.Function):
@@ -535,13 +552,13 @@ class FusedPof2IntQuant(IntQuant):
         self._grid: _Pof2Grid | None = None
 
     def forward(self, scale: Tensor, zero_point: Tensor, bit_width: Tensor, x: Tensor) -> Tensor:
-        if scale.numel() != 1 or zero_point.numel() != 1 or x.dtype != torch.float32:
+        if scale.numel() != 1 or zero_point.numel() != 1 or x.dtype != torch.float32 or scale.dtype != torch.float32:
             return super().forward(scale, zero_point, bit_width, x)
         if self._grid is None:  # constant bit width: read once, never a device sync per step
             self._grid = _Pof2Grid.of(int(self.min_int(bit_width)), int(self.max_int(bit_width)))
         if max(-self._grid.qmin, self._grid.qmax) >= 2**23:  # qmax + 1/2 is no longer a float32
             return super().forward(scale, zero_point, bit_width, x)
-        y = _Pof2FakeQuant.apply(self.input_view_impl(x), scale.reshape(1), self._grid)
+        y = _Pof2FakeQuant.apply(self.input_view_impl(x), scale.reshape(()), self._grid)
         return self.delay_wrapper(x, y)
 
 
