@@ -28,8 +28,9 @@ from quark.torch.extensions.brevitas import config as X
 from quark.torch.extensions.brevitas._backend.quantizers import (
     FusedPof2IntQuant,
     TQTParameterScaling,
-    _inside_any_device,
-    _inside_cpu,
+    _bounds_mask,
+    _exact_mask,
+    _in_range,
     _Pof2Grid,
 )
 from quark.torch.extensions.brevitas.api import ModelQuantizer
@@ -337,8 +338,9 @@ def test_in_range_gradient_is_the_same_on_every_device_path(qmin, qmax):
     x = torch.cat([ticks, torch.nextafter(ticks, ticks + 1), torch.nextafter(ticks, ticks - 1)]) * s
     g = torch.randn(x.shape, generator=torch.Generator().manual_seed(qmax))
     expected = g * ((torch.round(x / s) >= qmin) & (torch.round(x / s) <= qmax))
-    assert torch.equal(_inside_cpu(g, x, s, grid), expected)
-    assert torch.equal(_inside_any_device(g, x, s, grid), expected)
+    assert torch.equal(_in_range(x, s, grid)(g), expected)  # hardtanh_backward
+    assert torch.equal(g * _bounds_mask(x, s, grid), expected)  # what an accelerator takes
+    assert torch.equal(g * _exact_mask(x, s, grid), expected)  # extreme scales
 
 
 def test_grid_bounds_whatever_the_default_dtype():

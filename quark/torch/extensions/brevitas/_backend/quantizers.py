@@ -36,6 +36,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -465,28 +466,35 @@ class _Pof2Grid(NamedTuple):
 _EXACT_BOUNDS = (2.0**-100, 2.0**100)
 
 
-def _inside_cpu(grad: Tensor, x: Tensor, scale: Tensor, grid: _Pof2Grid) -> Tensor:
-    """grad where round(x / s) lies on the grid, else 0, in one pass: ``hardtanh_backward`` keeps
-    grad strictly between its bounds. Reading s costs nothing on the CPU; low * s is exact in
-    float32 (s in ``_EXACT_BOUNDS``; outside, :func:`_inside_exact`), and x > low * s exactly when
-    x / s > low, s being a power of two."""
-    s = float(scale)
-    if not _EXACT_BOUNDS[0] <= s <= _EXACT_BOUNDS[1]:
-        return _inside_exact(grad, x, scale, grid)
-    return torch.ops.aten.hardtanh_backward(grad, x, grid.low * s, grid.high * s)
+def _in_range(x: Tensor, scale: Tensor, grid: _Pof2Grid) -> Callable[[Tensor], Tensor]:
+    """t -> t where round(x / s) lies on the grid, else 0, with what it needs computed once.
+
+    On CPU, one pass of ``hardtanh_backward`` per tensor (it keeps t strictly between its bounds;
+    reading s costs nothing there; low * s is exact in float32 for s in ``_EXACT_BOUNDS``, and
+    x > low * s exactly when x / s > low, s being a power of two), :func:`_exact_mask` outside
+    them. Elsewhere a mask from :func:`_bounds_mask`: no device sync."""
+    if x.device.type == "cpu":
+        s = float(scale)
+        if _EXACT_BOUNDS[0] <= s <= _EXACT_BOUNDS[1]:
+            low, high = grid.low * s, grid.high * s
+            return lambda t: torch.ops.aten.hardtanh_backward(t, x, low, high)
+        mask = _exact_mask(x, scale, grid)
+    else:
+        mask = _bounds_mask(x, scale, grid)
+    return lambda t: t * mask
 
 
-def _inside_any_device(grad: Tensor, x: Tensor, scale: Tensor, grid: _Pof2Grid) -> Tensor:
-    """:func:`_inside_cpu` with the bounds kept as float32 tensors: no device sync on an
-    accelerator. Exact for s in ``_EXACT_BOUNDS``; below 2^-125 a tie at the grid's ends may be
-    decided the other way (such a scale's 1/s is at most 8 from float32's overflow)."""
-    return grad * ((x > grid.low * scale) & (x < grid.high * scale))
+def _bounds_mask(x: Tensor, scale: Tensor, grid: _Pof2Grid) -> Tensor:
+    """x against the grid's bounds times s as float32 tensors. Exact for s in ``_EXACT_BOUNDS``;
+    below 2^-125 a tie at the grid's ends may be decided the other way (such a scale's 1/s is at
+    most 8 from float32's overflow)."""
+    return (x > grid.low * scale) & (x < grid.high * scale)
 
 
-def _inside_exact(grad: Tensor, x: Tensor, scale: Tensor, grid: _Pof2Grid) -> Tensor:
+def _exact_mask(x: Tensor, scale: Tensor, grid: _Pof2Grid) -> Tensor:
     """The definition, round(x / s) compared with the grid: three more passes."""
     r = torch.round(x * torch.reciprocal(scale))
-    return grad * ((r >= grid.qmin) & (r <= grid.qmax))
+    return (r >= grid.qmin) & (r <= grid.qmax)
 
 
 class _Pof2FakeQuant(torch.autograd.Function):
@@ -519,11 +527,11 @@ class _Pof2FakeQuant(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor, None]:
         x, y, scale = ctx.saved_tensors
-        inside = _inside_cpu if x.device.type == "cpu" else _inside_any_device
-        x_inside = inside(x, x, scale, ctx.grid)
+        inside = _in_range(x, scale, ctx.grid)
+        x_inside = inside(x)
         error = torch.sub(y, x_inside, out=x_inside)  # exact: |y - x| <= s / 2 inside the range
         grad_scale = torch.dot(error.reshape(-1), grad.reshape(-1)) / scale
-        return inside(grad, x, scale, ctx.grid), grad_scale.reshape(scale.shape), None
+        return inside(grad), grad_scale.reshape(scale.shape), None
 
 
 class FusedPof2IntQuant(IntQuant):
