@@ -107,7 +107,7 @@ def run(args) -> None:
     freeze = {"default": "", None: ", statistics never frozen by count"}.get(steps, f", frozen after {steps} steps")
     print(
         f"CNV / {WIDTH_DIVISOR} on scikit-learn digits repeated to 32x32 ({len(data[0])} train / {len(data[2])} held out); "
-        f"Adam constant, batch 100, {args.epochs} quantized epochs, lr {args.lr:g} (bnn_pynq), "
+        f"Adam {args.schedule}, batch 100, {args.epochs} quantized epochs, lr {args.lr:g} (bnn_pynq), "
         f"{qat_lr(args):g} (ours, after {args.float_epochs} float epochs at lr {args.float_lr:g}); TQT: {args.tqt or 'off'}; weights: "
         f"{'per channel, scales from the weights' if args.per_channel_weights else 'per tensor'}; "
         f"batch norm {'float' if args.batch_norm_float else 'folded into TQT weights'}{freeze}; "

