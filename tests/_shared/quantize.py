@@ -1,7 +1,9 @@
 """Quantizing in tests (Brevitas): ``quantize()``, a model's state before and after, a few training steps.
 
 ``quantize(config, model, data)`` is ``ModelQuantizer(config).quantize_model(model, data)`` without
-the progress bar; ``quantize_with`` returns the quantizer too (its plans, summary and rewriter).
+the progress bar and without the check of the config's algorithms against round-to-nearest (its own
+tests: tests/backend/algorithms/test_algorithm_check.py; it quantizes three more times);
+``quantize_with`` returns the quantizer too (its plans, summary and rewriter).
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ from quark.torch.extensions.brevitas.api import ModelQuantizer
 
 def quantize(config, model: nn.Module, data=None, **options) -> nn.Module:
     """``model`` quantized with ``config``, calibrated on ``data`` (``options``: quantize_model's)."""
-    return ModelQuantizer(config).quantize_model(model, data, progress=False, **options)
+    return ModelQuantizer(config).quantize_model(model, data, **{"progress": False, "check_algorithms": False, **options})
 
 
 def quantize_with(config, model: nn.Module, data=None, **options) -> tuple[ModelQuantizer, nn.Module]:
     """The quantizer and the quantized model."""
     quantizer = ModelQuantizer(config)
-    return quantizer, quantizer.quantize_model(model, data, progress=False, **options)
+    return quantizer, quantizer.quantize_model(model, data, **{"progress": False, "check_algorithms": False, **options})
 
 
 def quantized_mlp(config=W8A8, seed: int = 0) -> nn.Module:

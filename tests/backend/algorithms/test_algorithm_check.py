@@ -1,5 +1,7 @@
-"""quantize_model checks its algorithms against round-to-nearest on the calibration data (issue 22):
-the errors follow their formula, an algorithm that makes the output worse is named in a warning."""
+"""quantize_model checks its algorithms against round-to-nearest on the calibration data (issue 22),
+and fitted on half of it against the other half: the errors follow their formula, an algorithm that
+makes the output worse, or that fits its calibration data and does worse on data it did not see, is
+named in a warning."""
 
 from __future__ import annotations
 
@@ -118,3 +120,47 @@ def test_merge_batch_norm_is_structural_kept_on_both_sides():
     check = quantizer.algorithm_check
     assert check.algorithms == ("Nothing",)
     assert check.error_with == check.error_without == pytest.approx(_error(_with_batch_norm(), qmodel), rel=1e-9)
+
+
+def test_an_algorithm_that_fits_its_data_too_closely_is_named():
+    """GPTQ on 8 samples a batch for 64 inputs: far better than round-to-nearest on the calibration
+    data, worse on the half it was not fitted on; the unseen errors follow the formula."""
+    from _shared.configs import A8, W4C
+
+    from quark.torch.quantization.config.algorithms import GPTQ
+
+    torch.manual_seed(0)
+    wide = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+    data = [torch.randn(4, 64, generator=torch.Generator().manual_seed(i)) for i in range(4)]
+    layer = QuantizationConfig(weight=W4C, input_tensors=A8)
+    quantizer = ModelQuantizer(Config(layer, algo_config=[GPTQ()]))
+    with pytest.warns(
+        AlgorithmWorseWarning,
+        match=r"GPTQ reduced the output error on the calibration data: \S+ without it, \S+ with; fitted on the first 2 "
+        r"calibration batches, it increased it on the other 2: \S+ without, \S+ with; consider more calibration data",
+    ):
+        quantizer.quantize_model(wide, data, progress=False)
+    check = quantizer.algorithm_check
+    assert check.error_with < check.error_without and check.unseen_with > check.unseen_without and check.worse
+    fitted = {
+        "without": ModelQuantizer(Config(layer)).quantize_model(wide, data[:2], progress=False),
+        "with": ModelQuantizer(Config(layer, algo_config=[GPTQ()])).quantize_model(wide, data[:2], progress=False, check_algorithms=False),
+    }
+
+    def unseen_error(q) -> float:
+        with torch.no_grad():
+            f = torch.cat([wide(x) for x in data[2:]]).double()
+            e = torch.cat([q(x) for x in data[2:]]).double()
+        return float(((e - f) ** 2).sum() / (f**2).sum())
+
+    assert check.unseen_without == pytest.approx(unseen_error(fitted["without"]), rel=1e-9)
+    assert check.unseen_with == pytest.approx(unseen_error(fitted["with"]), rel=1e-9)
+    assert (check.fitted_batches, check.unseen_batches) == (2, 2)
+
+
+def test_one_batch_is_checked_on_the_calibration_data_only():
+    quantizer = ModelQuantizer(Config(QuantizationConfig(weight=INT8, input_tensors=U8_ASYM), pre_quant_opt_config=[Nothing()]))
+    quantizer.quantize_model(_model(), DATA[:1], progress=False)
+    check = quantizer.algorithm_check
+    assert check.unseen_with is None and check.unseen_without is None and not check.worse
+    assert "fitted on" not in str(check)

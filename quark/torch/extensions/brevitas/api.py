@@ -21,7 +21,7 @@ from torch import nn
 
 import quark.torch.extensions.brevitas._backend  # noqa: F401  (the Brevitas version check, before any Brevitas import)
 from quark.torch.extensions.brevitas import config as ext
-from quark.torch.extensions.brevitas._backend.algorithms.check import output_error
+from quark.torch.extensions.brevitas._backend.algorithms.check import halves, output_error
 from quark.torch.extensions.brevitas._backend.calibrate import (
     HOW_TO_CALIBRATE,
     UncalibratedModelError,
@@ -90,23 +90,42 @@ class AlgorithmWorseWarning(UserWarning):
 
 @dataclass(frozen=True)
 class AlgorithmCheck:
-    """The config's algorithms against the same config without them (round-to-nearest), on the
-    calibration data: relative output error sum (q - float)^2 / sum float^2 of the first output."""
+    """The config's algorithms against the same config without them (round-to-nearest): relative
+    output error sum (q - float)^2 / sum float^2 of the first output, on the calibration data, and,
+    with two calibration batches or more, fitted on the first half of the batches and measured on the
+    other half (an algorithm that fits its data too closely, such as an error correction solved on
+    few samples, looks better on the data it saw than it is)."""
 
     algorithms: tuple[str, ...]
     error_without: float
     error_with: float
+    unseen_without: float | None = None
+    unseen_with: float | None = None
+    fitted_batches: int = 0
+    unseen_batches: int = 0
 
     @property
     def worse(self) -> bool:
-        return self.error_with > self.error_without
+        unseen_worse = self.unseen_with is not None and self.unseen_with > self.unseen_without
+        return self.error_with > self.error_without or unseen_worse
 
     def __str__(self) -> str:
-        verdict = "increased" if self.worse else ("reduced" if self.error_with < self.error_without else "left unchanged")
-        return (
-            f"{' + '.join(self.algorithms)} {verdict} the output error on the calibration data: "
-            f"{self.error_without:.4g} without {'it' if len(self.algorithms) == 1 else 'them'}, {self.error_with:.4g} with"
+        it = "it" if len(self.algorithms) == 1 else "them"
+        text = (
+            f"{' + '.join(self.algorithms)} {_verdict(self.error_without, self.error_with)} the output error on the "
+            f"calibration data: {self.error_without:.4g} without {it}, {self.error_with:.4g} with"
         )
+        if self.unseen_with is not None:
+            text += (
+                f"; fitted on the first {self.fitted_batches} calibration batches, {it} "
+                f"{_verdict(self.unseen_without, self.unseen_with)} it on the other {self.unseen_batches}: "
+                f"{self.unseen_without:.4g} without, {self.unseen_with:.4g} with"
+            )
+        return text
+
+
+def _verdict(without: float, with_: float) -> str:
+    return "increased" if with_ > without else ("reduced" if with_ < without else "left unchanged")
 
 
 class ModelQuantizer:
@@ -172,9 +191,12 @@ class ModelQuantizer:
             check_algorithms: when the config has algorithms and data is given (a list or a
                 DataLoader), also quantize without them (structural ones such as ``MergeBatchNorm``
                 stay on both sides; alone they are not checked) and compare the two models' output error
-                against the float model on the calibration data; the result is
-                :attr:`algorithm_check`, and an :class:`AlgorithmWorseWarning` names the algorithms
-                when they made it worse. Skipped with ``inplace=True`` (no float model is left).
+                against the float model on the calibration data; with two batches or more, also
+                quantize both ways on the first half of the batches and compare them on the other
+                half, which the algorithms did not see (the batches are then held in memory; two more
+                quantizations). The result is :attr:`algorithm_check`, and an
+                :class:`AlgorithmWorseWarning` names the algorithms when they made either worse.
+                Skipped with ``inplace=True`` (no float model is left).
         """
         if not isinstance(model, nn.Module):
             raise TypeError(f"quantize_model(model=...): expected a torch.nn.Module, got {type(model).__name__}")
@@ -205,23 +227,41 @@ class ModelQuantizer:
         return work
 
     def _check_algorithms(self, model: nn.Module, work: nn.Module, calib_loader: Any, num_batches: int | None) -> AlgorithmCheck:
-        """The config's algorithms against round-to-nearest, on the calibration data (see ``check_algorithms``)."""
+        """The config's algorithms against round-to-nearest, on the calibration data and on half of it
+        unseen (see ``check_algorithms``)."""
         plain = copy.copy(self.config)  # structural algorithms (MergeBatchNorm) on both sides
         plain.pre_quant_opt_config = _structural(plain.pre_quant_opt_config)
         plain.algo_config = _structural(plain.algo_config)
-        with warnings.catch_warnings(), _quiet():  # said once, by the run the user asked for
-            warnings.simplefilter("ignore")
-            baseline = ModelQuantizer(plain).quantize_model(
-                model, calib_loader, num_calib_batches=num_batches, progress=False, check_algorithms=False
-            )
+
+        def quantized(config, data, limit):
+            with warnings.catch_warnings(), _quiet():  # said once, by the run the user asked for
+                warnings.simplefilter("ignore")
+                return ModelQuantizer(config).quantize_model(
+                    model, data, num_calib_batches=limit, progress=False, check_algorithms=False
+                )
+
         data = CalibrationData(calib_loader, num_batches, progress=False)
-        result = AlgorithmCheck(
-            tuple(type(algo).__name__ for algo, impl in self.algorithms if not impl.structural),
-            output_error(model, baseline, data, "algorithm check (without)"),
-            output_error(model, work, data, "algorithm check (with)"),
-        )
+        errors = {
+            "error_without": output_error(model, quantized(plain, calib_loader, num_batches), data, "algorithm check (without)"),
+            "error_with": output_error(model, work, data, "algorithm check (with)"),
+        }
+        split = halves(calib_loader, num_batches)
+        if split is not None:
+            fit, unseen = split
+            held_out = CalibrationData(unseen, progress=False)
+            errors.update(
+                unseen_without=output_error(model, quantized(plain, fit, None), held_out, "algorithm check (unseen, without)"),
+                unseen_with=output_error(model, quantized(self.config, fit, None), held_out, "algorithm check (unseen, with)"),
+                fitted_batches=len(fit),
+                unseen_batches=len(unseen),
+            )
+        result = AlgorithmCheck(tuple(type(algo).__name__ for algo, impl in self.algorithms if not impl.structural), **errors)
         if result.worse:
-            warnings.warn(f"quantize_model: {result}; consider quantizing without them", AlgorithmWorseWarning, stacklevel=3)
+            warnings.warn(
+                f"quantize_model: {result}; consider more calibration data, or quantizing without them",
+                AlgorithmWorseWarning,
+                stacklevel=3,
+            )
         else:
             logger.info("quantize_model: %s", result)
         return result

@@ -1,5 +1,6 @@
 """Does an algorithm help? The output error of a quantized model against the float model on the
-calibration data, for ``quantize_model``'s check of its algorithms against round-to-nearest."""
+calibration data, and the calibration data split in two (fitted on the first part, measured on the
+rest), for ``quantize_model``'s check of its algorithms against round-to-nearest."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from quark.torch.extensions.brevitas._backend.data import calibration_data
+from quark.torch.extensions.brevitas._backend.data import batches, calibration_data
 from quark.torch.extensions.brevitas._backend.mixing import first_output
 
 
@@ -29,3 +30,14 @@ def output_error(reference: nn.Module, model: nn.Module, data: Any, desc: str) -
         for module, training in modes:
             module.training = training
     return noise / signal if signal else noise
+
+
+def halves(data: Any, num_batches: int | None) -> tuple[list[Any], list[Any]] | None:
+    """The calibration batches (at most ``num_batches``) as (the first half, rounded up; the rest),
+    read once and held in memory so that both parts are the same batches on every pass (a shuffling
+    DataLoader would mix them); None with fewer than two batches."""
+    read = list(batches(data, num_batches, progress=False))
+    if len(read) < 2:
+        return None
+    half = (len(read) + 1) // 2
+    return read[:half], read[half:]
