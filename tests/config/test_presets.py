@@ -72,6 +72,8 @@ def test_the_preset_names_a_layer_weight_width_it_cannot_build():
     [
         (lambda: presets.a16w8(weights="per_group"), r"a16w8\(weights='per_group'\): allowed \['per_channel', 'per_tensor'\]"),
         (lambda: presets.activation_spec(4), r"activation_spec\(bits=4\): allowed \[8, 16\]"),
+        (lambda: presets.a8w8(calibration="entropy"), r"a8w8\(calibration='entropy'\): allowed 'minmax', 'mse'"),
+        (lambda: presets.activation_spec(8, calibration="MSE"), r"calibration='MSE': allowed 'minmax', 'mse'"),
     ],
 )
 def test_the_npu_presets_check_their_arguments(call, match):
@@ -91,3 +93,15 @@ def test_the_npu_preset_fields_are_the_documented_scheme():
     assert presets.a8w8().global_quant_config.input_tensors.dtype is Dtype.uint8
     assert presets.bfp16().global_quant_config.weight.dtype is Dtype.bfp16
     assert presets.bf16().global_quant_config.weight.dtype is Dtype.bfloat16
+
+
+@pytest.mark.parametrize("preset", [presets.a8w8, presets.a16w8])
+@pytest.mark.parametrize(
+    "calibration, observer",
+    [("minmax", "PerTensorMinMaxObserver"), ("mse", "PerTensorMSEObserver")],
+)
+def test_the_npu_presets_calibrate_activations_as_asked(preset, calibration, observer):
+    layer = preset(calibration=calibration).global_quant_config
+    assert layer.input_tensors.observer_cls.__name__ == observer
+    assert layer.weight.observer_cls.__name__ == "PerChannelMinMaxObserver"  # weights keep their statistic
+    assert preset().global_quant_config.input_tensors.observer_cls.__name__ == "PerTensorMinMaxObserver"

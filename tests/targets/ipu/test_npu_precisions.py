@@ -37,6 +37,22 @@ def _export(config: Config, path) -> tuple[nn.Module, object]:
 PRESET_PRECISION = {"xint8": "IPU", "a8w8": "IPU (A8W8)", "a16w8": "IPU (A16W8)", "bf16": "IPU (BF16)", "bfp16": "IPU (BFP16)"}
 
 
+def test_mse_calibration_clips_a_heavy_tail_and_exports_verified(onnx_path):
+    """``a8w8(calibration="mse")`` on heavy-tailed inputs (Student's t, 2 degrees of freedom): the
+    input's range is clipped inside the one MinMax spans, and the graph exports verified and passes
+    the A8W8 checks."""
+    torch.manual_seed(1)
+    data = [torch.distributions.StudentT(2.0).sample((1024, 16)) for _ in range(4)]
+    scales = {}
+    for calibration in ("minmax", "mse"):
+        qmodel = ModelQuantizer(presets.a8w8(calibration=calibration)).quantize_model(_mlp(), data, progress=False)
+        scales[calibration] = float(qmodel[0].input_quant.scale().detach())
+    assert scales["minmax"] == pytest.approx((max(d.max() for d in data) - min(d.min() for d in data)).item() / 255)
+    assert scales["mse"] < 0.97 * scales["minmax"]
+    report = ModelExporter(onnx_path).export_onnx_model(qmodel, data[1][:4])
+    assert report.passed and report.verified and all(c.startswith("IPU (A8W8):") for c in report.target_checks)
+
+
 @pytest.mark.parametrize("name", list(PRESET_PRECISION))
 def test_every_npu_preset_exports_verified_and_passes_its_precision_checks(onnx_path, name):
     _, report = _export(getattr(presets, name)(), onnx_path)

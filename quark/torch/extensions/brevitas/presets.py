@@ -40,8 +40,10 @@ from quark.torch.quantization.config.type import (
     ScaleType,
 )
 from quark.torch.quantization.observer import (
+    ObserverBase,
     PerChannelMinMaxObserver,
     PerTensorMinMaxObserver,
+    PerTensorMSEObserver,
     UnitScaleObserver,
 )
 
@@ -77,6 +79,9 @@ def xint8(exclude: list[str] | None = None, *, graph: bool = False, merge_batch_
 
 #: activation bits of the float-scale integer presets -> (signed, unsigned) dtype
 _ACT_DTYPES: dict[int, tuple[Dtype, Dtype]] = {8: (Dtype.int8, Dtype.uint8), 16: (Dtype.int16, Dtype.uint16)}
+#: how the activation ranges of :func:`a8w8` / :func:`a16w8` are calibrated (AMD Quark ONNX's
+#: ``calibrate_method`` MinMax / MinMSE) -> the observer
+CALIBRATIONS: dict[str, type[ObserverBase]] = {"minmax": PerTensorMinMaxObserver, "mse": PerTensorMSEObserver}
 #: weight granularity of the Ryzen AI flow -> (qscheme, observer, ch_axis)
 _WEIGHT_GRANULARITY = {
     "per_tensor": (QSchemeType.per_tensor, PerTensorMinMaxObserver, None),
@@ -95,16 +100,18 @@ def _npu(
     )
 
 
-def activation_spec(bits: int, *, symmetric: bool = False) -> QuantizationSpec:
+def activation_spec(bits: int, *, symmetric: bool = False, calibration: str = "minmax") -> QuantizationSpec:
     """The activation spec of :func:`a8w8` (``bits=8``) and :func:`a16w8` (``bits=16``): float
-    scales, MinMax, half-even; unsigned asymmetric (zero point from the range), or signed
-    symmetric. The sites :func:`~quark.torch.extensions.brevitas.mixing.mix` promotes get this
-    spec with 16 bits."""
+    scales, half-even; unsigned asymmetric (zero point from the range), or signed symmetric; the
+    range from ``calibration`` (:data:`CALIBRATIONS`). The sites
+    :func:`~quark.torch.extensions.brevitas.mixing.mix` promotes get this spec with 16 bits."""
     if bits not in _ACT_DTYPES:
         raise ValueError(f"activation_spec(bits={bits!r}): allowed {sorted(_ACT_DTYPES)}")
+    if calibration not in CALIBRATIONS:
+        raise ValueError(f"calibration={calibration!r}: allowed {', '.join(map(repr, CALIBRATIONS))}")
     return QuantizationSpec(
         dtype=_ACT_DTYPES[bits][0 if symmetric else 1],
-        observer_cls=PerTensorMinMaxObserver,
+        observer_cls=CALIBRATIONS[calibration],
         qscheme=QSchemeType.per_tensor,
         symmetric=symmetric,
         scale_type=ScaleType.float,
@@ -117,6 +124,7 @@ def _integer_npu(
     act_bits: int,
     weights: str,
     symmetric_activations: bool,
+    calibration: str,
     exclude: list[str] | None,
     graph: bool,
     merge_batch_norm: bool,
@@ -124,6 +132,8 @@ def _integer_npu(
 ) -> Config:
     if weights not in _WEIGHT_GRANULARITY:
         raise ValueError(f"{name}(weights={weights!r}): allowed {sorted(_WEIGHT_GRANULARITY)}")
+    if calibration not in CALIBRATIONS:
+        raise ValueError(f"{name}(calibration={calibration!r}): allowed {', '.join(map(repr, CALIBRATIONS))}")
     qscheme, observer, ch_axis = _WEIGHT_GRANULARITY[weights]
     weight = QuantizationSpec(
         dtype=Dtype.int8,
@@ -136,7 +146,7 @@ def _integer_npu(
     )
     bias = QuantizationSpec(dtype=Dtype.int32, round_method=RoundType.half_even)  # no observer: s_in * s_w
     layer = QuantizationConfig(
-        input_tensors=activation_spec(act_bits, symmetric=symmetric_activations),
+        input_tensors=activation_spec(act_bits, symmetric=symmetric_activations, calibration=calibration),
         weight=weight,
         bias=bias,
         target_device=DeviceType.IPU,
@@ -149,14 +159,16 @@ def a8w8(
     *,
     weights: str = "per_channel",
     symmetric_activations: bool = False,
+    calibration: str = "minmax",
     graph: bool = False,
     merge_batch_norm: bool = True,
 ) -> Config:
     """A8W8 for the AMD NPU: 8-bit activations with float scales (uint8 asymmetric, or int8
     symmetric with ``symmetric_activations``), int8 symmetric weights (``weights``: "per_channel"
-    or "per_tensor"), int32 bias with scale = input scale x weight scale. Other arguments as
-    :func:`xint8`."""
-    return _integer_npu(8, weights, symmetric_activations, exclude, graph, merge_batch_norm, "a8w8")
+    or "per_tensor"), int32 bias with scale = input scale x weight scale; ``calibration``: how the
+    activation ranges are found, "minmax" (the default) or "mse" (the clipping range of least
+    squared quantization error over the calibration data's histogram; :data:`CALIBRATIONS`). Other arguments as :func:`xint8`."""
+    return _integer_npu(8, weights, symmetric_activations, calibration, exclude, graph, merge_batch_norm, "a8w8")
 
 
 def a16w8(
@@ -164,15 +176,17 @@ def a16w8(
     *,
     weights: str = "per_channel",
     symmetric_activations: bool = False,
+    calibration: str = "minmax",
     graph: bool = False,
     merge_batch_norm: bool = True,
 ) -> Config:
     """A16W8 for the AMD NPU: 16-bit activations with float scales (uint16 asymmetric, or int16
     symmetric with ``symmetric_activations``), int8 symmetric weights (``weights``: "per_channel"
-    or "per_tensor"), int32 bias with scale = input scale x weight scale. The 16-bit
+    or "per_tensor"), int32 bias with scale = input scale x weight scale; ``calibration`` as
+    :func:`a8w8`. The 16-bit
     QuantizeLinear / DequantizeLinear are written in ONNX Runtime's ``com.microsoft`` domain at
     the IPU's opset 17 (the standard ops take 16 bits from opset 21). Other arguments as :func:`xint8`."""
-    return _integer_npu(16, weights, symmetric_activations, exclude, graph, merge_batch_norm, "a16w8")
+    return _integer_npu(16, weights, symmetric_activations, calibration, exclude, graph, merge_batch_norm, "a16w8")
 
 
 def bf16(exclude: list[str] | None = None, *, graph: bool = False, merge_batch_norm: bool = True) -> Config:
