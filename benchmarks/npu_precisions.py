@@ -1,9 +1,9 @@
 """The NPU's precisions on the real all-MiniLM-L6-v2 (issue 22): every preset, and A8/A16 mixing.
 
-Data: calibration = the first ``--calib`` sentences of CPython's documentation topics; the mixing
-search's evaluation set = ``--mix-eval`` other sentences from ``--mix-eval-offset`` on; held-out
+Data: calibration = the first ``--calib`` sentences of CPython's documentation topics; held-out
 test = the *last* ``--test`` sentences of the same text (chosen by position, not by looking at
-them). Metric: mean cosine similarity of the sentence embeddings (attention-masked mean of the last
+them); the mixing search's evaluation set = every sentence between the two (2,209 by default), or
+``--mix-eval`` sentences from ``--mix-eval-offset`` on. Metric: mean cosine similarity of the sentence embeddings (attention-masked mean of the last
 hidden state, L2-normalised) with the float transformers model's.
 
 Rows:
@@ -16,10 +16,10 @@ Rows:
   QDQ graph at opset 17 (the IPU target's checks, integer-only rule included, run on it), executed
   in ONNX Runtime (optimizations off) on every held-out sentence: the cosine of the *ONNX Runtime*
   embeddings with float, and their cosine with the torch model's.
-- ``mixed``: ``mix(presets.a8w8(graph=True), ...)`` to ``--target`` on the mixing evaluation set,
-  then as ``graph``.
+- ``mixed``: ``mix(presets.a8w8(graph=True, calibration=...), ...)`` to ``--target`` on the mixing
+  evaluation set (activation ranges by ``--mixed-calibration``, MSE by default), then as ``graph``.
 
-    .venv/bin/python benchmarks/npu_precisions.py [--rows ...] [--target 0.995] [--out DIR]
+    .venv/bin/python benchmarks/npu_precisions.py [--rows ...] [--target 0.995] [--mixed-calibration mse] [--threads 1] [--out DIR]
 """
 
 from __future__ import annotations
@@ -87,12 +87,17 @@ def sites_at_16(plans) -> tuple[int, int]:
     return len({name for name, bits in own if bits == 16}), len(sites)
 
 
-def measure(rows: list[str], n_calib: int, n_mix_eval: int, mix_offset: int, n_test: int, target: float, out: Path) -> dict:
+def measure(args, out: Path) -> dict:
+    rows, n_calib, n_test, target = args.rows, args.calib, args.test, args.target
     warnings.simplefilter("ignore")
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     model, tokenizer = minilm.load()
     encoder = minilm.traceable(model)
     total = len(minilm.sentences(10**6))
+    mix_offset = n_calib if args.mix_eval_offset is None else args.mix_eval_offset
+    n_mix_eval = total - n_test - mix_offset if args.mix_eval is None else args.mix_eval
+    if mix_offset < n_calib or mix_offset + n_mix_eval > total - n_test:
+        raise SystemExit(f"--mix-eval {n_mix_eval} from --mix-eval-offset {mix_offset} overlaps the calibration or test sentences")
     calib = minilm.batches(tokenizer, minilm.sentences(n_calib))
     mix_eval = minilm.batches(tokenizer, minilm.sentences(n_mix_eval, offset=mix_offset))
     test = minilm.batches(tokenizer, minilm.sentences(n_test, offset=total - n_test), batch_size=BATCH)
@@ -108,7 +113,7 @@ def measure(rows: list[str], n_calib: int, n_mix_eval: int, mix_offset: int, n_t
         else:
             if kind == "mixed":
                 found = mix(
-                    presets.a8w8(graph=True),
+                    presets.a8w8(graph=True, calibration=args.mixed_calibration),
                     encoder,
                     calib,
                     mix_eval,
@@ -118,6 +123,7 @@ def measure(rows: list[str], n_calib: int, n_mix_eval: int, mix_offset: int, n_t
                     sensitivity_batches=SENSITIVITY_BATCHES,
                 )
                 result["mix"] = {
+                    "calibration": args.mixed_calibration,
                     "promoted": found.promoted,
                     "search_cosine": found.metric_search,
                     "mix_eval_cosine": found.metric_mixed,
@@ -159,17 +165,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", nargs="+", default=ROWS, choices=ROWS, metavar="ROW")
     parser.add_argument("--calib", type=int, default=128)
-    parser.add_argument("--mix-eval", type=int, default=128)
-    parser.add_argument("--mix-eval-offset", type=int, default=1000)
+    parser.add_argument("--mix-eval", type=int, default=None, help="default: every sentence between calibration and test")
+    parser.add_argument("--mix-eval-offset", type=int, default=None, help="default: right after the calibration sentences")
+    parser.add_argument("--mixed-calibration", choices=sorted(presets.CALIBRATIONS), default="mse")
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--test", type=int, default=316)
     parser.add_argument("--target", type=float, default=0.995)
     parser.add_argument("--out", type=Path, default=None, help="where the ONNX files and results.json go (default: a temporary folder)")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="npu_precisions_"))
     out.mkdir(parents=True, exist_ok=True)
-    print(f"all-MiniLM-L6-v2; calibration {args.calib}, mixing evaluation {args.mix_eval} (offset {args.mix_eval_offset}), "
-          f"held-out test: the last {args.test} sentences; 1 thread; files in {out}")
-    results = measure(args.rows, args.calib, args.mix_eval, args.mix_eval_offset, args.test, args.target, out)
+    print(f"all-MiniLM-L6-v2; calibration {args.calib}, mixing evaluation {args.mix_eval or 'between'} "
+          f"(offset {args.mix_eval_offset or args.calib}), held-out test: the last {args.test} sentences; "
+          f"mixed row calibrated by {args.mixed_calibration}; {args.threads} thread(s); files in {out}")
+    results = measure(args, out)
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
 
 
