@@ -3,8 +3,9 @@
 Data: calibration = the first ``--calib`` sentences of CPython's documentation topics; held-out
 test = the *last* ``--test`` sentences of the same text (chosen by position, not by looking at
 them); the mixing search's evaluation set = every sentence between the two (2,209 by default), or
-``--mix-eval`` sentences from ``--mix-eval-offset`` on. Metric: mean cosine similarity of the sentence embeddings (attention-masked mean of the last
-hidden state, L2-normalised) with the float transformers model's.
+``--mix-eval`` sentences from ``--mix-eval-offset`` on. Metric: mean cosine similarity of the
+sentence embeddings (attention-masked mean of the last hidden state, L2-normalised) with the float
+transformers model's.
 
 Rows:
 

@@ -73,7 +73,7 @@ def test_the_preset_names_a_layer_weight_width_it_cannot_build():
         (lambda: presets.a16w8(weights="per_group"), r"a16w8\(weights='per_group'\): allowed \['per_channel', 'per_tensor'\]"),
         (lambda: presets.activation_spec(4), r"activation_spec\(bits=4\): allowed \[8, 16\]"),
         (lambda: presets.a8w8(calibration="entropy"), r"a8w8\(calibration='entropy'\): allowed 'minmax', 'mse'"),
-        (lambda: presets.activation_spec(8, calibration="MSE"), r"calibration='MSE': allowed 'minmax', 'mse'"),
+        (lambda: presets.activation_spec(8, calibration="MSE"), r"activation_spec\(calibration='MSE'\): allowed 'minmax', 'mse'"),
     ],
 )
 def test_the_npu_presets_check_their_arguments(call, match):

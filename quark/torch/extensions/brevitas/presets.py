@@ -105,10 +105,15 @@ def activation_spec(bits: int, *, symmetric: bool = False, calibration: str = "m
     scales, half-even; unsigned asymmetric (zero point from the range), or signed symmetric; the
     range from ``calibration`` (:data:`CALIBRATIONS`). The sites
     :func:`~quark.torch.extensions.brevitas.mixing.mix` promotes get this spec with 16 bits."""
+    return _activation_spec(bits, symmetric, calibration, "activation_spec")
+
+
+def _activation_spec(bits: int, symmetric: bool, calibration: str, owner: str) -> QuantizationSpec:
+    """:func:`activation_spec`, its errors naming ``owner`` (the preset the user called)."""
     if bits not in _ACT_DTYPES:
-        raise ValueError(f"activation_spec(bits={bits!r}): allowed {sorted(_ACT_DTYPES)}")
+        raise ValueError(f"{owner}(bits={bits!r}): allowed {sorted(_ACT_DTYPES)}")
     if calibration not in CALIBRATIONS:
-        raise ValueError(f"calibration={calibration!r}: allowed {', '.join(map(repr, CALIBRATIONS))}")
+        raise ValueError(f"{owner}(calibration={calibration!r}): allowed {', '.join(map(repr, CALIBRATIONS))}")
     return QuantizationSpec(
         dtype=_ACT_DTYPES[bits][0 if symmetric else 1],
         observer_cls=CALIBRATIONS[calibration],
@@ -132,8 +137,7 @@ def _integer_npu(
 ) -> Config:
     if weights not in _WEIGHT_GRANULARITY:
         raise ValueError(f"{name}(weights={weights!r}): allowed {sorted(_WEIGHT_GRANULARITY)}")
-    if calibration not in CALIBRATIONS:
-        raise ValueError(f"{name}(calibration={calibration!r}): allowed {', '.join(map(repr, CALIBRATIONS))}")
+    activations = _activation_spec(act_bits, symmetric_activations, calibration, name)
     qscheme, observer, ch_axis = _WEIGHT_GRANULARITY[weights]
     weight = QuantizationSpec(
         dtype=Dtype.int8,
@@ -146,7 +150,7 @@ def _integer_npu(
     )
     bias = QuantizationSpec(dtype=Dtype.int32, round_method=RoundType.half_even)  # no observer: s_in * s_w
     layer = QuantizationConfig(
-        input_tensors=activation_spec(act_bits, symmetric=symmetric_activations, calibration=calibration),
+        input_tensors=activations,
         weight=weight,
         bias=bias,
         target_device=DeviceType.IPU,
@@ -167,7 +171,8 @@ def a8w8(
     symmetric with ``symmetric_activations``), int8 symmetric weights (``weights``: "per_channel"
     or "per_tensor"), int32 bias with scale = input scale x weight scale; ``calibration``: how the
     activation ranges are found, "minmax" (the default) or "mse" (the clipping range of least
-    squared quantization error over the calibration data's histogram; :data:`CALIBRATIONS`). Other arguments as :func:`xint8`."""
+    squared quantization error over the calibration data's histogram; :data:`CALIBRATIONS`).
+    Other arguments as :func:`xint8`."""
     return _integer_npu(8, weights, symmetric_activations, calibration, exclude, graph, merge_batch_norm, "a8w8")
 
 
@@ -183,9 +188,8 @@ def a16w8(
     """A16W8 for the AMD NPU: 16-bit activations with float scales (uint16 asymmetric, or int16
     symmetric with ``symmetric_activations``), int8 symmetric weights (``weights``: "per_channel"
     or "per_tensor"), int32 bias with scale = input scale x weight scale; ``calibration`` as
-    :func:`a8w8`. The 16-bit
-    QuantizeLinear / DequantizeLinear are written in ONNX Runtime's ``com.microsoft`` domain at
-    the IPU's opset 17 (the standard ops take 16 bits from opset 21). Other arguments as :func:`xint8`."""
+    :func:`a8w8`. The 16-bit QuantizeLinear / DequantizeLinear are written in ONNX Runtime's
+    ``com.microsoft`` domain at the IPU's opset 17 (the standard ops take 16 bits from opset 21). Other arguments as :func:`xint8`."""
     return _integer_npu(16, weights, symmetric_activations, calibration, exclude, graph, merge_batch_norm, "a16w8")
 
 
