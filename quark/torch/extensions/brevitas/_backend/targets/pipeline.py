@@ -58,15 +58,16 @@ def run_checked(
     changes the outputs beyond what ``expected`` allows (``hints``: a sentence per pass name, added
     to the message).
     """
-    from quark.torch.extensions.brevitas._backend.export.verify import execute_qonnx, max_diff
+    from quark.torch.extensions.brevitas._backend.export.verify import max_diff
+    from quark.torch.extensions.brevitas._backend.qonnx_passes.execution import Sessions, execute
 
-    records = []
+    records, sessions = [], Sessions()
     for name, step in steps:
         try:
             start = time.perf_counter()
             model = step(model)
             seconds = time.perf_counter() - start
-            produced = execute_qonnx(model, samples)
+            produced = execute(model, samples, sessions)
         except error:
             raise  # a step's own refusal names what it refuses
         except Exception as failure:

@@ -17,7 +17,6 @@ import numpy as np
 
 from quark.torch.extensions.brevitas._backend.accumulator import Promise
 from quark.torch.extensions.brevitas._backend.export.verify import FLOAT_RTOL, float_tolerance, max_diff
-from quark.torch.extensions.brevitas._backend.qonnx_index import indexed_lookups
 from quark.torch.extensions.brevitas._backend.targets.finn import accumulators as accumulator_checks
 from quark.torch.extensions.brevitas._backend.targets.finn import execute
 from quark.torch.extensions.brevitas._backend.targets.finn.errors import FinnError
@@ -122,7 +121,6 @@ class DataflowExport:
         return "\n".join(lines)
 
 
-@indexed_lookups()  # qonnx's lookups indexed in its bulk routines (qonnx_index)
 def export_finn_dataflow(
     qonnx_path: str | os.PathLike,
     inputs: Any,

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from quark.torch.extensions.brevitas._backend.export.errors import TargetCheckError
-from quark.torch.extensions.brevitas._backend.qonnx_index import indexed_lookups
 
 
 @dataclass(frozen=True)
@@ -35,7 +34,6 @@ class IntegerInput:
         return np.asarray(quantized / self.scale, dtype=np.float32)
 
 
-@indexed_lookups()  # qonnx's cleanup on a 500-node graph: 649 s with qonnx's list scans (RegNet-X-400MF)
 def integer_input(qonnx_path: str | os.PathLike, output_path: str | os.PathLike | None = None) -> IntegerInput:
     """Make the QONNX graph's input integer, as FINN's dataflow takes it.
 
@@ -50,7 +48,7 @@ def integer_input(qonnx_path: str | os.PathLike, output_path: str | os.PathLike 
     from qonnx.core.datatype import DataType
     from qonnx.core.modelwrapper import ModelWrapper
 
-    from quark.torch.extensions.brevitas._backend.qonnx_fold import cleanup_model
+    from quark.torch.extensions.brevitas._backend.qonnx_passes.constants import cleanup_model
     from quark.torch.extensions.brevitas._backend.targets.finn.origins import tag_origins
 
     model = ModelWrapper(os.fspath(qonnx_path))

@@ -134,41 +134,6 @@ class QuantAvgPoolNHWC(Transformation):
         return model, False
 
 
-def round_thresholds_in_one_sweep():
-    """FINN's ``RoundAndClipThresholds``, the MultiThresholds on integer inputs rounded in one sweep:
-    the same thresholds and datatypes.
-
-    FINN's pass rounds the first node whose thresholds change, re-infers every datatype and starts
-    over, each time in a deep copy of the model: a pass per MultiThreshold (DenseNet-121: 722 of them,
-    300 of its 560 s of streamlining). Rounding thresholds changes no datatype another node's
-    rounding reads (a MultiThreshold's output type is its ``out_dtype``), so they are all rounded
-    here with FINN's formula; FINN's own pass then runs once, for the nodes this leaves to it
-    (fixed-point inputs, hardware layers with thresholds), and infers the datatypes."""
-    from finn.transformation.streamline.round_thresholds import RoundAndClipThresholds
-
-    class RoundThresholdsInOneSweep(RoundAndClipThresholds):
-        def apply(self, model):
-            from qonnx.core.datatype import DataType
-
-            for node in model.get_nodes_by_op_type("MultiThreshold"):
-                thresholds = model.get_initializer(node.input[1])
-                dtype = model.get_tensor_datatype(node.input[0])
-                if thresholds is None or not dtype.is_integer():
-                    continue
-                rounded = np.clip(np.ceil(thresholds), dtype.min(), dtype.max() + 1).astype(np.float32)
-                model.set_initializer(node.input[1], rounded)
-                if dtype in {"INT64", "UINT64"}:
-                    tdt = dtype
-                elif dtype.signed():
-                    tdt = DataType.get_smallest_possible(-(dtype.max() + 1) - 1)
-                else:
-                    tdt = DataType.get_smallest_possible(dtype.max() + 1)
-                model.set_tensor_datatype(node.input[1], tdt)
-            return super().apply(model)
-
-    return RoundThresholdsInOneSweep()
-
-
 class ComposedCleaningAfterChanges(ComposedTransformation):
     """qonnx's ``ComposedTransformation`` (each transformation to a fixed point, the whole sequence
     again until nothing changes), with its cleanup only after a transformation that changed the graph.
@@ -195,76 +160,6 @@ class ComposedCleaningAfterChanges(ComposedTransformation):
                                 InferDataTypes()):
                     model = model.transform(cleanup)
         return model, changed_any
-
-
-def transposes_past_eltwise_in_one_sweep():
-    """FINN's ``MoveTransposePastEltwise``, every transpose moved in one call: the same rewrites.
-
-    FINN's pass moves one transpose past one Add / Mul and infers every shape of the graph before
-    the next (the shapes it deletes are only read back by that inference). EfficientNet-B0's layout
-    group moved 98 in a row, a second each. Here FINN's own rewrite runs until nothing moves
-    (:func:`in_one_sweep`)."""
-    from finn.transformation.streamline.reorder import MoveTransposePastEltwise
-
-    class TransposesPastEltwiseInOneSweep(MoveTransposePastEltwise):
-        def apply(self, model):
-            return in_one_sweep(super().apply, model)
-
-    return TransposesPastEltwiseInOneSweep()
-
-
-def fold_quant_weights_in_one_sweep():
-    """FINN's ``FoldQuantWeights``, every constant quantizer folded in one call: the same rewrites.
-
-    FINN's pass folds one weight quantizer per call, each time building an execution context with
-    every tensor of the graph and inferring every shape afterwards: DenseNet-121's conversion spent
-    136 s in it. Here FINN's own rewrite runs until nothing is left to fold (:func:`in_one_sweep`)."""
-    from finn.transformation.qonnx.fold_quant_weights import FoldQuantWeights
-
-    class FoldQuantWeightsInOneSweep(FoldQuantWeights):
-        def apply(self, model):
-            return in_one_sweep(super().apply, model)
-
-    return FoldQuantWeightsInOneSweep()
-
-
-def in_one_sweep(apply, model):
-    """FINN's one-rewrite-per-call pass ``apply`` called until it changes nothing, without the
-    whole-graph work it repeats after each rewrite: its shape inference (run once, at the end) and
-    its execution context (initializers read from the model when a node executes, where qonnx's
-    ``make_empty_exec_context`` allocates every tensor of the graph). A pass that returns another
-    model than it was given (a rewrite through ``ModelWrapper.transform``) ends the sweep there:
-    the caller's loop calls it again, as it calls FINN's pass."""
-    changed_any, result = False, model
-    model.transform = lambda transformation, *args, **kwargs: (
-        model if isinstance(transformation, InferShapes) else type(model).transform(model, transformation, *args, **kwargs)
-    )
-    model.make_empty_exec_context = lambda: _InitializerContext(model)
-    try:
-        while True:
-            result, changed = apply(model)
-            changed_any = changed_any or changed
-            if not changed or result is not model:
-                break
-    finally:
-        for wrapper in (model, result):  # a deep copy made through transform carries the stubs too
-            for stub in ("transform", "make_empty_exec_context"):
-                vars(wrapper).pop(stub, None)
-    return result.transform(InferShapes()), changed_any
-
-
-class _InitializerContext(dict):
-    """An execution context that reads a tensor it was not given from the model's initializers."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def __missing__(self, name):
-        value = self.model.get_initializer(name)
-        if value is None:
-            raise KeyError(f"{name} is neither an initializer nor computed in this sweep")
-        return value
 
 
 class CropKernelsToOnePixel(Transformation):

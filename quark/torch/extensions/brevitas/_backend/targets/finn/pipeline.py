@@ -20,14 +20,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
-from unittest import mock
 
 import numpy as np
 
 from quark.torch.extensions.brevitas._backend.export.handlers import MAX_THRESHOLD_BITS
 from quark.torch.extensions.brevitas._backend.export.safe_graph import load_checked
 from quark.torch.extensions.brevitas._backend.export.verify import FLOAT_RTOL, execute_qonnx, float_tolerance
-from quark.torch.extensions.brevitas._backend.qonnx_index import indexed_lookups
 from quark.torch.extensions.brevitas._backend.targets.finn.errors import FinnError
 from quark.torch.extensions.brevitas._backend.targets.finn.origins import named, run_transform, tag_origins
 from quark.torch.extensions.brevitas._backend.targets.pipeline import StepCheck, op_types, run_checked
@@ -66,14 +64,10 @@ def _to_finn(model):
     from finn.transformation.qonnx import convert_qonnx_to_finn
     from finn.transformation.qonnx.quant_act_to_multithreshold import default_filter_function_generator
 
-    from quark.torch.extensions.brevitas._backend.targets.finn.passes import fold_quant_weights_in_one_sweep
-
     convert = convert_qonnx_to_finn.ConvertQONNXtoFINN(
         filter_function=default_filter_function_generator(max_multithreshold_bit_width=MAX_THRESHOLD_BITS)
     )
-    # FINN's step as it is, with its weight folding done in one sweep (the same graph)
-    with mock.patch.object(convert_qonnx_to_finn, "FoldQuantWeights", fold_quant_weights_in_one_sweep):
-        return _tidy(run_transform(model, convert))
+    return _tidy(run_transform(model, convert))
 
 
 def _absorb_clips(model):
@@ -91,6 +85,7 @@ def _streamline(model):
     threshold rounding of its ResNet example."""
     from finn.transformation.streamline import Streamline, absorb
     from finn.transformation.streamline.reorder import MakeMaxPoolNHWC
+    from finn.transformation.streamline.round_thresholds import RoundAndClipThresholds
     from qonnx.transformation.bipolar_to_xnor import ConvertBipolarMatMulToXnorPopcount
     from qonnx.transformation.general import RemoveUnusedTensors
     from qonnx.transformation.infer_data_layouts import InferDataLayouts
@@ -101,7 +96,6 @@ def _streamline(model):
         ForkAfterNhwcTranspose,
         GroupedConvAsDense,
         QuantAvgPoolNHWC,
-        round_thresholds_in_one_sweep,
     )
 
     branches = _branches(model)
@@ -129,7 +123,7 @@ def _streamline(model):
     if branches and _linear_before_fork(model):
         model = _linear_past_forks(model)
     for transform in (
-        round_thresholds_in_one_sweep(),
+        RoundAndClipThresholds(),
         absorb.AbsorbScalarMulAddIntoTopK(),
         InferDataLayouts(),
         RemoveUnusedTensors(),
@@ -229,7 +223,6 @@ def _transposes_past_branches(model):
         ChannelShuffleToNHWC,
         ComposedCleaningAfterChanges,
         SlicesAsSplit,
-        transposes_past_eltwise_in_one_sweep,
     )
 
     chunks = any(model.get_nodes_by_op_type(t) for t in ("Slice", "Split"))
@@ -242,7 +235,7 @@ def _transposes_past_branches(model):
             *([reorder.MoveTransposePastSplit()] if chunks else []),
             reorder.MoveTransposePastFork(),
             reorder.MoveTransposePastJoinConcat(),
-            transposes_past_eltwise_in_one_sweep(),
+            reorder.MoveTransposePastEltwise(),
             reorder.MoveTransposePastJoinMul(),
             reorder.MoveTransposePastJoinAdd(),
             collapse_repeated.CollapseRepeatedTranspose(),
@@ -433,11 +426,10 @@ def prepare(qonnx_path: str | os.PathLike, inputs: Any) -> tuple[Any, list[np.nd
     """A QONNX file as FINN's steps take it: checked before qonnx reads it, its nodes tagged with their
     torch modules, cleaned, batch size 1, shapes and datatypes inferred; with the samples, the
     reference outputs on them, and the record of this starting point."""
-    from qonnx.core.modelwrapper import ModelWrapper
+    from quark.torch.extensions.brevitas._backend.qonnx_passes.constants import cleanup_model
+    from quark.torch.extensions.brevitas._backend.targets.finn.sweeps import FinnModelWrapper
 
-    from quark.torch.extensions.brevitas._backend.qonnx_fold import cleanup_model
-
-    model = ModelWrapper(load_checked(os.fspath(qonnx_path)))  # before qonnx imports what the node domains name
+    model = FinnModelWrapper(load_checked(os.fspath(qonnx_path)))  # before qonnx imports what the node domains name
     if len(model.graph.input) != 1 or len(model.graph.output) != 1:
         raise FinnError(
             f"{os.fspath(qonnx_path)}: {len(model.graph.input)} inputs and {len(model.graph.output)} outputs; "
@@ -499,7 +491,6 @@ class FinnReport:
         return "\n".join([*lines, *("  " + s.describe() for s in self.steps)])
 
 
-@indexed_lookups()  # qonnx's lookups indexed in its bulk routines (qonnx_index)
 def finn_handoff(
     qonnx_path: str | os.PathLike,
     inputs: Any,
@@ -644,7 +635,6 @@ class Dataflow:
     float_layers: list[str]  # hardware layers with a float input or output (FINN warns likewise)
 
 
-@indexed_lookups()  # qonnx's lookups indexed in its bulk routines (qonnx_index)
 def dataflow_from_qonnx(
     qonnx_path: str | os.PathLike,
     inputs: np.ndarray,
