@@ -67,14 +67,14 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from quark.torch.extensions.brevitas._backend.targets.finn.pipeline import finn_handoff
+    from quark.torch.extensions.brevitas._backend.targets.finn.dataflow import finn_handoff
 
 
 
 def __getattr__(name: str) -> Any:
     """Public names whose modules import ONNX / qonnx, loaded when first used."""
     if name == "finn_handoff":
-        from quark.torch.extensions.brevitas._backend.targets.finn.pipeline import finn_handoff
+        from quark.torch.extensions.brevitas._backend.targets.finn.dataflow import finn_handoff
 
         return finn_handoff
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

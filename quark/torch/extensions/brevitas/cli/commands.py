@@ -227,7 +227,7 @@ def _check_export_flags(args: argparse.Namespace) -> Any:
         _checkpoint_path(args.output)
         return None
     _positive(args, "target_fps", "clock_mhz", "top_k")
-    from quark.torch.extensions.brevitas._backend.targets.finn.pipeline import require_finn
+    from quark.torch.extensions.brevitas._backend.targets.finn.front_end import require_finn
 
     try:
         require_finn()
@@ -402,7 +402,7 @@ def search(args: argparse.Namespace) -> Result:
     """Per-layer widths against FINN's cost (the parser: :mod:`.search`). Each measured point's
     checkpoint is this command line's format: ``export`` / ``verify --checkpoint DIR/points/NAME/model.pt``."""
     from quark.torch.extensions.brevitas._backend.targets.finn.parts import resolve
-    from quark.torch.extensions.brevitas._backend.targets.finn.pipeline import require_finn
+    from quark.torch.extensions.brevitas._backend.targets.finn.front_end import require_finn
     from quark.torch.extensions.brevitas.search import search as width_search
 
     try:

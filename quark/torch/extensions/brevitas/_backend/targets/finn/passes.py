@@ -16,32 +16,76 @@ logger = logging.getLogger(__name__)
 
 
 class AbsorbClipIntoMultiThreshold(Transformation):
-    """Clip(lo, hi) feeding only a MultiThreshold becomes part of it.
+    """A Clip(lo, hi) or Relu (a clip at 0) feeding only a MultiThreshold, directly or through
+    multiplications and divisions by positive scalars (the export's x / scale before thresholds),
+    becomes part of it.
 
-    FINN converts ReLU6 / Hardtanh + quantizer into Clip -> MultiThreshold and has no pass for
-    the Clip, which then blocks streamlining (the scale and bias before it stay float). Exact:
-    counting clip(x) >= t is counting always for t <= lo, never for t > hi, and x >= t between.
+    FINN converts ReLU6 / Hardtanh + quantizer into Clip -> MultiThreshold and has no pass for the Clip,
+    which then blocks streamlining; a quantizer the export wrote as thresholds keeps the Relu before
+    it, which FINN's conversion absorbs only into the Quant nodes it converts. Exact: with the chain
+    c (monotonic, applied in float32 as the graph applies it), counting c(clip(x)) >= t is counting
+    always for t <= c(lo), never for t > c(hi), and c(x) >= t between.
     """
 
     def apply(self, model):
         for node in model.graph.node:
-            consumers = model.find_consumers(node.output[0]) if node.op_type == "Clip" else None
-            if not consumers or len(consumers) != 1 or consumers[0].op_type != "MultiThreshold":
+            if node.op_type not in ("Clip", "Relu"):
                 continue
-            names = [*node.input[1:3], "", ""][:2]  # min, max: optional inputs
-            bounds = [model.get_initializer(name) if name else None for name in names]
-            if any(name and bound is None for name, bound in zip(names, bounds)):
+            chain = _positive_scalar_chain(model, node.output[0])
+            if chain is None:
+                continue
+            scaling, threshold = chain
+            bounds = _clip_bounds(model, node)
+            if bounds is None:
                 continue  # bounds computed in the graph
-            lo = -np.inf if bounds[0] is None else float(bounds[0])
-            hi = np.inf if bounds[1] is None else float(bounds[1])
-            threshold = consumers[0]
+            lo, hi = (scaling(bound) for bound in bounds)
             values = model.get_initializer(threshold.input[1])
             values = np.where(values <= lo, -np.inf, np.where(values > hi, np.inf, values)).astype(values.dtype)
             model.set_initializer(threshold.input[1], values)
-            threshold.input[0] = node.input[0]
+            reader = model.find_consumers(node.output[0])[0]
+            reader.input[:] = [node.input[0] if t == node.output[0] else t for t in reader.input]
             model.graph.node.remove(node)
             return model, True
         return model, False
+
+
+def _clip_bounds(model, node) -> tuple[np.float32, np.float32] | None:
+    """(lo, hi) of a Clip (its optional bound inputs; None where one is computed) or a Relu (0, inf)."""
+    if node.op_type == "Relu":
+        return np.float32(0), np.float32(np.inf)
+    names = [*node.input[1:3], "", ""][:2]  # min, max: optional inputs
+    bounds = [model.get_initializer(name) if name else None for name in names]
+    if any(name and bound is None for name, bound in zip(names, bounds)):
+        return None
+    lo = np.float32(-np.inf) if bounds[0] is None else np.float32(bounds[0])
+    hi = np.float32(np.inf) if bounds[1] is None else np.float32(bounds[1])
+    return lo, hi
+
+
+def _positive_scalar_chain(model, tensor: str):
+    """(the chain as a float32 function, the MultiThreshold) when ``tensor`` feeds only a chain of
+    Mul / Div by positive scalar constants (possibly empty) that feeds only a MultiThreshold's data
+    input; else None."""
+    operations = []
+    while True:
+        consumers = model.find_consumers(tensor) or []
+        if len(consumers) != 1 or consumers[0].input[0] != tensor:
+            return None
+        node = consumers[0]
+        if node.op_type == "MultiThreshold":
+            break
+        constant = model.get_initializer(node.input[1]) if node.op_type in ("Mul", "Div") and len(node.input) == 2 else None
+        if constant is None or constant.size != 1 or not float(constant.reshape(())) > 0:
+            return None
+        operations.append((node.op_type, np.float32(constant.reshape(()))))
+        tensor = node.output[0]
+
+    def scaling(value: np.float32) -> np.float32:
+        for op_type, constant in operations:
+            value = np.float32(value * constant) if op_type == "Mul" else np.float32(value / constant)
+        return value
+
+    return scaling, node
 
 
 #: ONNX Transpose permutations between FINN's layouts
