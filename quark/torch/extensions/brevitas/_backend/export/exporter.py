@@ -122,9 +122,13 @@ class ModelExporter:
         """
         return self._export(model, args, ExportFormat.qonnx, **options)
 
-    def verify(self, model: nn.Module, args: Any, *, tolerance_lsb: float | None = None):
+    def verify(
+        self, model: nn.Module, args: Any, *, tolerance_lsb: float | None = None, graph_inputs: Sequence[Any] | None = None
+    ):
         """Execute the ONNX file at ``export_path`` (QONNX or QCDQ, told apart by its nodes) on
         ``args`` and compare it with ``model``, as the exports do. Returns the ``ExportReport``.
+        ``graph_inputs``: arrays the graph is fed instead of ``args`` (a FINN graph taking the input
+        quantizer's integers, say); ``model`` still runs on ``args``.
 
         Raises:
             FileNotFoundError: no file at ``export_path``.
@@ -139,7 +143,7 @@ class ModelExporter:
         fmt = ExportFormat.qonnx if qonnx else ExportFormat.qcdq
         opset = next((o.version for o in onnx_model.opset_import if o.domain in ("", "ai.onnx")), 0)
         inputs = ExampleInputs.of(model, args)
-        return self._verify(onnx_model, fmt, opset, inputs, self._reference(model, inputs), tolerance_lsb, [])
+        return self._verify(onnx_model, fmt, opset, inputs, self._reference(model, inputs), tolerance_lsb, [], graph_inputs)
 
     def export_finn_dataflow(
         self,
@@ -200,14 +204,15 @@ class ModelExporter:
         if config is not None and not isinstance(config, FinnBuildConfig):
             raise TypeError(f"config: expected a FinnBuildConfig or None, got {type(config).__name__}")
         config = (config or FinnBuildConfig()).replace(**given)  # a bad setting fails before the export
-        path = os.path.join(self.export_path, "model.qonnx.onnx")
-        ModelExporter(path).export_qonnx_model(model, example)
+        path = os.path.join(self.export_path, dataflow.FILES["qonnx"])
+        ModelExporter(path).export_qonnx_model(model, example[:1])  # FINN's graphs take one sample at a time
         expected = self._reference(model, ExampleInputs.of(model, example))[0]
         inputs = dataflow.as_array(example, "example")
         interface_ = None
         if config.integer_input:
-            interface_ = interface.integer_input(path)
-            inputs = interface_.integers(inputs)
+            integer_path = os.path.join(self.export_path, dataflow.FILES["integer_input_qonnx"])
+            interface_ = interface.integer_input(path, integer_path)
+            path, inputs = integer_path, interface_.integers(inputs)
             logger.info("FINN dataflow input: %s integers, scale %g", interface_.datatype, interface_.scale)
         return dataflow.export_finn_dataflow(
             path,
@@ -326,7 +331,7 @@ class ModelExporter:
             onnx.save(exported, path)
         return exported
 
-    def _verify(self, onnx_model, fmt, opset, inputs, expected, tolerance_lsb, target_checks):
+    def _verify(self, onnx_model, fmt, opset, inputs, expected, tolerance_lsb, target_checks, graph_inputs=None):
         from quark.torch.extensions.brevitas._backend.export import verify as checks
 
         common = {
@@ -344,7 +349,7 @@ class ModelExporter:
             tolerance_lsb = checks.EXACT_TOLERANCE_LSB if exact else checks.DEFAULT_TOLERANCE_LSB
         from quark.torch.extensions.brevitas._backend.export import safe_graph
 
-        feeds = [t.detach().cpu().numpy() for t in inputs.tensors]
+        feeds = list(graph_inputs) if graph_inputs is not None else [t.detach().cpu().numpy() for t in inputs.tensors]
         safe_graph.check(onnx_model, self.export_path)  # the check files from elsewhere pass before they run
         try:
             produced = checks.RUNNERS[fmt](onnx_model, feeds)

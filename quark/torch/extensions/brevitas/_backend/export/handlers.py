@@ -115,6 +115,13 @@ QONNX_ROUNDING: dict[RoundType, str] = {
     RoundType.half_up: "HALF_UP",
     RoundType.toward_zero: "DOWN",
 }
+#: Brevitas' rounding names (``float_to_int_impl_type`` of a stock quantizer, what its QONNX export
+#: writes) -> RoundType; a quantizer rounding otherwise (CEIL, learned) is written as Brevitas writes it
+BREVITAS_ROUNDING: dict[str, RoundType] = {
+    "ROUND": RoundType.half_even,
+    "FLOOR": RoundType.floor,
+    "ROUND_TO_ZERO": RoundType.toward_zero,
+}
 #: QONNX rounding_mode -> the rounding qonnx executes for it
 _ROUND_IMPL_OF_MODE = {"ROUND": RoundSte, "FLOOR": FloorSte, "HALF_UP": RoundHalfAwayFromZeroSte, "DOWN": RoundToZeroSte}
 
@@ -272,23 +279,29 @@ class _SpecRounding:
         super().prepare_for_export(module)
         spec = spec_of(module)
         self.half_up_signed, self.zero_point_used, self.thresholds = False, False, None
-        if module.is_quant_enabled and spec is not None:
-            kwargs = self.symbolic_kwargs
+        if not module.is_quant_enabled:
+            return
+        kwargs = self.symbolic_kwargs
+        if spec is not None:
             kwargs["rounding_mode"] = QONNX_ROUNDING[spec.round_method]
             if self.quant_op is BrevitasQuantOp:
                 self.quant_op = QuantOp
-            signed, bits = bool(kwargs.get("signed")), kwargs.get("bit_width")
-            # read here: tensors turned into Python values while tracing warn
-            # thresholds where FINN would round otherwise, and where QONNX has no mode (signed half_up)
-            exact_in_finn = finn_rounds_alike(spec.round_method, signed) and not (
-                signed and spec.round_method is RoundType.half_up
-            )
-            if self.thresholded and bits is not None and int(bits) <= MAX_THRESHOLD_BITS and not exact_in_finn:
-                self.thresholds = thresholds(spec.round_method, int(bits), signed, bool(kwargs["narrow_range"]))
-            self.half_up_signed = spec.round_method is RoundType.half_up and signed
-            if self.thresholds is not None or self.half_up_signed:
-                zero_point = kwargs.get("zero_point")
-                self.zero_point_used = zero_point is not None and bool(torch.any(zero_point != 0))
+            rounding, integer = spec.round_method, spec.format is Format.integer
+        else:  # a Brevitas quantizer of the user's own: its injector's rounding is its own
+            rounding, integer = BREVITAS_ROUNDING.get(kwargs.get("rounding_mode")), self.quant_op is BrevitasQuantOp
+        if rounding is None:
+            return
+        # read here: tensors turned into Python values while tracing warn
+        signed, bits = bool(kwargs.get("signed")), int(kwargs.get("bit_width") or 0)
+        # thresholds where FINN would round otherwise, and where QONNX has no mode (signed half_up);
+        # 2 bits and up: a ternary grid is 2 narrow bits, a bipolar one is no integer grid
+        exact_in_finn = finn_rounds_alike(rounding, signed) and not (signed and rounding is RoundType.half_up)
+        if self.thresholded and integer and 2 <= bits <= MAX_THRESHOLD_BITS and not exact_in_finn:
+            self.thresholds = thresholds(rounding, bits, signed, bool(kwargs["narrow_range"]))
+        self.half_up_signed = rounding is RoundType.half_up and signed
+        if self.thresholds is not None or self.half_up_signed:
+            zero_point = kwargs.get("zero_point")
+            self.zero_point_used = zero_point is not None and bool(torch.any(zero_point != 0))
 
     def _quant(self, x: Tensor, scale: Tensor, zero_point: Tensor, bit_width: Tensor, **attrs) -> Tensor:
         """The Quant node(s) of ``x``; ``attrs``: narrow_range, signed, rounding_mode."""

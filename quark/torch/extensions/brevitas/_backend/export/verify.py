@@ -163,8 +163,18 @@ def is_exact(model: onnx.ModelProto) -> bool:
             if scale is not None and is_pof2(scale):
                 exact.update(node.output)
                 on_grid.update(node.output)
+        elif node.op_type == "MultiThreshold":  # integers: comparisons of exact values
+            exact.update(node.output)
+            on_grid.update(node.output)
+        elif node.op_type == "Div" and is_pof2(np.abs(graph.constants.get(inputs[1], np.zeros(1)))):
+            exact.update(node.output)  # a division by a power of two does not round
+            if inputs[0] in on_grid:
+                on_grid.update(node.output)
         elif node.op_type in EXACT_ARITHMETIC:
-            if all(i in on_grid for i in inputs):
+            scaled = node.op_type == "Mul" and all(  # a grid value times powers of two: a dequantization
+                i in on_grid or (i in graph.constants and is_pof2(np.abs(graph.constants[i]))) for i in inputs
+            )
+            if scaled or all(i in on_grid for i in inputs):
                 exact.update(node.output)
                 on_grid.update(node.output)
         elif node.op_type in DATA_MOVEMENT:

@@ -140,11 +140,12 @@ def export_finn_dataflow(
     exporter made of the network input (the host's scale, written in the README). Writes to
     ``output_dir``:
 
-    - ``model.qonnx.onnx``: the QONNX file;
+    - ``model.qonnx.onnx``: the QONNX file (and, with ``integer_input``, ``model_integer_input.qonnx.onnx``:
+      the same graph taking the input quantizer's integers, where the build starts);
     - ``dataflow_parent.onnx`` / ``dataflow_partition.onnx``: FINN's parent graph (host-side layout
       nodes and one StreamingDataflowPartition) and the partition, specialized for the part and folded;
     - ``folding_config.json``: the folding of every layer (FINN's ``folding_config_file``);
-    - ``build_config.json`` and ``build.py``: FINN's ``build_dataflow_cfg`` from ``model.qonnx.onnx`` with
+    - ``build_config.json`` and ``build.py``: FINN's ``build_dataflow_cfg`` from the QONNX file with
       the package's steps, then FINN's own to a bitfile; ``verify_input.npy`` /
       ``verify_expected_output.npy``: the inputs and torch's outputs its ``verify_steps`` compare;
     - ``estimate.md`` / ``estimate.json``: per-layer and total resources, cycles, fps, latency against
@@ -175,12 +176,16 @@ def export_finn_dataflow(
     out = os.path.abspath(os.fspath(output_dir))
     os.makedirs(out, exist_ok=True)
     files = {role: os.path.join(out, name) for role, name in FILES.items()}
-    if os.path.abspath(qonnx_path) != files["qonnx"]:
-        with atomic_path(files["qonnx"]) as temp:
+    files["unspecialized_partition"] = os.path.join(out, "intermediate_models", "supported_op_partitions", "partition_0.onnx")
+    if integer_input is None:
+        del files["integer_input_qonnx"]
+    source = files["integer_input_qonnx" if integer_input is not None else "qonnx"]
+    if os.path.abspath(qonnx_path) != source:
+        with atomic_path(source) as temp:
             shutil.copyfile(os.fspath(qonnx_path), temp)
-    model = runner.load(files["qonnx"])
+    model = runner.load(source)
     if expected is None:
-        reference, reference_name = _qonnx_outputs(files["qonnx"], samples), "QONNX"
+        reference, reference_name = _qonnx_outputs(source, samples), "QONNX"
     else:
         reference, reference_name = as_array(expected, "expected"), "torch"
     np.save(files["verify_input"], samples[:CHECK_SAMPLES])
@@ -212,7 +217,7 @@ def export_finn_dataflow(
     write_text(files["estimate_md"], result_estimate.markdown())
     _write_json(files["estimate_json"], result_estimate.to_json())
     outside = [named(parent, n) for n in parent.graph.node if n.op_type != "StreamingDataflowPartition"]
-    partition = runner.load_intermediate(config.intermediate_models_directory() / "supported_op_partitions" / "partition_0.onnx")
+    partition = runner.load_intermediate(files["unspecialized_partition"])
     result = DataflowExport(
         out,
         files,
@@ -223,12 +228,13 @@ def export_finn_dataflow(
         verification,
         integer_input,
     )
-    write_text(files["build_script"], BUILD_SCRIPT)
+    write_text(files["build_script"], BUILD_SCRIPT.replace("{MODEL}", os.path.basename(source)))
     os.chmod(files["build_script"], 0o755)
     write_text(files["readme"], _readme(result))
     _write_json(
         files["verification"],
         {
+            "integer_input": None if integer_input is None else asdict(integer_input),
             "steps": [asdict(s) for s in result.steps],
             "outside_partition": list(result.outside),
             "float_layers": list(result.float_layers),
@@ -312,9 +318,61 @@ def finn_handoff(
     return report
 
 
+@dataclass
+class Dataflow:
+    """FINN's front end and partition on a QONNX file: the parent graph, its one partition, the checks."""
+
+    parent: Any  # ModelWrapper: host-side nodes + one StreamingDataflowPartition
+    partition: Any  # ModelWrapper: the hardware layers, before specialization
+    steps: list[StepCheck]
+    outside: list[str]  # nodes of the parent graph outside the partition
+    float_layers: list[str]  # hardware layers with a float input or output
+
+
+def dataflow_from_qonnx(
+    qonnx_path: str | os.PathLike,
+    inputs: Any,
+    work_dir: str | os.PathLike,
+    config: FinnBuildConfig | None = None,
+    *,
+    expected: Any = None,
+) -> Dataflow:
+    """The build's steps up to one dataflow partition (:data:`~.steps.FRONT_END` and the partition
+    step) on a QONNX file, each checked on ``inputs`` against ``expected`` (default: the cleaned QONNX
+    graph's outputs); the partition's files under ``work_dir``.
+
+    Raises:
+        FinnError: a step fails or changes the outputs, or nodes remain outside the hardware (each
+            named with its torch module and the change that fixes it).
+    """
+    from quark.torch.extensions.brevitas._backend.targets.finn.steps import FRONT_END
+
+    require_finn()
+    work = os.path.abspath(os.fspath(work_dir))
+    os.makedirs(work, exist_ok=True)
+    samples = as_array(inputs, "inputs")
+    reference = _qonnx_outputs(os.fspath(qonnx_path), samples) if expected is None else as_array(expected, "expected")
+    np.save(os.path.join(work, FILES["verify_input"]), samples)
+    np.save(os.path.join(work, FILES["verify_expected_output"]), reference)
+    config = replace(
+        config or FinnBuildConfig(),
+        steps=(*FRONT_END, "step_quark_create_dataflow_partition"),
+        start_step=None,
+        stop_step=None,
+        output_dir=work,
+        verify_input_npy=os.path.join(work, FILES["verify_input"]),
+        verify_expected_output_npy=os.path.join(work, FILES["verify_expected_output"]),
+    )
+    partition = runner.run(runner.load(qonnx_path), config)
+    parent = runner.load_intermediate(config.intermediate_models_directory() / PARENT)
+    outside = [named(parent, n) for n in parent.graph.node if n.op_type != "StreamingDataflowPartition"]
+    return Dataflow(parent, partition, records(partition), outside, float_layers(partition))
+
+
 #: the files of a dataflow directory: role -> name
 FILES: dict[str, str] = {
     "qonnx": "model.qonnx.onnx",
+    "integer_input_qonnx": "model_integer_input.qonnx.onnx",
     "partition": "dataflow_partition.onnx",
     "parent": "dataflow_parent.onnx",
     "folding_config": "folding_config.json",
@@ -425,7 +483,7 @@ STEPS_MODULE = "quark.torch.extensions.brevitas.finn_steps"
 
 
 def finn_build_config(config: FinnBuildConfig, integer_input: IntegerInput | None = None) -> dict[str, Any]:
-    """The settings of FINN's ``DataflowBuildConfig`` for the directory: from ``model.qonnx.onnx``, the
+    """The settings of FINN's ``DataflowBuildConfig`` for the directory: from the QONNX file, the
     package's front end and partition (its steps by module path), then FINN's own steps to a bitfile;
     the part, board and clock, ``folding_config.json`` applied after SetFolding (so edits to it reach the
     build), and FINN's ``verify_steps`` on the cppsim and rtlsim models against the verification files
@@ -461,12 +519,12 @@ BUILD_SCRIPT = '''#!/usr/bin/env python3
 
     python build.py [--output-dir DIR] [--stop-step STEP] [--check]
 
-It runs FINN's build_dataflow_cfg on model.qonnx.onnx with build_config.json: the package's steps
+It runs FINN's build_dataflow_cfg on {MODEL} with build_config.json: the package's steps
 (quark.torch.extensions.brevitas.finn_steps: FINN's front end to one dataflow partition, every graph
 checked against verify_input.npy / verify_expected_output.npy), then FINN's own steps: specialization,
 folding_config.json applied, code generation, IP, FIFO sizing, the stitched IP, the bitfile, the PYNQ
 driver and a deployment package, with FINN's verify_steps in its C++ and RTL simulations. FINN's
-command line does the same: finn build build_config.json model.qonnx.onnx
+command line does the same: finn build build_config.json {MODEL}
 
 Needs quark-brevitas and finn-plus (its builder's dependencies: `pip install quark-brevitas[finn]`),
 and Vivado and Vitis HLS on PATH for the steps from code generation on (source Vivado's
@@ -482,20 +540,30 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+MODEL = "{MODEL}"  # the QONNX file the build starts from
 TOOLS = ("vivado", "vitis_hls")
 
 
 def missing() -> list[str]:
+    """What this machine lacks for the build, each once: the package's steps, FINN's builder, Vivado."""
+    # FINN's settings from the environment, as its own command line sets them: its working files here
+    os.environ.setdefault("FINN_BUILD_DIR", str(HERE / "finn_build" / "work"))
+    os.makedirs(os.environ["FINN_BUILD_DIR"], exist_ok=True)
     problems = []
     try:
         import quark.torch.extensions.brevitas.finn_steps  # noqa: F401
     except ImportError as error:
         problems.append(f"the package's steps do not import ({error}): pip install quark-brevitas[finn]")
+    vivado = "Vivado: XILINX_VIVADO is not set (source Vivado's settings64.sh)"
     try:
         import finn.builder.build_dataflow  # noqa: F401
-    except ImportError as error:
-        problems.append(f"FINN's builder does not import ({error})")
-    return problems + [f"{tool} is not on PATH (source Vivado's settings64.sh)" for tool in TOOLS if shutil.which(tool) is None]
+    except Exception as error:  # noqa: BLE001 - said as what is missing
+        # FINN's builder loads its simulator (finn.xsi), which needs Vivado, when imported
+        problems.append(vivado if "XILINX_VIVADO" in str(error) else f"FINN's builder does not import ({type(error).__name__}: {error})")
+    for tool in TOOLS:
+        if shutil.which(tool) is None:
+            problems.append(f"{tool} is not on PATH (source Vivado's settings64.sh)")
+    return problems
 
 
 def main(argv=None) -> int:
@@ -520,7 +588,7 @@ def main(argv=None) -> int:
         cfg.output_dir = str(Path(args.output_dir).resolve())
     if args.stop_step:
         cfg.stop_step = args.stop_step
-    return build_dataflow_cfg(str(HERE / "model.qonnx.onnx"), cfg)
+    return build_dataflow_cfg(str(HERE / MODEL), cfg)
 
 
 if __name__ == "__main__":
@@ -532,6 +600,13 @@ if __name__ == "__main__":
 def _readme(result: DataflowExport) -> str:
     """``README.md`` of the directory: what each file is, what was checked, what the host feeds, how to go on."""
     e, v = result.estimate, result.verification
+    start = os.path.basename(result.files.get("integer_input_qonnx", result.files["qonnx"]))
+    integer_row = (
+        "\n| `model_integer_input.qonnx.onnx` | the same graph taking the input quantizer's integers (its scale "
+        "folded into the first layer): where FINN's build starts |"
+        if "integer_input_qonnx" in result.files
+        else ""
+    )
     return f"""# FINN dataflow directory
 
 Written by quark-brevitas for {e.part.part} ({"/".join(e.part.boards)}) at {e.clock_mhz:g} MHz.
@@ -546,7 +621,7 @@ Written by quark-brevitas for {e.part.part} ({"/".join(e.part.boards)}) at {e.cl
 
 | file | what |
 |---|---|
-| `model.qonnx.onnx` | the QONNX export of the quantized model (verified against torch): where FINN's build starts |
+| `model.qonnx.onnx` | the QONNX export of the quantized model (one sample per run, verified against torch){"" if integer_row else ": where FINN's build starts"} |{integer_row}
 | `build_config.json` | FINN's `DataflowBuildConfig`: part, board, clock, the folding file, the steps (the package's front end, then FINN's to a bitfile), `verify_steps` and their files |
 | `build.py` | runs that build with FINN's `build_dataflow_cfg` (`--check` names what is missing, `--stop-step` stops early) |
 | `folding_config.json` | PE / SIMD / memory style of every layer, as `estimate.md` names them; the build applies it after FINN's SetFolding: edit it to trade speed for area |
@@ -564,7 +639,7 @@ Vitis HLS on PATH (source Vivado's `settings64.sh`):
 
 ```bash
 python build.py --check                           # what is missing
-python build.py                                   # or: finn build build_config.json model.qonnx.onnx
+python build.py                                   # or: finn build build_config.json {start}
 ```
 
 FINN writes the stitched IP, the bitfile, the PYNQ driver and a deployment package under
