@@ -57,6 +57,12 @@ class _Context(dict):
         self[name] = value
         return value
 
+    def fill(self, names: Sequence[str]) -> None:
+        """The entries qonnx's context would hold for ``names`` (a custom op reads and writes it as a dict)."""
+        for name in names:
+            if name not in self and (self.view.vis.get(name) or name in self.view.inits):
+                self[name]
+
 
 class Sessions(dict):
     """ONNX Runtime sessions of one-node models, by the model's bytes: one per model however often it
@@ -81,21 +87,21 @@ class Executor:
         self.model = model
         self.view = IndexedModel(model)
         self.sessions = Sessions() if sessions is None else sessions
-        graph = model.graph
-        # the value infos in qonnx's filter order (inputs, outputs, value_info), kept referenced: protobuf
-        # hands out the same Python object for a message while one is alive, so ids stay valid
-        self._value_infos = [*graph.input, *graph.output, *graph.value_info]
-        self._order = {id(vi): i for i, vi in enumerate(self._value_infos)}
         self.opsets = model.get_opset_imports()
         if not checked:
             return
         if not self.view.check_all_tensor_shapes_specified():
             raise ExecutionError("Found unspecified tensor shapes, try infer_shapes")
-        produced: set[str] = set()
-        for node in model.graph.node:  # qonnx's nodes_topologically_sorted
-            if any(name in self.view.producers and name not in produced for name in node.input):
-                raise AssertionError("Nodes must be topologically sorted.")
-            produced.update(node.output)
+        # qonnx's nodes_topologically_sorted: every producer of a tensor before every consumer of it
+        last_producer: dict[str, int] = {}
+        first_consumer: dict[str, int] = {}
+        for index, node in enumerate(model.graph.node):
+            for name in node.output:
+                last_producer[name] = index
+            for name in node.input:
+                first_consumer.setdefault(name, index)
+        if any(first_consumer.get(name, index) < index for name, index in last_producer.items()):
+            raise AssertionError("Nodes must be topologically sorted.")
         if model.get_metadata_prop("exec_mode") not in (None, ""):
             raise ExecutionError('Metadata property "exec_mode" is set to an unknown value.')
 
@@ -122,8 +128,7 @@ class Executor:
     def execute_node(self, node, context: _Context, opset: int) -> None:
         """qonnx's ``execute_node``: a custom op by its ``execute_node``, a standard one in ONNX Runtime."""
         if is_custom_op(node.domain, node.op_type):
-            for name in (*node.input, *node.output):
-                context[name]
+            context.fill([*node.input, *node.output])
             execute_custom_node(node, context, self.model.graph, onnx_opset_version=opset)
         else:
             self._standard(node, context, opset)
@@ -143,7 +148,7 @@ class Executor:
                     f"The values of tensor {name} can't be represented with the set datatype annotation "
                     f"({datatype.name}), they will be rounded to match the datatype annotation."
                 )
-            error = np.max(np.abs(np.asarray(values) - np.asarray(updated)))
+            error = _python_max(np.abs(np.asarray(values) - np.asarray(updated)))
             if not error <= get_execution_error_thresh():
                 raise ExecutionError(
                     f"Rounding error is too high to match set QONNX datatype ({datatype}) for input {name}"
@@ -152,21 +157,18 @@ class Executor:
 
     def _standard(self, node, context: _Context, opset: int) -> None:
         """qonnx's one-node model of ``node`` run in ONNX Runtime (its session kept)."""
-        wanted_in, wanted_out = set(node.input), set(node.output)
-        vis = [entry for name in wanted_in | wanted_out for entry in self.view.vis.get(name, ())]
-        order = self._order
-        inputs = sorted((e for e in vis if e[1].name in wanted_in), key=lambda e: order[id(e[1])])
-        outputs = sorted(
-            (e for e in vis if e[1].name in wanted_out and e[0] != "input"), key=lambda e: order[id(e[1])]
-        )
-        inputs = [vi for _, vi in inputs]
-        outputs = [vi for _, vi in outputs]
+        vis = self.view.vis
+        inputs = [vi for _, vi, _ in sorted((e for name in set(node.input) for e in vis.get(name, ())), key=_rank)]
+        outputs = [
+            vi
+            for container, vi, _ in sorted((e for name in set(node.output) for e in vis.get(name, ())), key=_rank)
+            if container != "input"
+        ]
         for attribute in node.attribute:
             if attribute.type == AttributeProto.GRAPH:
                 for inner in attribute.g.node:
-                    for vi in self.model.graph.value_info:
-                        if vi.name in inner.input and vi not in inputs:
-                            inputs.append(vi)
+                    read = [vi for vi in self.model.graph.value_info if vi.name in inner.input]
+                    inputs += [vi for vi in read if vi not in inputs]
         graph = oh.make_graph(nodes=[node], name="single-node-exec", inputs=inputs, outputs=outputs)
         model = qonnx_make_model(graph)
         model.opset_import[0].version = opset
@@ -182,6 +184,19 @@ class Executor:
                     f"{context[name].shape}"
                 )
             context[name] = value
+
+
+def _rank(entry) -> int:
+    return entry[2]
+
+
+def _python_max(values: np.ndarray):
+    """Python's ``max`` over the elements, as qonnx takes it: a NaN first is the answer, a NaN later is
+    passed over (it compares false)."""
+    flat = values.reshape(-1)
+    if flat.size and np.isnan(flat[0]):
+        return flat[0]
+    return np.nanmax(flat) if flat.size else max(flat)
 
 
 def execute(model, inputs: Sequence[np.ndarray], sessions: Sessions | None = None) -> list[np.ndarray]:

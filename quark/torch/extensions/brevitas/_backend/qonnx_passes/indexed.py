@@ -10,8 +10,10 @@ then quadratic in its size: most of FINN's front-end time on 50+ layer networks.
 :mod:`.wrapper`) builds it over the model it was given, and while it lives every write to the value
 infos, initializers, annotations and node outputs of the graph must go through its methods, which
 keep the dicts equal to what qonnx's scans would find (same objects, first match first, the same
-``AssertionError`` for a repeated value info). Nodes' inputs may be rewritten directly only by a
-pass that keeps :meth:`consumers_changed` informed. Outside such a pass, use the model itself.
+``AssertionError`` for a repeated value info; where qonnx's ``get_by_name`` raises for a name given
+twice, a repeated initializer or annotation, qonnx's own method answers). Nodes' inputs may be
+rewritten directly only by a pass that keeps :meth:`consumers_changed` informed. Outside such a pass,
+use the model itself.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import onnx.helper as oh
 import onnx.numpy_helper as np_helper
 from qonnx.core.datatype import DataType
 from qonnx.core.modelwrapper import ModelWrapper
-from qonnx.util.basic import random_string
+from qonnx.util.basic import get_by_name, random_string
 
 #: qonnx's ``get_tensor_datatype`` for a tensor without an annotation: ONNX element type -> DataType
 _ELEMENT_DATATYPES = {onnx.TensorProto.FLOAT: "FLOAT32", onnx.TensorProto.FLOAT16: "FLOAT16"}
@@ -37,47 +39,59 @@ class IndexedModel(ModelWrapper):
     def __init__(self, model: ModelWrapper):  # no ModelWrapper.__init__: the proto is shared, not checked
         self._model_proto = model.model
         self.fix_float64 = getattr(model, "fix_float64", False)
-        self._vis: dict[str, list[Any]] | None = None
+        self._vis: dict[str, list[tuple[str, Any, int]]] | None = None
+        self._next_rank = 0
         self._inits: dict[str, Any] | None = None
         self._annotations: dict[str, Any] | None = None
         self._producers: dict[str, Any] | None = None
         self._consumers: dict[str, list[Any]] | None = None
+        #: names given to more than one initializer, annotation or node output (see _first)
+        self.repeated: dict[str, set[str]] = {}
 
     # -- the dicts, built on first use ----------------------------------------------------------------
 
     @property
-    def vis(self) -> dict[str, list[tuple[str, Any]]]:
-        """tensor name -> [(container, value info)] in qonnx's order: inputs, outputs, value_info."""
+    def vis(self) -> dict[str, list[tuple[str, Any, int]]]:
+        """tensor name -> [(container, value info, rank)], rank the value info's place in qonnx's
+        order (inputs, outputs, value_info): kept by a value info replaced in place, new for one
+        appended to value_info."""
         if self._vis is None:
             self._vis = defaultdict(list)
-            for container in _VI_CONTAINERS:
-                for vi in getattr(self.graph, container):
-                    self._vis[vi.name].append((container, vi))
+            vis = [(container, vi) for container in _VI_CONTAINERS for vi in getattr(self.graph, container)]
+            for rank, (container, vi) in enumerate(vis):
+                self._vis[vi.name].append((container, vi, rank))
+            self._next_rank = len(vis)
         return self._vis
+
+    def _first(self, kind: str, named) -> dict[str, Any]:
+        """name -> the first item of that name in ``named`` ((name, item) pairs), the names given
+        twice kept in ``repeated[kind]``."""
+        first: dict[str, Any] = {}
+        repeated = self.repeated[kind] = set()
+        for name, item in named:
+            if name in first:
+                repeated.add(name)
+            else:
+                first[name] = item
+        return first
 
     @property
     def inits(self) -> dict[str, Any]:
         if self._inits is None:
-            self._inits = {}
-            for tensor in self.graph.initializer:
-                self._inits.setdefault(tensor.name, tensor)
+            self._inits = self._first("initializer", ((t.name, t) for t in self.graph.initializer))
         return self._inits
 
     @property
     def annotations(self) -> dict[str, Any]:
         if self._annotations is None:
-            self._annotations = {}
-            for annotation in self.graph.quantization_annotation:
-                self._annotations.setdefault(annotation.tensor_name, annotation)
+            annotations = self.graph.quantization_annotation
+            self._annotations = self._first("annotation", ((a.tensor_name, a) for a in annotations))
         return self._annotations
 
     @property
     def producers(self) -> dict[str, Any]:
         if self._producers is None:
-            self._producers = {}
-            for node in self.graph.node:
-                for name in node.output:
-                    self._producers.setdefault(name, node)
+            self._producers = self._first("producer", ((name, n) for n in self.graph.node for name in n.output))
         return self._producers
 
     @property
@@ -133,15 +147,20 @@ class IndexedModel(ModelWrapper):
 
     def make_new_valueinfo_name(self):
         candidate = random_string()
-        while candidate in self.vis:
+        while self.vis.get(candidate):
             candidate = random_string()
         return candidate
 
-    def _annotation_value(self, tensor_name: str, key: str) -> str | None:
+    def _annotation(self, tensor_name: str):
+        """The tensor's annotation (qonnx's ``get_by_name``, raising as it does for a name annotated twice)."""
         annotation = self.annotations.get(tensor_name)
-        if annotation is None:
-            return None
-        entry = next((e for e in annotation.quant_parameter_tensor_names if e.key == key), None)
+        if tensor_name in self.repeated["annotation"]:
+            return get_by_name(self.graph.quantization_annotation, tensor_name, "tensor_name")
+        return annotation
+
+    def _annotation_value(self, tensor_name: str, key: str) -> str | None:
+        annotation = self._annotation(tensor_name)
+        entry = None if annotation is None else get_by_name(annotation.quant_parameter_tensor_names, key, "key")
         return None if entry is None else entry.value
 
     def get_tensor_datatype(self, tensor_name):
@@ -169,7 +188,7 @@ class IndexedModel(ModelWrapper):
         """qonnx's annotation setters: the entry ``key`` of the tensor's first annotation set to
         ``value`` (``None``: the entry cleared, as ``set_tensor_datatype(name, None)``), the
         annotation and the entry created when missing."""
-        annotation = self.annotations.get(tensor_name)
+        annotation = self._annotation(tensor_name)
         if annotation is None:
             if value is None:
                 return
@@ -179,7 +198,7 @@ class IndexedModel(ModelWrapper):
             self.graph.quantization_annotation.append(annotation)
             self.annotations[tensor_name] = self.graph.quantization_annotation[-1]
             return
-        entry = next((e for e in annotation.quant_parameter_tensor_names if e.key == key), None)
+        entry = get_by_name(annotation.quant_parameter_tensor_names, key, "key")
         if entry is not None:
             if value is None:
                 entry.Clear()
@@ -205,73 +224,83 @@ class IndexedModel(ModelWrapper):
         if dtype is None:
             dtype = onnx.TensorProto.FLOAT if old is None else old.type.tensor_type.elem_type
         new = oh.make_tensor_value_info(tensor_name, dtype, tensor_shape)
-        found = self.vis[tensor_name]
-        held = {container for container, _ in found}
-        container = "output" if "output" in held else "input" if "input" in held else "value_info"
+        found = self.vis[tensor_name]  # at most one entry: get_tensor_valueinfo asserted it
+        container = found[0][0] if found else "value_info"
         place = getattr(self.graph, container)
-        first = next((entry for entry in found if entry[0] == container), None)
-        index = None
-        if first is not None:
-            found.remove(first)
-            if container != "value_info":
-                index = [vi.name for vi in place].index(tensor_name)
-            place.remove(first[1])
-        if index is None:
+        if container == "value_info":
+            if found:
+                place.remove(found[0][1])
             place.append(new)
-            found.append((container, place[-1]))
-        else:
+            found[:] = [(container, place[-1], self._next_rank)]
+            self._next_rank += 1
+        else:  # in place, keeping the order of the graph's inputs or outputs
+            index = [vi.name for vi in place].index(tensor_name)
+            del place[index]
+            value_info = self.graph.value_info
+            if len(place) == len(value_info) and place == value_info:  # qonnx tests the container with ==:
+                place.append(new)  # equal to value_info, it is appended to (the ranks built again)
+                self._vis = None
+                return
             place.insert(index, new)
-            found.append((container, place[index]))
-        found.sort(key=lambda entry: _CONTAINER_ORDER[entry[0]])
+            found[:] = [(container, place[index], found[0][2])]
 
     def set_initializer(self, tensor_name, tensor_value):
         proto = np_helper.from_array(tensor_value)
         proto.name = tensor_name
-        graph = self.graph
-        old = self.inits.pop(tensor_name, None)
-        if old is not None:
-            graph.initializer.remove(old)
-            later = next((t for t in graph.initializer if t.name == tensor_name), None)  # a repeated name
-            if later is not None:
-                self.inits[tensor_name] = later
-        graph.initializer.append(proto)
-        self.inits.setdefault(tensor_name, graph.initializer[-1])
+        self._remove_initializer(tensor_name)
+        self.graph.initializer.append(proto)
+        if tensor_name in self.inits:
+            self.repeated["initializer"].add(tensor_name)
+        else:
+            self.inits[tensor_name] = self.graph.initializer[-1]
         self.set_tensor_shape(tensor_name, list(tensor_value.shape), proto.data_type)
 
     def del_initializer(self, initializer_name):
-        old = self.inits.pop(initializer_name, None)
-        if old is not None:
-            self.graph.initializer.remove(old)
-            later = next((t for t in self.graph.initializer if t.name == initializer_name), None)
-            if later is not None:
-                self.inits[initializer_name] = later
+        if initializer_name in self.inits and initializer_name in self.repeated["initializer"]:
+            get_by_name(self.graph.initializer, initializer_name)  # qonnx's: raises for a name given twice
+        self._remove_initializer(initializer_name)
+
+    def _remove_initializer(self, tensor_name: str) -> None:
+        """The first initializer of this name removed, the next of the name (if given twice) first."""
+        old = self.inits.pop(tensor_name, None)
+        if old is None:
+            return
+        self.graph.initializer.remove(old)
+        if tensor_name in self.repeated["initializer"]:
+            rest = [t for t in self.graph.initializer if t.name == tensor_name]
+            self.inits[tensor_name] = rest[0]
+            if len(rest) == 1:
+                self.repeated["initializer"].discard(tensor_name)
 
     def rename_tensor(self, old_name, new_name):
-        """qonnx's ``rename_tensor`` from the dicts: the first value info of each container, the first
-        initializer and annotation, and the first use in every node's inputs and outputs. A name
-        already in use, or used twice by one node, is renamed by qonnx's own scan and the dicts rebuilt."""
+        """qonnx's ``rename_tensor`` from the dicts: the value info of each container, the initializer
+        and annotation, and the name in every node's inputs and outputs. Where qonnx's scan does more
+        (a name in use already, given twice in one container or to one node's inputs or outputs, or
+        produced twice) or raises, qonnx's own renames and the dicts are rebuilt."""
         users = {id(n): n for n in self.consumers.get(old_name, ())}
         producer = self.producers.get(old_name)
         if producer is not None:
             users[id(producer)] = producer
-        taken = bool(self.vis.get(new_name)) or any(
+        entries = self.vis.get(old_name, [])
+        taken = bool(self.vis.get(new_name) or self.consumers.get(new_name)) or any(
             new_name in table for table in (self.inits, self.annotations, self.producers)
         )
-        repeated = any(list(n.input).count(old_name) + list(n.output).count(old_name) > 1 for n in users.values())
-        if taken or repeated or self.consumers.get(new_name):
-            ModelWrapper.rename_tensor(self, old_name, new_name)
-            self._vis = self._inits = self._annotations = None
-            self.consumers_changed()
+        repeated = (
+            len({container for container, _, _ in entries}) < len(entries)
+            or any(old_name in names for names in self.repeated.values())
+            or any(list(n.input).count(old_name) > 1 or list(n.output).count(old_name) > 1 for n in users.values())
+        )
+        if taken or repeated:
+            try:
+                ModelWrapper.rename_tensor(self, old_name, new_name)
+            finally:
+                self._vis = self._inits = self._annotations = None
+                self.consumers_changed()
             return
-        entries = self.vis.pop(old_name, [])
-        for container in _VI_CONTAINERS:  # the first of each container
-            entry = next((e for e in entries if e[0] == container), None)
-            if entry is not None:
-                entry[1].name = new_name
-                entries.remove(entry)
-                self.vis[new_name].append(entry)
         if entries:
-            self.vis[old_name] = entries
+            for _, vi, _ in entries:
+                vi.name = new_name
+            self.vis[new_name] = self.vis.pop(old_name)
         for table, field in ((self.inits, "name"), (self.annotations, "tensor_name")):
             item = table.pop(old_name, None)
             if item is not None:
@@ -287,5 +316,3 @@ class IndexedModel(ModelWrapper):
         if producer is not None:
             self.producers[new_name] = self.producers.pop(old_name)
 
-
-_CONTAINER_ORDER = {name: i for i, name in enumerate(_VI_CONTAINERS)}

@@ -13,8 +13,9 @@ import math
 
 import onnx
 import onnx.shape_inference
-from qonnx.custom_op.registry import getCustomOp, is_custom_op
+from qonnx.custom_op.registry import is_custom_op
 from qonnx.transformation.base import Transformation
+from qonnx.transformation.infer_shapes import _make_shape_compatible_op
 
 from quark.torch.extensions.brevitas._backend.qonnx_passes.indexed import IndexedModel
 
@@ -28,11 +29,13 @@ _WEIGHT_TYPES = frozenset({1, 10, 11, 16})  # TensorProto FLOAT, FLOAT16, DOUBLE
 
 class InferShapes(Transformation):
     """qonnx's ``InferShapes``: custom ops hidden behind their shape-compatible standard ops (qonnx's
-    ``make_shape_compatible_op``, given dict lookups), ONNX's shape inference on a copy whose large
-    initializers keep their name, type and dims only, every field it returns but the initializers
-    written back, the custom ops restored, and value infos added for initializers without one (what
-    qonnx's ``ModelWrapper(...)`` does to the model it returns). Unlike qonnx's, the result is the model
-    given, written in place (``transform`` deep-copies first)."""
+    ``make_shape_compatible_op``, once each, given dict lookups), ONNX's shape inference on a copy whose
+    large initializers keep their name, type and dims only, every field it returns but the initializers
+    written back, value infos added for initializers without one (what qonnx's ``ModelWrapper(...)``
+    does to the inferred model: before the custom ops are restored, so an input only a custom op reads,
+    such as a ``Quant``'s scale, gets none), then the custom ops restored. Unlike qonnx's, the result
+    is the model given, written in place (``transform`` deep-copies first); as qonnx's, a new wrapper
+    (``fix_float64`` off)."""
 
     def apply(self, model):
         from quark.torch.extensions.brevitas._backend.qonnx_passes.wrapper import FastModelWrapper
@@ -44,13 +47,13 @@ class InferShapes(Transformation):
             node = nodes[index]
             if not is_custom_op(node.domain):
                 continue
-            getCustomOp(node).make_shape_compatible_op(view)  # qonnx makes it twice; the first may write
-            standin = getCustomOp(node).make_shape_compatible_op(view)
+            standin = _make_shape_compatible_op(node, view)
             standin.name = node.name
             original = onnx.NodeProto()
             original.CopyFrom(node)
             hidden[str(standin)] = original
             nodes[index].CopyFrom(standin)
+            view.consumers_changed()  # the stand-in may read fewer inputs
         proto = model.model
         light = onnx.ModelProto()
         _copy_fields(proto, light, skip="graph")
@@ -63,14 +66,13 @@ class InferShapes(Transformation):
         inferred = onnx.shape_inference.infer_shapes(light)
         _copy_fields(inferred, proto, skip="graph", clear=True)
         _copy_fields(inferred.graph, proto.graph, skip="initializer", clear=True)
+        result = FastModelWrapper(proto, fix_missing_initializer_valueinfo=False)
+        IndexedModel(result).check_all_tensor_shapes_specified(fix_missing_init_shape=True)
         if hidden:
             for node in proto.graph.node:
                 original = hidden.get(str(node))
                 if original is not None:
                     node.CopyFrom(original)
-        result = FastModelWrapper(proto, fix_missing_initializer_valueinfo=False)
-        result.fix_float64 = getattr(model, "fix_float64", False)
-        IndexedModel(result).check_all_tensor_shapes_specified(fix_missing_init_shape=True)
         return result, False
 
 

@@ -102,14 +102,8 @@ class FastModelWrapper(ModelWrapper):
     def cleanup(self) -> FastModelWrapper:
         """qonnx's cleanup: unused tensors removed, static inputs moved, nodes sorted, commutative
         inputs ordered, parameter tensors made unique; in place."""
-        for transformation in (
-            tidy.RemoveUnusedTensors(),
-            tidy.RemoveStaticGraphInputs(),
-            tidy.SortGraph(),
-            tidy.SortCommutativeInputsInitializerLast(),
-            tidy.GiveUniqueParameterTensors(),
-        ):
-            self.transform(transformation, make_deepcopy=False, cleanup=False)
+        for transformation in tidy.CLEANUP:
+            self.transform(transformation(), make_deepcopy=False, cleanup=False)
         return self
 
     def check_all_tensor_shapes_specified(self, fix_missing_init_shape: bool = False) -> bool:

@@ -18,24 +18,34 @@ from finn.transformation.qonnx.fold_quant_weights import FoldQuantWeights
 from finn.transformation.streamline.reorder import MoveTransposePastEltwise
 from finn.transformation.streamline.round_thresholds import RoundAndClipThresholds
 from qonnx.core.datatype import DataType
+from qonnx.transformation.base import Transformation
 from qonnx.transformation.infer_shapes import InferShapes
 
 from quark.torch.extensions.brevitas._backend.qonnx_passes.wrapper import QONNX_EQUIVALENTS, FastModelWrapper
 
 
 class _Sweep(FastModelWrapper):
-    """The model while a one-rewrite-per-call FINN pass is swept: qonnx's ``InferShapes`` is left to
-    the end of the sweep (between rewrites it only restores shapes the rewrite deleted, which
-    nothing in the pass reads back), and an execution context reads a tensor from the initializers
-    when it is first used (qonnx's allocates every tensor of the graph)."""
+    """The model while a one-rewrite-per-call FINN pass is swept. The pass's ``transform(InferShapes())``
+    after each rewrite runs qonnx's cleanup in place (its ``SortGraph`` orders the nodes the next
+    rewrite scans, and the graph FINN's pass leaves), ONNX's shape inference left to the end of the
+    sweep (between rewrites it only restores shapes the rewrite deleted, which nothing in the pass
+    reads back); an execution context reads a tensor from the initializers when it is first used
+    (qonnx's allocates every tensor of the graph)."""
 
-    def transform(self, transformation, *args, **kwargs):
+    def transform(self, transformation, make_deepcopy=True, cleanup=True, *args, **kwargs):
         if type(transformation) is InferShapes:
-            return self
-        return super().transform(transformation, *args, **kwargs)
+            transformation, make_deepcopy = _Unchanged(), False
+        return super().transform(transformation, make_deepcopy, cleanup, *args, **kwargs)
 
     def make_empty_exec_context(self):
         return _InitializerContext(self)
+
+
+class _Unchanged(Transformation):
+    """Nothing: what ``transform`` runs of the pass's shape inference during a sweep (then the cleanup)."""
+
+    def apply(self, model):
+        return model, False
 
 
 class _InitializerContext(dict):
@@ -81,17 +91,30 @@ class TransposesPastEltwiseInOneSweep(MoveTransposePastEltwise):
 
 
 class RoundThresholdsInOneSweep(RoundAndClipThresholds):
-    """FINN's ``RoundAndClipThresholds``: the MultiThresholds on integer inputs rounded in one sweep
-    with FINN's formula (rounding thresholds changes no datatype another node's rounding reads: a
-    MultiThreshold's output type is its ``out_dtype``); FINN's own pass then runs once, for what this
-    leaves to it (fixed-point inputs, hardware layers with thresholds), and infers the datatypes."""
+    """FINN's ``RoundAndClipThresholds``. FINN's pass goes through the thresholding nodes in order,
+    rounds and annotates each, and stops after the first it changes, to infer the datatypes again. Here
+    FINN's pass runs once (with the datatypes as they stand), then the MultiThresholds on integer inputs
+    that follow are rounded and annotated in one sweep, in node order, with FINN's formula (rounding
+    thresholds changes no datatype another node's rounding reads: a MultiThreshold's output type is its
+    ``out_dtype``), up to the first node the sweep leaves to FINN (a fixed-point input, a hardware layer
+    with thresholds); then FINN's pass again, which goes on from there or, finding nothing more to
+    round, sets every threshold once more, in node order, as its last call does."""
 
     def apply(self, model):
-        for node in model.get_nodes_by_op_type("MultiThreshold"):
+        model, changed = super().apply(model)
+        if not changed:
+            return model, False
+        for node in model.graph.node:
+            if node.op_type.startswith(("Thresholding", "MVAU", "VVAU")):
+                break
+            if node.op_type != "MultiThreshold":
+                continue
             thresholds = model.get_initializer(node.input[1])
             dtype = model.get_tensor_datatype(node.input[0])
-            if thresholds is None or not dtype.is_integer():
+            if thresholds is None or not (dtype.is_integer() or dtype.is_fixed_point()):
                 continue
+            if not dtype.is_integer():
+                break
             rounded = np.clip(np.ceil(thresholds), dtype.min(), dtype.max() + 1).astype(np.float32)
             model.set_initializer(node.input[1], rounded)
             if dtype in {"INT64", "UINT64"}:
@@ -106,7 +129,7 @@ class RoundThresholdsInOneSweep(RoundAndClipThresholds):
 
 class FinnModelWrapper(FastModelWrapper):
     """The ``ModelWrapper`` the FINN target's steps hand to FINN: qonnx's equivalents and FINN's
-    sweeps (:data:`FINN_EQUIVALENTS`)."""
+    sweeps (its ``EQUIVALENTS``)."""
 
     EQUIVALENTS = {
         **QONNX_EQUIVALENTS,
