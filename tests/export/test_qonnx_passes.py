@@ -32,9 +32,12 @@ from qonnx.core.modelwrapper import ModelWrapper
 from qonnx.core.onnx_exec import execute_onnx
 
 from quark.torch.extensions.brevitas._backend.qonnx_passes import execution, shapes, tidy
-from quark.torch.extensions.brevitas._backend.qonnx_passes.constants import cleanup_model
 from quark.torch.extensions.brevitas._backend.qonnx_passes.indexed import IndexedModel
-from quark.torch.extensions.brevitas._backend.qonnx_passes.wrapper import QONNX_EQUIVALENTS, FastModelWrapper
+from quark.torch.extensions.brevitas._backend.qonnx_passes.wrapper import (
+    QONNX_EQUIVALENTS,
+    FastModelWrapper,
+    cleanup_model,
+)
 
 F = TensorProto.FLOAT
 #: qonnx's notices (GemmToMatMul, InferDataLayouts, the rounding of sanitized tensors)
@@ -253,7 +256,7 @@ def test_every_row_is_exercised_by_cleanup_model_or_the_states(real):
 @QONNX_NOTICES
 @pytest.mark.parametrize("name", [f"{n}-{c}" for n, c in EXPORTS] + [f"graph-{n}" for n in GRAPH_EXPORTS])
 def test_cleanup_model_gives_qonnxs_graph(exports, name):
-    """``constants.cleanup_model`` against ``qonnx.util.cleanup.cleanup_model``: the same bytes, the same
+    """``wrapper.cleanup_model`` against ``qonnx.util.cleanup.cleanup_model``: the same bytes, the same
     random draws, fewer seconds."""
     from qonnx.util.cleanup import cleanup_model as qonnx_cleanup
 

@@ -51,6 +51,7 @@ def finn_builder(monkeypatch, tmp_path):
     xsi.SimEngine = type("SimEngine", (), {})
     monkeypatch.setitem(sys.modules, "finn.xsi", xsi)
     monkeypatch.setenv("FINN_BUILD_DIR", str(tmp_path / "finn_work"))
+    monkeypatch.setenv("XILINX_VIVADO", str(tmp_path / "no_vivado"))  # FINN's report names the tool version
     (tmp_path / "finn_work").mkdir()
     from finn.builder import build_dataflow, build_dataflow_config, build_dataflow_steps
 
@@ -195,6 +196,7 @@ def test_the_dataflow_directory_is_a_build_finns_builder_runs(plain_models, tmp_
     xsi = types.ModuleType("finn.xsi")
     xsi.SimEngine = type("SimEngine", (), {})
     monkeypatch.setitem(sys.modules, "finn.xsi", xsi)
+    monkeypatch.setenv("XILINX_VIVADO", str(tmp_path / "no_vivado"))  # FINN's report names the tool version
     monkeypatch.chdir(out)
     monkeypatch.syspath_prepend(str(out))
     import build  # the directory's build.py

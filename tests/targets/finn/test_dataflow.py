@@ -24,12 +24,12 @@ pytest.importorskip(
 
 import _shared.finn_zoo as zoo
 
+from quark.torch.extensions.brevitas import finn_steps
 from quark.torch.extensions.brevitas._backend.targets.finn import execute
 from quark.torch.extensions.brevitas._backend.targets.finn import parts as fpga_parts
 from quark.torch.extensions.brevitas._backend.targets.finn.build_config import FinnBuildConfig
 from quark.torch.extensions.brevitas._backend.targets.finn.dataflow import export_finn_dataflow
 from quark.torch.extensions.brevitas._backend.targets.finn.origins import module_of
-from quark.torch.extensions.brevitas import finn_steps
 from quark.torch.extensions.brevitas.api import FinnError, ModelExporter
 
 HW_DOMAIN = "finn.custom_op.fpgadataflow"

@@ -37,8 +37,8 @@ from quark.torch.extensions.brevitas._backend.export.errors import (
     TargetCheckError,
     UnsupportedExportError,
 )
-from quark.torch.extensions.brevitas._backend.export.exporter import PLANS_ATTRIBUTE, ModelExporter
 from quark.torch.extensions.brevitas._backend.export.formats import ExportFormat
+from quark.torch.extensions.brevitas._backend.exporter import PLANS_ATTRIBUTE, ModelExporter
 from quark.torch.extensions.brevitas._backend.rewrite import rewriter_for
 from quark.torch.extensions.brevitas._backend.rules import layers as rules
 from quark.torch.extensions.brevitas._backend.targets.finn.errors import FinnError

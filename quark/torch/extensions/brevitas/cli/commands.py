@@ -350,7 +350,7 @@ def _report_json(report: Any) -> dict[str, Any]:
 
 
 def verify(args: argparse.Namespace) -> Result:
-    from quark.torch.extensions.brevitas._backend.export.exporter import ExportVerificationError
+    from quark.torch.extensions.brevitas._backend.exporter import ExportVerificationError
     from quark.torch.extensions.brevitas.api import ModelExporter
 
     if args.tolerance_lsb is not None and args.tolerance_lsb < 0:

@@ -76,8 +76,7 @@ def _run_qonnx(model: onnx.ModelProto, inputs: Sequence[np.ndarray]) -> list[np.
     """An exported QONNX file as FINN consumes it: after qonnx's cleanup and shape inference."""
     from qonnx.transformation.infer_shapes import InferShapes
 
-    from quark.torch.extensions.brevitas._backend.qonnx_passes.constants import cleanup_model
-    from quark.torch.extensions.brevitas._backend.qonnx_passes.wrapper import FastModelWrapper
+    from quark.torch.extensions.brevitas._backend.qonnx_passes.wrapper import FastModelWrapper, cleanup_model
 
     return execute_qonnx(cleanup_model(FastModelWrapper(model)).transform(InferShapes()), inputs)
 

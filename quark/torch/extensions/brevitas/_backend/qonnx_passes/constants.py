@@ -149,36 +149,3 @@ class _Folding:
         if self.unshaped:
             self.model = tidy.infer_shapes(self.model)
         self.model = tidy.clean(self.model)
-
-
-def cleanup_model(model):
-    """qonnx's ``cleanup_model(model)`` (defaults: quantizers preserved, no size override, conv biases
-    kept) on a :class:`~.wrapper.FastModelWrapper` of ``model``, returned."""
-    from qonnx.transformation.general import (
-        GiveReadableTensorNames,
-        GiveUniqueNodeNames,
-        GiveUniqueParameterTensors,
-        RemoveStaticGraphInputs,
-        RemoveUnusedTensors,
-    )
-    from qonnx.transformation.infer_shapes import InferShapes
-    from qonnx.transformation.quant_constant_folding import FoldTransposeIntoQuantInit
-
-    from quark.torch.extensions.brevitas._backend.qonnx_passes.wrapper import FastModelWrapper
-
-    model = FastModelWrapper.of(model)
-    for node in model.graph.node:  # qonnx's "temporary fix for QONNX op domains"
-        if node.op_type in ("Quant", "Trunc", "BipolarQuant"):
-            node.domain = "qonnx.custom_op.general"
-    for transform in (
-        InferShapes(),
-        GiveUniqueParameterTensors(),
-        FoldConstantsInOnePass(),
-        FoldTransposeIntoQuantInit(),
-        RemoveUnusedTensors(),
-        RemoveStaticGraphInputs(),
-        GiveUniqueNodeNames(),
-        GiveReadableTensorNames(),
-    ):
-        model = model.transform(transform)
-    return model

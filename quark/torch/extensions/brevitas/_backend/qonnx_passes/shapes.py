@@ -38,8 +38,6 @@ class InferShapes(Transformation):
     (``fix_float64`` off)."""
 
     def apply(self, model):
-        from quark.torch.extensions.brevitas._backend.qonnx_passes.wrapper import FastModelWrapper
-
         view = IndexedModel(model)
         nodes = model.graph.node
         hidden: dict[str, onnx.NodeProto] = {}
@@ -66,7 +64,7 @@ class InferShapes(Transformation):
         inferred = onnx.shape_inference.infer_shapes(light)
         _copy_fields(inferred, proto, skip="graph", clear=True)
         _copy_fields(inferred.graph, proto.graph, skip="initializer", clear=True)
-        result = FastModelWrapper(proto, fix_missing_initializer_valueinfo=False)
+        result = type(model)(proto, fix_missing_initializer_valueinfo=False)  # the caller's wrapper class
         IndexedModel(result).check_all_tensor_shapes_specified(fix_missing_init_shape=True)
         if hidden:
             for node in proto.graph.node:

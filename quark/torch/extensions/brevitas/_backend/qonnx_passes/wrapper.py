@@ -108,3 +108,34 @@ class FastModelWrapper(ModelWrapper):
 
     def check_all_tensor_shapes_specified(self, fix_missing_init_shape: bool = False) -> bool:
         return IndexedModel(self).check_all_tensor_shapes_specified(fix_missing_init_shape)
+
+
+def cleanup_model(model):
+    """qonnx's ``cleanup_model(model)`` (defaults: quantizers preserved, no size override, conv biases
+    kept) on a :class:`FastModelWrapper` of ``model``, returned."""
+    from qonnx.transformation.general import (
+        GiveReadableTensorNames,
+        GiveUniqueNodeNames,
+        GiveUniqueParameterTensors,
+        RemoveStaticGraphInputs,
+        RemoveUnusedTensors,
+    )
+    from qonnx.transformation.infer_shapes import InferShapes
+    from qonnx.transformation.quant_constant_folding import FoldTransposeIntoQuantInit
+
+    model = FastModelWrapper.of(model)
+    for node in model.graph.node:  # qonnx's "temporary fix for QONNX op domains"
+        if node.op_type in ("Quant", "Trunc", "BipolarQuant"):
+            node.domain = "qonnx.custom_op.general"
+    for transform in (
+        InferShapes(),
+        GiveUniqueParameterTensors(),
+        constants.FoldConstantsInOnePass(),
+        FoldTransposeIntoQuantInit(),
+        RemoveUnusedTensors(),
+        RemoveStaticGraphInputs(),
+        GiveUniqueNodeNames(),
+        GiveReadableTensorNames(),
+    ):
+        model = model.transform(transform)
+    return model

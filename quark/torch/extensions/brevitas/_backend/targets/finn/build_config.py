@@ -138,7 +138,8 @@ class FinnBuildConfig:
         integer_input: the accelerator takes the integers of the network input's quantizer (FINN's
             usual interface; the host feeds ``round(x / scale)``) instead of floats it thresholds.
         top_k: end the dataflow with a top-k label select (the graph's output: the k best classes).
-        steps: the build's steps by name (:data:`~.steps.STEPS`), in order.
+        steps: the build's steps by name (:data:`~.steps.STEPS`), in order; None: the package's
+            :data:`~.steps.DEFAULT_STEPS`.
         start_step, stop_step: run from / up to (including) these steps only; a start step reads the
             model the step before it saved (``save_intermediate_models``).
         save_intermediate_models: save the model after each step to ``<output_dir>/intermediate_models``.
@@ -185,13 +186,6 @@ class FinnBuildConfig:
         object.__setattr__(self, "folding", Folding.of(self.folding))
         if self.steps is not None:
             object.__setattr__(self, "steps", tuple(self.steps))
-        steps = self.step_names()
-        for name in ("start_step", "stop_step"):
-            value = getattr(self, name)
-            if value is not None and value not in steps:
-                raise FinnConfigError(f"{name}={value!r}: not a step of this build; its steps: {list(steps)}")
-        if self.start_step and self.stop_step and steps.index(self.start_step) > steps.index(self.stop_step):
-            raise FinnConfigError(f"start_step={self.start_step!r} comes after stop_step={self.stop_step!r}")
 
     # -- what the steps read ------------------------------------------------------------------------
 
@@ -201,16 +195,6 @@ class FinnBuildConfig:
         from quark.torch.extensions.brevitas._backend.targets.finn.parts import resolve
 
         return resolve(self.part).part
-
-    def step_names(self) -> tuple[str, ...]:
-        """The build's steps (the package's default list when ``steps`` is None), each a registered step."""
-        from quark.torch.extensions.brevitas._backend.targets.finn.steps import DEFAULT_STEPS, STEPS
-
-        names = DEFAULT_STEPS if self.steps is None else self.steps
-        unknown = [n for n in names if n not in STEPS]
-        if unknown:
-            raise FinnConfigError(f"steps: unknown step(s) {unknown}; the package's steps: {list(STEPS)}")
-        return tuple(names)
 
     def intermediate_models_directory(self) -> Path:
         """Where the steps put intermediate models and partitions (as FINN's builder)."""

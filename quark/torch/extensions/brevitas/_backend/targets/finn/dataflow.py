@@ -30,6 +30,7 @@ from quark.torch.extensions.brevitas._backend.targets.finn.estimate import Estim
 from quark.torch.extensions.brevitas._backend.targets.finn.front_end import PARENT, float_layers, require_finn
 from quark.torch.extensions.brevitas._backend.targets.finn.interface import IntegerInput
 from quark.torch.extensions.brevitas._backend.targets.finn.origins import named
+from quark.torch.extensions.brevitas._backend.targets.finn.steps import step_names
 from quark.torch.quantization.files import atomic_path, write_text
 
 logger = logging.getLogger(__name__)
@@ -196,7 +197,7 @@ def export_finn_dataflow(
         verify_input_npy=files["verify_input"],
         verify_expected_output_npy=files["verify_expected_output"],
     )
-    logger.info("FINN build: %s", ", ".join(config.step_names()))
+    logger.info("FINN build: %s", ", ".join(step_names(config)))
     folded = runner.run(model, config)
     parent = runner.load_intermediate(config.intermediate_models_directory() / PARENT)
     logger.info("FINN hardware-layer graph: executing it on %d samples", len(samples))

@@ -402,7 +402,7 @@ def _refuse_unmapped(model, notes: Sequence[str] = ()) -> None:
 def prepare(model):
     """A QONNX graph as FINN's steps take it (see :func:`~.steps.step_quark_prepare`)."""
     from quark.torch.extensions.brevitas._backend.export.safe_graph import check
-    from quark.torch.extensions.brevitas._backend.qonnx_passes.constants import cleanup_model
+    from quark.torch.extensions.brevitas._backend.qonnx_passes.wrapper import cleanup_model
     from quark.torch.extensions.brevitas._backend.targets.finn.checks import SOURCE
 
     source = model.get_metadata_prop(SOURCE) or "the QONNX graph"

@@ -58,7 +58,7 @@ def integer_input(qonnx_path: str | os.PathLike, output_path: str | os.PathLike 
     from qonnx.core.datatype import DataType
     from qonnx.core.modelwrapper import ModelWrapper
 
-    from quark.torch.extensions.brevitas._backend.qonnx_passes.constants import cleanup_model
+    from quark.torch.extensions.brevitas._backend.qonnx_passes.wrapper import cleanup_model
     from quark.torch.extensions.brevitas._backend.targets.finn.origins import tag_origins
 
     model = ModelWrapper(os.fspath(qonnx_path))

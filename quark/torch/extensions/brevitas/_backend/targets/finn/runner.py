@@ -41,20 +41,20 @@ def run(model: Any, cfg: FinnBuildConfig) -> Any:
     """Run ``cfg``'s steps (from ``start_step`` to ``stop_step``) on ``model`` (a ``ModelWrapper``, or
     ``None`` with a ``start_step``: the model saved after the step before it is read); returns the last
     step's model."""
-    from quark.torch.extensions.brevitas._backend.targets.finn.steps import STEPS
+    from quark.torch.extensions.brevitas._backend.targets.finn.steps import DEFAULT_STEPS, STEPS, step_names
 
-    names = cfg.step_names()
-    first = names.index(cfg.start_step) if cfg.start_step else 0
-    last = names.index(cfg.stop_step) if cfg.stop_step else len(names) - 1
+    names = step_names(cfg)
+    every = DEFAULT_STEPS if cfg.steps is None else cfg.steps
+    first = every.index(names[0]) if names else 0
     if first > 0:
-        saved = cfg.intermediate_models_directory() / f"{names[first - 1]}.onnx"
+        saved = cfg.intermediate_models_directory() / f"{every[first - 1]}.onnx"
         if not saved.is_file():
             raise FinnConfigError(
-                f"start_step={cfg.start_step!r}: no model saved after {names[first - 1]!r} at {saved} "
+                f"start_step={cfg.start_step!r}: no model saved after {every[first - 1]!r} at {saved} "
                 "(run the build before with save_intermediate_models=True)"
             )
         model = load_intermediate(saved)
-    for name in names[first : last + 1]:
+    for name in names:
         model = STEPS[name](model, cfg)
         if cfg.save_intermediate_models:
             directory = cfg.intermediate_models_directory()

@@ -172,3 +172,21 @@ DEFAULT_STEPS: tuple[str, ...] = tuple(STEPS)
 FIRST = FRONT_END[0]
 #: the steps of the hand-off: a streamlined graph of thresholds and integer weights
 HANDOFF: tuple[str, ...] = FRONT_END[:4]
+
+
+def step_names(cfg: FinnBuildConfig) -> tuple[str, ...]:
+    """``cfg``'s steps (:data:`DEFAULT_STEPS` when it names none) from ``start_step`` to ``stop_step``,
+    each a registered step; a name that is none, or a start after the stop, is a ``FinnConfigError``."""
+    names = DEFAULT_STEPS if cfg.steps is None else cfg.steps
+    unknown = [n for n in names if n not in STEPS]
+    if unknown:
+        raise FinnConfigError(f"steps: unknown step(s) {unknown}; the package's steps: {list(STEPS)}")
+    for field in ("start_step", "stop_step"):
+        value = getattr(cfg, field)
+        if value is not None and value not in names:
+            raise FinnConfigError(f"{field}={value!r}: not a step of this build; its steps: {list(names)}")
+    first = names.index(cfg.start_step) if cfg.start_step else 0
+    last = names.index(cfg.stop_step) if cfg.stop_step else len(names) - 1
+    if first > last:
+        raise FinnConfigError(f"start_step={cfg.start_step!r} comes after stop_step={cfg.stop_step!r}")
+    return tuple(names[first : last + 1])

@@ -1,4 +1,6 @@
-"""``ModelExporter``: write a quantized model as QCDQ or QONNX, then execute and verify the graph.
+"""``ModelExporter``: write a quantized model as QCDQ or QONNX and verify it, for a deployment target
+and through its build. Above both :mod:`.export` (the formats, which know no target) and
+:mod:`.targets` (their rules and builds).
 
 One flow for both formats: check the model against the format's support table (and the target
 device's requirements) -> export with Brevitas' manager inside a session that restores the model
@@ -183,6 +185,7 @@ class ModelExporter:
             FinnConfigError: a build setting (part, clock, target, folding) that cannot be used.
         """
         from quark.torch.extensions.brevitas._backend.accumulator import promises
+        from quark.torch.extensions.brevitas._backend.targets import TARGETS
         from quark.torch.extensions.brevitas._backend.targets.finn import dataflow, interface
         from quark.torch.extensions.brevitas._backend.targets.finn.build_config import FinnBuildConfig
         from quark.torch.extensions.brevitas._backend.targets.finn.front_end import require_finn
@@ -214,7 +217,8 @@ class ModelExporter:
             interface_ = interface.integer_input(path, integer_path)
             path, inputs = integer_path, interface_.integers(inputs)
             logger.info("FINN dataflow input: %s integers, scale %g", interface_.datatype, interface_.scale)
-        return dataflow.export_finn_dataflow(
+        build = TARGETS[DeviceType.FINN].build()  # the FINN target's build: dataflow.export_finn_dataflow
+        return build(
             path,
             inputs,
             self.export_path,
