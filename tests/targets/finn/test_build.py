@@ -98,9 +98,13 @@ def test_finn_stock_steps_and_the_own_build_keep_the_plain_config_exact(plain_mo
     for step in ("step_qonnx_to_finn", "step_tidy_up", "step_streamline", "step_convert_to_hw"):
         model = finn_builder.steps.build_dataflow_step_lookup[step](model, cfg)
         assert np.array_equal(_executed(model, x.numpy()), expected), f"FINN's {step} changed the outputs"
-    finn_builder.steps.step_create_dataflow_partition(model, cfg)
-    parent = ModelWrapper(str(tmp_path / "stock" / "intermediate_models" / "dataflow_parent.onnx"))
-    assert np.array_equal(_executed(parent, x.numpy()), expected)
+    if name == "resnet":  # FINN's stock streamlining leaves a residual network's stem unmapped: FINN says so
+        with pytest.raises(Exception, match="Unsupported/unmapped layer"):
+            finn_builder.steps.step_create_dataflow_partition(model, cfg)
+    else:
+        finn_builder.steps.step_create_dataflow_partition(model, cfg)
+        parent = ModelWrapper(str(tmp_path / "stock" / "intermediate_models" / "dataflow_parent.onnx"))
+        assert np.array_equal(_executed(parent, x.numpy()), expected)
     own = ModelExporter(tmp_path / "own").export_finn_dataflow(qmodel, x)  # the defaults: no integer input
     assert own.verification.passed and own.verification.max_abs_diff == 0.0
     assert own.verification.identical_predictions == len(x) == 359
@@ -164,10 +168,9 @@ def test_a_step_that_changes_the_outputs_fails_naming_itself(plain_models, finn_
             verify_input_npy=str(tmp_path / "input.npy"), verify_expected_output_npy=str(tmp_path / "expected.npy"),
         ),
     )  # fmt: skip
-    weight = next(t for t in model.graph.initializer if len(t.dims) == 2)
-    values = onnx.numpy_helper.to_array(weight).copy()
-    values[0, 0] += 1.0  # a step that changes what the graph computes
-    model.set_initializer(weight.name, values)
+    last = model.find_producer(model.graph.output[0].name)  # the output's scale or bias
+    constant = next(name for name in last.input if model.get_initializer(name) is not None)
+    model.set_initializer(constant, model.get_initializer(constant) * 2 + 1)  # what a wrong step would do
     with pytest.raises(finn_steps.FinnError, match="step_quark_qonnx_to_finn' changed the outputs"):
         finn_steps.step_quark_qonnx_to_finn(
             model,
@@ -201,14 +204,15 @@ def test_the_dataflow_directory_is_a_build_finns_builder_runs(plain_models, tmp_
     monkeypatch.syspath_prepend(str(out))
     import build  # the directory's build.py
 
-    assert build.main(["--stop-step", "step_hw_codegen"]) == 0
+    assert build.main(["--stop-step", "step_generate_estimate_reports"]) == 0  # the last step without Vivado
     from qonnx.core.modelwrapper import ModelWrapper
     from qonnx.custom_op.registry import getCustomOp
 
     applied = ModelWrapper(str(out / "finn_build" / "intermediate_models" / "step_apply_folding_config.onnx"))
     node = next(n for n in applied.graph.node if n.name == layer)
     assert getCustomOp(node).get_nodeattr("PE") == 1 and getCustomOp(node).get_nodeattr("SIMD") == 1
-    assert result.files["build_config"] and (out / "finn_build" / "intermediate_models" / "step_hw_codegen.onnx").is_file()
+    report = out / "finn_build" / "report" / "estimate_layer_cycles.json"
+    assert result.files["build_config"] and report.is_file()
     del sys.modules["build"]
 
 

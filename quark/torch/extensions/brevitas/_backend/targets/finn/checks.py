@@ -100,7 +100,7 @@ class Verification:
 #: the verification data of the builds this process ran lately (path, modification time) -> data;
 #: a build's steps are separate calls (FINN's builder passes only the model and its config), so the
 #: inputs and the sessions their executions made are kept for the next step
-_LOADED: dict[tuple[str, str, float], Verification] = {}
+_LOADED: dict[tuple[str, str, int, int], Verification] = {}
 _KEPT = 2
 
 
@@ -111,7 +111,8 @@ def verification(cfg: Any) -> Verification | None:
     key = (
         os.path.abspath(cfg.verify_input_npy),
         os.path.abspath(cfg.verify_expected_output_npy),
-        os.path.getmtime(cfg.verify_input_npy),
+        os.stat(cfg.verify_input_npy).st_mtime_ns,
+        os.stat(cfg.verify_expected_output_npy).st_mtime_ns,
     )
     if key not in _LOADED:
         while len(_LOADED) >= _KEPT:

@@ -543,10 +543,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 MODEL = "{MODEL}"  # the QONNX file the build starts from
 TOOLS = ("vivado", "vitis_hls")
+FIRST_VIVADO_STEP = "step_hw_codegen"  # from here on: Vitis HLS headers (C++ simulation) and Vivado
 
 
-def missing() -> list[str]:
-    """What this machine lacks for the build, each once: the package's steps, FINN's builder, Vivado."""
+def missing(vivado_steps: bool = True) -> list[str]:
+    """What this machine lacks for the build, each once: the package's steps, FINN's builder, Vivado
+    (its tools only when ``vivado_steps``: the build goes as far as a step that runs them)."""
     # FINN's settings from the environment, as its own command line sets them: its working files here
     os.environ.setdefault("FINN_BUILD_DIR", str(HERE / "finn_build" / "work"))
     os.makedirs(os.environ["FINN_BUILD_DIR"], exist_ok=True)
@@ -561,7 +563,7 @@ def missing() -> list[str]:
     except Exception as error:  # noqa: BLE001 - said as what is missing
         # FINN's builder loads its simulator (finn.xsi), which needs Vivado, when imported
         problems.append(vivado if "XILINX_VIVADO" in str(error) else f"FINN's builder does not import ({type(error).__name__}: {error})")
-    for tool in TOOLS:
+    for tool in TOOLS if vivado_steps else ():
         if shutil.which(tool) is None:
             problems.append(f"{tool} is not on PATH (source Vivado's settings64.sh)")
     return problems
@@ -574,7 +576,12 @@ def main(argv=None) -> int:
     parser.add_argument("--check", action="store_true", help="check that FINN, the package and Vivado are there")
     args = parser.parse_args(argv)
     config = json.loads((HERE / "build_config.json").read_text())
-    problems = missing()
+    steps = [step.rsplit(".", 1)[-1] for step in config["steps"]]
+    if args.stop_step and args.stop_step not in steps:
+        parser.error(f"--stop-step {args.stop_step}: not a step of build_config.json; its steps: {', '.join(steps)}")
+    last = steps.index(args.stop_step) if args.stop_step else len(steps) - 1
+    vivado_steps = last >= steps.index(FIRST_VIVADO_STEP)
+    problems = missing(vivado_steps=args.check or vivado_steps)
     if args.check or problems:
         for problem in problems:
             print(f"build.py: missing: {problem}", file=sys.stderr)
@@ -589,6 +596,9 @@ def main(argv=None) -> int:
         cfg.output_dir = str(Path(args.output_dir).resolve())
     if args.stop_step:
         cfg.stop_step = args.stop_step
+    if not vivado_steps and cfg.verify_steps:
+        print("build.py: FINN's verify_steps simulate in C++ and RTL (Vitis HLS, Vivado): off up to " + args.stop_step)
+        cfg.verify_steps = []
     return build_dataflow_cfg(str(HERE / MODEL), cfg)
 
 

@@ -18,6 +18,9 @@ logger = logging.getLogger(__name__)
 
 #: resources FINN's analytical models estimate (no flip-flop model), compared with the part
 ESTIMATED = ("LUT", "BRAM_18K", "URAM", "DSP")
+#: above this share of a resource a design fits on paper only: placement and routing on a full device
+#: commonly fail, and FINN's estimates leave out FIFO depths its build sets by simulation and the shell
+TIGHT = 0.85
 #: folding attributes reported per layer
 REPORTED_FOLDING = (
     "PE",
@@ -61,17 +64,37 @@ class Estimate:
     #: accumulator-aware layers (A2QSpec): their accumulators against the promise, and the LUTs saved
     #: (``accumulators.AccumulatorCheck``; set by the dataflow export)
     accumulators: tuple[Any, ...] = ()
+    #: the streams' glue FINN inserts in its build: width converters between layers of different stream
+    #: widths and FIFOs, priced at FINN's default depths (its ``step_set_fifo_depths`` sizes them by RTL
+    #: simulation, with Vivado)
+    glue: tuple[LayerEstimate, ...] = ()
 
     @property
     def totals(self) -> dict[str, float]:
+        """The layers' resources (what the width search's cost model prices)."""
         return {r: float(sum(layer.resources[r] for layer in self.layers)) for r in ESTIMATED}
+
+    @property
+    def design_totals(self) -> dict[str, float]:
+        """The layers' and the glue's resources: what the part must hold."""
+        return {r: self.totals[r] + float(sum(g.resources[r] for g in self.glue)) for r in ESTIMATED}
 
     @property
     def utilization(self) -> dict[str, float]:
         capacity = self.part.capacity
         return {
-            r: (v / capacity[r] if capacity[r] else (math.inf if v else 0.0)) for r, v in self.totals.items()
+            r: (v / capacity[r] if capacity[r] else (math.inf if v else 0.0)) for r, v in self.design_totals.items()
         }
+
+    @property
+    def margin(self) -> dict[str, float]:
+        """What the part has left of each resource after the design (negative: short by that much)."""
+        return {r: self.part.capacity[r] - v for r, v in self.design_totals.items()}
+
+    @property
+    def tight(self) -> tuple[str, ...]:
+        """The resources used beyond :data:`TIGHT` of the part's."""
+        return tuple(r for r, u in self.utilization.items() if TIGHT < u <= 1.0)
 
     @property
     def fps(self) -> float:
@@ -100,14 +123,18 @@ class Estimate:
             "bottleneck": self.bottleneck,
             "critical_path_cycles": self.critical_path_cycles,
             "totals": self.totals,
+            "design_totals": self.design_totals,
             "utilization": self.utilization,
+            "margin": self.margin,
             "fits": self.fits,
+            "tight": list(self.tight),
             "meets_target": self.meets_target,
             "target_cycles": self.target_cycles,
             "layers_over_target": [layer.name for layer in self.layers if not self.within_target(layer)],
             "problems": list(self.problems),
             "folding_notes": list(self.folding_notes),
             "layers": [asdict(layer) for layer in self.layers],
+            "glue": [asdict(g) for g in self.glue],
             "accumulators": [check.to_json() for check in self.accumulators],
         }
 
@@ -130,8 +157,13 @@ class Estimate:
                 f"estimated ({'every layer within' if not slow else f'{len(slow)} layer(s) over'} "
                 f"{self.target_cycles:,.0f} cycles per frame)"
             )
-        used = ", ".join(f"{r} {100 * self.utilization[r]:.1f} %" for r in ESTIMATED)
-        return f"{speed}; fits {self.part.part}: **{'yes' if self.fits else 'no'}** ({used})"
+        used = ", ".join(
+            f"{r} {100 * self.utilization[r]:.1f} % ({self.margin[r]:,.0f} {'left' if self.margin[r] >= 0 else 'short'})"
+            for r in ESTIMATED
+            if self.part.capacity[r] or self.design_totals[r]
+        )
+        fits = "no" if not self.fits else f"tight ({', '.join(self.tight)} over {100 * TIGHT:.0f} %)" if self.tight else "yes"
+        return f"{speed}; fits {self.part.part}: **{fits}** ({used}; FIFOs and width converters included)"
 
     def markdown(self) -> str:
         target = self.target_cycles
@@ -159,16 +191,30 @@ class Estimate:
             lines.append(
                 f"| {layer.name} | {layer.module or ''} | {layer.arithmetic} | {folding} | {layer.cycles:,} | {within}{figures} |"
             )
-        totals = self.totals
-        lines.append(f"| **total** | | | | | {pad}" + " | ".join(f"**{totals[r]:,.0f}**" for r in ESTIMATED) + " |")
-        lines.append(
-            f"| **{self.part.part}** | | | | | {pad}"
-            + " | ".join(f"{self.part.capacity[r]:,}" for r in ESTIMATED)
-            + " |"
+        totals, design = self.totals, self.design_totals
+        glue = {r: design[r] - totals[r] for r in ESTIMATED}
+        rows = (
+            ("layers", totals),
+            (f"FIFOs and width converters ({len(self.glue)})", glue),
+            ("**total**", design),
+            (f"**{self.part.part}**", self.part.capacity),
+            ("**left**", self.margin),
         )
+        for label, values in rows:
+            lines.append(f"| {label} | | | | | {pad}" + " | ".join(f"{values[r]:,.0f}" for r in ESTIMATED) + " |")
         lines.append(
             f"| **used** | | | | | {pad}" + " | ".join(f"{100 * self.utilization[r]:.1f} %" for r in ESTIMATED) + " |"
         )
+        if self.tight:
+            lines += [
+                "",
+                (
+                    f"Tight: {', '.join(self.tight)} over {100 * TIGHT:.0f} % of the part. Placement and routing on a "
+                    "full device commonly fail there; FINN's estimates leave out the FIFO depths its build sets by "
+                    "simulation and the shell around the design. Lower target_fps or the bit widths, or choose a "
+                    "larger part."
+                ),
+            ]
         if self.problems:
             lines += ["", "## Problems", "", *(f"- {p}" for p in self.problems)]
         if self.accumulators:
@@ -189,8 +235,10 @@ class Estimate:
             "",
             (
                 f"Capacity: {self.part.source}. Estimates: FINN's analytical models (res_estimation, "
-                "exp_cycles_per_layer, dataflow_performance); no flip-flop model. Modules: the torch module each "
-                "layer implements (padding and sliding windows with the layer they feed)."
+                "exp_cycles_per_layer, dataflow_performance); no flip-flop model. FIFOs and width converters: "
+                "FINN's InsertDWC and InsertFIFO at FINN's default depths, as its build inserts them before "
+                "step_set_fifo_depths sizes the FIFOs by RTL simulation (deeper FIFOs cost more). Modules: the "
+                "torch module each layer implements (padding and sliding windows with the layer they feed)."
             ),
         ]
         return "\n".join(lines) + "\n"
@@ -223,6 +271,7 @@ def estimate(model, cfg) -> Estimate:
         _layer_estimate(model, node, resources[node.name], cycles[node.name]) for node in model.graph.node
     )
     notes = json.loads(model.get_metadata_prop(FOLDING_NOTES) or "[]")
+    glue = _glue(model, fpga.part)
     result = Estimate(
         fpga,
         float(cfg.clock_mhz),
@@ -232,10 +281,33 @@ def estimate(model, cfg) -> Estimate:
         str(performance["max_cycles_node_name"]),
         int(performance["critical_path_cycles"]),
         tuple(dict.fromkeys(notes)),
+        glue=glue,
     )
     result = replace(result, problems=tuple(_problems(result, cfg)))
     logger.info("FINN estimate on %s: %.0f fps, %s", fpga.part, result.fps, result.totals)
     return result
+
+
+#: the streams' glue FINN's build inserts between layers
+GLUE = ("StreamingDataWidthConverter", "StreamingFIFO")
+
+
+def _glue(model, part: str) -> tuple[LayerEstimate, ...]:
+    """The width converters and FIFOs FINN's build inserts (``InsertDWC``, ``InsertFIFO`` with shallow
+    FIFOs at its default depths), specialized for ``part``, each with FINN's resource estimate; on a
+    copy of ``model``."""
+    from finn.analysis.fpgadataflow.res_estimation import res_estimation
+    from finn.transformation.fpgadataflow.insert_dwc import InsertDWC
+    from finn.transformation.fpgadataflow.insert_fifo import InsertFIFO
+    from finn.transformation.fpgadataflow.specialize_layers import SpecializeLayers
+    from qonnx.transformation.general import GiveUniqueNodeNames
+
+    for transform in (InsertDWC(), SpecializeLayers(part), InsertFIFO(create_shallow_fifos=True), SpecializeLayers(part)):
+        model = model.transform(transform)
+    model = model.transform(GiveUniqueNodeNames())
+    nodes = [node for node in model.graph.node if node.op_type.startswith(GLUE)]
+    resources = model.analysis(partial(res_estimation, fpgapart=part))
+    return tuple(_layer_estimate(model, node, resources[node.name], 0) for node in nodes)
 
 
 #: node attributes that bound a layer's folding, reported with it

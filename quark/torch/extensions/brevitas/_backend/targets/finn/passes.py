@@ -186,11 +186,14 @@ class ComposedCleaningAfterChanges(ComposedTransformation):
     datatype inference: whole-graph passes) after every transformation, changed or not. In
     EfficientNet-B0's layout group (12 transformations, 8 rounds) that was about 2 s each, most of
     them after transformations that matched nothing; the cleanup of an unchanged graph changes
-    nothing."""
+    nothing. Each transformation runs as the model's ``transform`` would run it (its equivalent on a
+    ``FastModelWrapper``: FINN's one-rewrite passes swept)."""
 
     def apply(self, model):
         changed_any = False
         for transformation in self.transformations:
+            equivalent = getattr(model, "equivalent", None)
+            transformation = equivalent(transformation) if equivalent is not None else transformation
             changed = False
             while True:
                 model, step = transformation.apply(model)
