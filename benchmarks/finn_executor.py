@@ -40,7 +40,8 @@ sys.path[:0] = [str(ROOT)]
 from quark.torch.examples import digits
 from quark.torch.extensions.brevitas import presets
 from quark.torch.extensions.brevitas._backend.export.verify import execute_qonnx
-from quark.torch.extensions.brevitas._backend.targets.finn import execute, interface, pipeline
+from quark.torch.extensions.brevitas._backend.targets.finn import dataflow as finn_dataflow
+from quark.torch.extensions.brevitas._backend.targets.finn import execute, interface
 from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
 from quark.torch.quantization.config.config import TQTSpec
 from quark.torch.quantization.config.type import TQTThresholdInitMeth
@@ -63,7 +64,7 @@ def demo_dataflow(work_dir: str, float_epochs: int, seed: int = 0):
     path = os.path.join(work_dir, "digits_w4a4.qonnx.onnx")
     ModelExporter(path).export_qonnx_model(qmodel, images[:16])
     integers = interface.integer_input(path).integers(images.numpy())
-    dataflow = pipeline.dataflow_from_qonnx(path, integers[:4], work_dir)
+    dataflow = finn_dataflow.dataflow_from_qonnx(path, integers[:4], work_dir)
     return dataflow.parent, integers
 
 

@@ -156,7 +156,7 @@ def test_one_module_of_a_missing_tier_is_skipped_too():
 def test_the_finn_modules_skip_themselves_without_finn_plus():
     """``tests/targets/finn`` needs the export stack; its modules that drive FINN itself skip, naming finn-plus."""
     installed("brevitas", "onnx", "onnxruntime", "qonnx", "finn")
-    driving = ["tests/targets/finn/test_pipeline.py", "tests/targets/finn/test_dataflow.py"]
+    driving = ["tests/targets/finn/test_front_end.py", "tests/targets/finn/test_dataflow.py"]
     result = pytest_hiding(("finn",), *driving)
     assert result.returncode == 5, result.stdout[-3000:]
     assert len(re.findall(r"^SKIPPED \[1\] .*finn-plus is not installed", result.stdout, re.MULTILINE)) == len(driving)

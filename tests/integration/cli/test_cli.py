@@ -190,3 +190,22 @@ def test_finn_preset_config_file_to_a_finn_dataflow_directory(files, capsys):
     printed = capsys.readouterr().out
     assert "one partition of" in printed and "-> PASS" in printed
     assert {"estimate.md", "folding_config.json", "dataflow_partition.onnx"} <= {p.name for p in out.iterdir()}
+    # the directory's own files verify, whatever the batch size of --data
+    for name in ("model.qonnx.onnx", "model_integer_input.qonnx.onnx"):
+        verify = ("verify", "--checkpoint", ckpt, "--onnx", out / name, "--data", files / "calib.npz")
+        assert run(*verify, "--batch-size", 7) == 0, capsys.readouterr().err
+    # a partial folding entry from a file sets what it names and keeps the rest
+    import json
+
+    folding = json.loads((out / "folding_config.json").read_text())
+    layer = next(name for name in folding if name.startswith("MVAU"))
+    (files / "folding.json").write_text(json.dumps({layer: {"PE": 1}}))
+    again = files / "dataflow2"
+    flags = ("--integer-input", "--target-fps", 10_000, "--folding", files / "folding.json", "--mvau-wwidth-max", 36)
+    assert run("export", "--checkpoint", ckpt, "--format", "finn", "--data", files / "calib.npz", "-o", again, "-q", *flags) == 0
+    applied = json.loads((again / "folding_config.json").read_text())
+    assert applied[layer]["PE"] == 1 and applied[layer]["SIMD"] == folding[layer]["SIMD"]
+    capsys.readouterr()
+    assert run("export", "--checkpoint", ckpt, "--format", "finn", "--data", files / "calib.npz", "-o", files / "x",
+               "--folding", files / "nope.json") == 2  # fmt: skip
+    assert "--folding" in capsys.readouterr().err

@@ -231,12 +231,21 @@ def test_the_build_config_names_the_field_and_round_trips():
     for field, value, message in (
         ("clock_mhz", -1, "clock_mhz=-1: expected a number > 0"),
         ("target_fps", 0, "target_fps=0: expected a number > 0 or None"),
-        ("stop_step", "step_nope", "stop_step='step_nope': not a step of this build"),
-        ("steps", ("step_nope",), r"steps: unknown step\(s\) \['step_nope'\]"),
         ("mvau_wwidth_max", 0, "mvau_wwidth_max=0: expected an integer >= 1"),
     ):
         with pytest.raises(finn_steps.FinnConfigError, match=message):
             finn_steps.FinnBuildConfig(**{field: value})
+    from quark.torch.extensions.brevitas._backend.targets.finn.steps import step_names
+
+    for field, value, message in (  # the steps, checked when the build starts (before any step runs)
+        ("stop_step", "step_nope", "stop_step='step_nope': not a step of this build"),
+        ("steps", ("step_nope",), r"steps: unknown step\(s\) \['step_nope'\]"),
+    ):
+        with pytest.raises(finn_steps.FinnConfigError, match=message):
+            step_names(finn_steps.FinnBuildConfig(**{field: value}))
+    assert step_names(finn_steps.FinnBuildConfig(start_step="step_quark_streamline", stop_step="step_quark_top_k")) == (
+        "step_quark_streamline", "step_quark_accumulating_pools", "step_quark_top_k"
+    )
     with pytest.raises(finn_steps.FinnConfigError, match="unknown field"):
         finn_steps.FinnBuildConfig.from_dict({"clock": 100})
 

@@ -356,7 +356,7 @@ class ModelExporter:
         feeds = list(graph_inputs) if graph_inputs is not None else [t.detach().cpu().numpy() for t in inputs.tensors]
         safe_graph.check(onnx_model, self.export_path)  # the check files from elsewhere pass before they run
         try:
-            produced = checks.RUNNERS[fmt](onnx_model, feeds)
+            produced = checks.run(fmt, onnx_model, feeds)
         except Exception as error:
             raise ExportVerificationError(
                 f"the exported {fmt.value} graph {self.export_path} does not run in {FORMATS[fmt].runtime}: "

@@ -87,6 +87,26 @@ RUNNERS: dict[ExportFormat, Callable[[onnx.ModelProto, Sequence[np.ndarray]], li
 }
 
 
+def run(fmt: ExportFormat, model: onnx.ModelProto, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The graph's outputs on ``inputs`` in the format's runtime (:data:`RUNNERS`). A graph written for a
+    fixed batch of B samples (a FINN graph's one, an export's example batch) runs on ``inputs`` of
+    another batch B at a time, the last window filled up with its last sample, whose extra outputs are
+    dropped (inference: each sample's outputs are its own)."""
+    dims = model.graph.input[0].type.tensor_type.shape.dim if model.graph.input else ()
+    fixed = dims[0].dim_value if dims and dims[0].HasField("dim_value") else 0
+    count = len(inputs[0]) if inputs and np.ndim(inputs[0]) else 0
+    if fixed < 1 or count == fixed or any(len(x) != count for x in inputs) or fixed == 1 and fmt is ExportFormat.qonnx:
+        return RUNNERS[fmt](model, inputs)  # qonnx's runner takes a batch-1 graph sample by sample itself
+    windows = []
+    for start in range(0, count, fixed):
+        window = [x[start : start + fixed] for x in inputs]
+        short = fixed - len(window[0])
+        if short:
+            window = [np.concatenate([w, np.repeat(w[-1:], short, axis=0)]) for w in window]
+        windows.append([out[: fixed - short] for out in RUNNERS[fmt](model, window)])
+    return [np.concatenate(parts) for parts in zip(*windows)]
+
+
 def max_diff(produced: np.ndarray, reference: np.ndarray) -> float:
     """Largest absolute difference in float64 (infinite where the shapes differ)."""
     if produced.shape != reference.shape:

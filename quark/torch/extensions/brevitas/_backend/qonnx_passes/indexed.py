@@ -18,6 +18,7 @@ use the model itself.
 
 from __future__ import annotations
 
+import ast
 from collections import defaultdict
 from typing import Any
 
@@ -175,12 +176,21 @@ class IndexedModel(ModelWrapper):
         return DataType[_ELEMENT_DATATYPES.get(element, "FLOAT32")]
 
     def get_tensor_layout(self, tensor_name):
-        value = self._annotation_value(tensor_name, "tensor_layout")
-        return None if value is None else eval(value)
+        return self._literal(tensor_name, "tensor_layout", ModelWrapper.get_tensor_layout)
 
     def get_tensor_sparsity(self, tensor_name):
-        value = self._annotation_value(tensor_name, "tensor_sparsity")
-        return None if value is None else eval(value)
+        return self._literal(tensor_name, "tensor_sparsity", ModelWrapper.get_tensor_sparsity)
+
+    def _literal(self, tensor_name, key: str, qonnxs):
+        """An annotation qonnx stores as a Python literal (``str(list)``), read as one; anything else is
+        left to qonnx's own reader (which evaluates it), as qonnx would answer."""
+        value = self._annotation_value(tensor_name, key)
+        if value is None:
+            return None
+        try:
+            return ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            return qonnxs(self, tensor_name)
 
     # -- writes -------------------------------------------------------------------------------------
 

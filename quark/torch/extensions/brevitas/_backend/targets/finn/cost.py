@@ -145,7 +145,7 @@ class CostModel:
 
     Args:
         template: the dataflow partition (qonnx ``ModelWrapper``) before specialization and folding
-            (``partitions/partition_0.onnx`` of an export).
+            (``DataflowExport.files["unspecialized_partition"]`` of an export).
         weight_nodes: template node name -> the weight variable it takes its weights from.
         threshold_nodes: template node name -> the activation variable whose width its output has.
         weights: (weight variable, bits) -> the layer's integer weights (MW x MH, any order of rows).
