@@ -76,6 +76,7 @@ from quark.torch.extensions.brevitas._backend.quantizers import (
     RoundHalfAwayFromZeroSte,
     RoundHalfUpSte,
     SaturatingFloatQuant,
+    TQTBias,
     TQTIntScaling,
     TQTParameterScaling,
     UnitIntScaling,
@@ -567,8 +568,11 @@ ACT_FORMATS: dict[Format, Callable[[TensorQuant], Any]] = {
 }
 
 
-def bias_quant(tq: TensorQuant) -> Any:
-    """Injector of a bias quantizer: scale = input scale x weight scale, or its own abs-max scale."""
+def bias_quant(tq: TensorQuant, bias: torch.Tensor | None = None) -> Any:
+    """Injector of a bias quantizer: scale = input scale x weight scale, its own abs-max scale, or its
+    own TQT threshold (initialised from ``bias``)."""
+    if tq.tqt:
+        return TQTBias.let(**_tqt(tq), scaling_init=float(initial_threshold(tq, bias)))
     if tq.bias_scale_from_product:
         return IntBias.let(
             quark_spec=tq,
@@ -589,7 +593,7 @@ ROLE_BUILDERS: dict[str, Callable[..., Any]] = {
     "input_tensors": lambda tq, module, weight, inputs: act_quant(tq),
     "output_tensors": lambda tq, module, weight, inputs: act_quant(tq),
     "weight": weight_quant,
-    "bias": lambda tq, module, weight, inputs: bias_quant(tq),
+    "bias": lambda tq, module, weight, inputs: bias_quant(tq, getattr(module, "bias", None)),
 }
 
 
