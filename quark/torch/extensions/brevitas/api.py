@@ -42,6 +42,7 @@ from quark.torch.extensions.brevitas._backend.export.exporter import PLANS_ATTRI
 from quark.torch.extensions.brevitas._backend.export.formats import ExportFormat
 from quark.torch.extensions.brevitas._backend.qat import freeze as freeze_model
 from quark.torch.extensions.brevitas._backend.rewrite import rewriter_for
+from quark.torch.extensions.brevitas._backend.rewrite.exported import copy_model
 from quark.torch.extensions.brevitas._backend.rules import layers as rules
 from quark.torch.extensions.brevitas._backend.targets.finn.errors import FinnError
 from quark.torch.quantization import plan as planning
@@ -81,6 +82,10 @@ def __getattr__(name: str) -> Any:
 
         return finn_handoff
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+#: attribute where ``quantize_model`` records the config of the model it returns (AMD Quark's name)
+CONFIG_ATTRIBUTE = "quant_config"
 
 
 class UncalibratedModelWarning(UserWarning):
@@ -249,7 +254,7 @@ class ModelQuantizer:
         try:
             # built outside inference mode, so that the quantized model trains (QAT) afterwards
             with torch.inference_mode(False):
-                work = self._quantize(model if inplace else _copy(model), data, known_names, calibrate, stage)
+                work = self._quantize(model if inplace else copy_model(model), data, known_names, calibrate, stage)
         except BaseException as error:
             if restore is not None:
                 restore()
@@ -320,6 +325,7 @@ class ModelQuantizer:
         work = self.rewriter.rewrite(work, plans, sites)
         self.plans = plans
         setattr(work, PLANS_ATTRIBUTE, plans)  # the exporter reads target_device from them
+        setattr(work, CONFIG_ATTRIBUTE, self.config)  # Quark's save / export functions write it beside the tensors
 
         add_calibrated_flags(work)
         if calibrate and static_act_proxies(work):
@@ -421,15 +427,6 @@ def calibrate(
         error.args = (f"calibration, {data.position}: {error.args[0]}; the model is as it was", *error.args[1:])
         raise
     return model
-
-
-def _copy(model: nn.Module) -> nn.Module:
-    """A deep copy of ``model``. torch 2.13 warns inside its own copy of a ``torch.export`` graph's
-    input spec (``isinstance(treespec, LeafSpec)`` is deprecated, from torch's TreeSpec code): not the
-    user's to act on, so that warning alone is silenced here."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
-        return copy.deepcopy(model)
 
 
 def _structural(algorithms: Any) -> list:

@@ -19,8 +19,10 @@ views stay specialised where ``torch.export`` specialised them), and the removal
 
 from __future__ import annotations
 
+import copy
 import logging
 import operator
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -238,3 +240,12 @@ def _set_layer(model: fx.GraphModule, path: str, layer: nn.Module) -> None:
     if existing is not None and type(existing) is type(layer):  # the same layer called again (a shared ReLU)
         return
     parent._modules[name] = layer
+
+
+def copy_model(model: nn.Module) -> nn.Module:
+    """A deep copy of ``model``. torch 2.13 warns inside its own copy of a ``torch.export`` graph's input
+    spec (``isinstance(treespec, LeafSpec)`` is deprecated, from torch's TreeSpec code): not the user's to
+    act on, so that warning alone is silenced here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
+        return copy.deepcopy(model)
