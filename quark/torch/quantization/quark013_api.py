@@ -82,6 +82,10 @@ _NATIVE = (
     "runs in PyTorch with Brevitas' fake quantization; deploy with `export_onnx` (ONNX Runtime, AMD NPUs) or the "
     "extension's QONNX export (FINN)"
 )
+_GGUF = (
+    "GGUF files serve llama.cpp's LLM runtime; export with `export_onnx` (ONNX Runtime, AMD NPUs), `export_safetensors`, "
+    "or the extension's QONNX export (FINN)"
+)
 _SUBPACKAGE = "Quark's subpackage `quark.torch.{}` ({}) is not in this package; {}"
 
 #: observer classes, by module: Quark 0.13 defines them in ``observer.observer``
@@ -93,7 +97,7 @@ _OBSERVERS = (
     "PerTensorMSEObserver"
 )
 _OBSERVER_WHAT = (
-    "the observer of that name (docs/quark013.md, Observers: what it computes here or why a spec refuses it)"
+    "the observer of that name (section 'Observers' below: what it computes here, or why a spec refuses it)"
 )
 _OBSERVER_SETS = (
     "OBSERVER_CLASSES OBSERVER_MAP PER_CHANNEL_OBSERVERS PER_GROUP_OBSERVERS PER_TENSOR_OBSERVERS"
@@ -118,7 +122,7 @@ _HELPERS = (
     "AmdFP4Spec"
 )
 _CONFIGS = (
-    "Config QConfig QuantizationConfig QLayerConfig QuantizationSpec QTensorConfig TwoStageSpec ProgressiveSpec "
+    "Config QConfig QLayerConfig QTensorConfig TwoStageSpec ProgressiveSpec "
     "ScaleQuantSpec QATSpec TQTSpec AlgoConfig PreQuantOptConfig SmoothQuantConfig RotationConfig OnlineRotationConfig "
     "AutoSmoothQuantConfig AWQConfig GPTQConfig GPTAQConfig QronosConfig SVDQuantConfig AutoRoundConfig "
     "load_pre_optimization_config_from_file load_quant_algo_config_from_file"
@@ -163,11 +167,7 @@ API_NAMES: dict[str, dict[str, tuple[str, str]]] = {
                 "pruning", "LLM width pruning", "prune with `torch.nn.utils.prune` before quantizing"
             ),
         ),
-        **refused(
-            "export_gguf",
-            "GGUF files serve llama.cpp's LLM runtime; export with `export_onnx` (ONNX Runtime, AMD NPUs), "
-            "`export_safetensors`, or the extension's QONNX export (FINN)",
-        ),
+        **refused("export_gguf", _GGUF),
         **refused("enable_native_inference disable_native_inference RuntimeOptions", _NATIVE),
         **refused(
             "algorithm",
@@ -205,9 +205,9 @@ API_NAMES: dict[str, dict[str, tuple[str, str]]] = {
     "quark.torch.quantization.config.config": {
         **provided(
             _CONFIGS,
-            "the config class or function of that name (docs/quark013.md, Config classes and functions)",
+            "the config class or function of that name (section 'Config classes and functions' below)",
         ),
-        **provided(_HELPERS, "the DataTypeSpec helper (docs/quark013.md, DataTypeSpec helpers)"),
+        **provided(_HELPERS, "the DataTypeSpec helper (section 'DataTypeSpec helpers' below)"),
         **provided(_ENUMS, "the enum of `config.type`, re-exported as in Quark"),
         **provided(
             "PerBlockMXDiffsObserver PerBlockMXObserver PerChannelMinMaxObserver PerGroupMinMaxObserver "
@@ -350,11 +350,7 @@ API_NAMES: dict[str, dict[str, tuple[str, str]]] = {
         ),
         **provided("QuantizationMode", "the enum of `config.type`"),
         **provided("ScreenLogger", "`quark.common.utils.log.ScreenLogger`"),
-        **refused(
-            "export_gguf",
-            "GGUF files serve llama.cpp's LLM runtime; export with `export_onnx`, `export_safetensors`, "
-            "or the extension's QONNX export (FINN)",
-        ),
+        **refused("export_gguf", _GGUF),
         **refused(
             "BaseExporter BaseImporter CustomSafetensorsExporter DiffusersSafetensorsExporter GgufExporter OnnxExporter "
             "QuarkSafetensorsExporter SafetensorsExporter SafetensorsImporter",
@@ -379,7 +375,7 @@ API_NAMES: dict[str, dict[str, tuple[str, str]]] = {
             "is_transformers_version_higher_or_equal",
             _INTERNAL,
         ),
-        **refused("logger", _LOGGER),
+        **provided("logger", "the module's logger (a `logging.Logger` of the standard library; Quark's is a ScreenLogger)"),
         **imported(
             ABC="abc",
             Any="typing",
