@@ -59,6 +59,7 @@ from brevitas.quant.shifted_scaled_int import (
 from torch import nn
 
 from quark.torch.extensions.brevitas._backend.accumulator import ep_init
+from quark.torch.extensions.brevitas._backend.block_axes import check_feature_axis
 from quark.torch.extensions.brevitas._backend.quantizers import (
     AccumulatorAwareWeightProxy,
     CastQuant,
@@ -638,4 +639,5 @@ def build_layer(
         brevitas_config.IGNORE_MISSING_KEYS = previous
     round_zero_points_half_even(new)
     ep_init(new)  # accumulator-aware weights start inside their bound (A2Q+'s EP-init); others: nothing
+    check_feature_axis(new, plan, module)  # activation blocks written ch_axis=1 on a features-last layer: 2-D only
     return new
