@@ -30,11 +30,12 @@ from quark.torch.extensions.brevitas._backend.calibrate import require_calibrate
 from quark.torch.extensions.brevitas._backend.export import checkpoints
 from quark.torch.extensions.brevitas._backend.export.onnx_graph import printable
 from quark.torch.extensions.brevitas._backend.rewrite.exported import copy_model
-from quark.torch.extensions.brevitas.api import CONFIG_ATTRIBUTE, ModelQuantizer
 from quark.torch.extensions.brevitas.api import ModelExporter as _OnnxExporter
+from quark.torch.extensions.brevitas.api import ModelQuantizer
 from quark.torch.extensions.brevitas.cli.configs import FLAVOURS
 from quark.torch.quantization.config.type import QuantizationMode
 from quark.torch.quantization.files import atomic_path, write_text
+from quark.torch.quantization.plan import CONFIG_ATTRIBUTE
 from quark.torch.quantization.quark013_api import QuarkFeatureRefused, refuse, refused_function
 
 __all__ = [

@@ -84,10 +84,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-#: attribute where ``quantize_model`` records the config of the model it returns (AMD Quark's name)
-CONFIG_ATTRIBUTE = "quant_config"
-
-
 class UncalibratedModelWarning(UserWarning):
     """``quantize_model`` returned a model whose static activation quantizers await calibration."""
 
@@ -325,7 +321,7 @@ class ModelQuantizer:
         work = self.rewriter.rewrite(work, plans, sites)
         self.plans = plans
         setattr(work, PLANS_ATTRIBUTE, plans)  # the exporter reads target_device from them
-        setattr(work, CONFIG_ATTRIBUTE, self.config)  # Quark's save / export functions write it beside the tensors
+        setattr(work, planning.CONFIG_ATTRIBUTE, self.config)  # Quark's save / export functions write it beside the tensors
 
         add_calibrated_flags(work)
         if calibrate and static_act_proxies(work):
