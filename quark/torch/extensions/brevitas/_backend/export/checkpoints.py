@@ -27,7 +27,7 @@ next power of two moves its shared exponent), so those models are refused, namin
 from __future__ import annotations
 
 import torch
-from brevitas.quant_tensor import IntQuantTensor
+from brevitas.quant_tensor import GroupwiseIntQuantTensor, IntQuantTensor
 from torch import nn
 
 from quark.torch.extensions.brevitas._backend.algorithms import frozen
@@ -61,7 +61,7 @@ def refused_layers(model: nn.Module) -> list[str]:
     refused = []
     for name, layer in weighted_layers(model):
         quant = layer.quant_weight()
-        if not isinstance(quant, IntQuantTensor):
+        if not isinstance(quant, (IntQuantTensor, GroupwiseIntQuantTensor)):
             refused.append(f"{name} ({type(quant).__name__})")
     return refused
 
@@ -86,8 +86,10 @@ def quark_tensors(model: nn.Module, weight_format: str, pack_method: str) -> dic
             if weight_format == "real_quantized"
             else quant.value.detach().cpu().contiguous()
         )
-        tensors[f"{name}.weight_scale"] = _quark_shape(quant.scale, ints.shape)
-        tensors[f"{name}.weight_zero_point"] = _quark_shape(quant.zero_point, ints.shape).round().to(torch.int32)
+        grouped = isinstance(quant, GroupwiseIntQuantTensor)  # Brevitas expands its scales to every element
+        scale, zero_point = (quant.scale_, quant.zero_point_.expand_as(quant.scale_)) if grouped else (quant.scale, quant.zero_point)
+        tensors[f"{name}.weight_scale"] = _quark_shape(scale, ints.shape, grouped)
+        tensors[f"{name}.weight_zero_point"] = _quark_shape(zero_point, ints.shape, grouped).round().to(torch.int32)
         for attribute, prefix in ACTIVATIONS.items():
             proxy = getattr(layer, attribute, None)
             if proxy is not None and getattr(proxy, "is_quant_enabled", False):
@@ -130,16 +132,21 @@ def _take(state: dict[str, torch.Tensor], key: str) -> torch.Tensor:
     return state.pop(key)
 
 
-def _quark_shape(values: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+def _quark_shape(values: torch.Tensor, shape: torch.Size, grouped: bool) -> torch.Tensor:
     """A scale or zero point in Quark's shape: a scalar per tensor, one value per channel, rows x groups."""
-    values = values.detach().cpu()
-    if values.numel() == 1:
-        return values.reshape(())
-    return values.squeeze().contiguous()
+    values = values.detach().cpu().contiguous()
+    if grouped:
+        return values.reshape(shape[0], -1)
+    return values.reshape(()) if values.numel() == 1 else values.reshape(-1)
 
 
 def _torch_shape(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Quark's shape of a scale or zero point back in the shape the quantizer computes (``like``)."""
+    """Quark's shape of a scale or zero point back in the shape the quantizer computes (``like``): rows x
+    groups expanded to every element of a grouped weight."""
+    if like.numel() == 1 and values.numel() > 1 and bool((values == values.flatten()[0]).all()):
+        values = values.flatten()[:1]  # one value the quantizer broadcasts (a symmetric grid's zero point)
+    if values.dim() == 2 and values.numel() != like.numel() and like.numel() % values.numel() == 0:
+        values = values.repeat_interleave(like.shape[-1] // values.shape[-1], dim=-1)
     if values.numel() != like.numel():
         raise ValueError(f"a scale or zero point of {values.numel()} values where the model has {like.numel()}")
     return values.reshape(like.shape)
