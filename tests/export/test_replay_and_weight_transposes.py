@@ -70,8 +70,10 @@ def test_replay_maps_every_quantizer_and_agrees_with_the_graph(onnx_path):
     qmodel, x = _block()
     ModelExporter(onnx_path).export_onnx_model(qmodel, x)
     model = onnx.load(onnx_path)
-    mapping = replay_module.quantizer_tensors(model, qmodel)
-    assert set(mapping) == {"q.input_quant", "k.input_quant", "out.input_quant"}
+    inputs = ExampleInputs.of(qmodel, x)
+    calls = replay_module.quantizer_calls(qmodel, inputs.run)
+    assert calls == ["q.input_quant", "k.input_quant", "out.input_quant"]
+    assert len(replay_module.quantizer_tensors(model)) == len(calls)  # one QuantizeLinear per call, in order
     result, feeds = _replay(model, qmodel, x)
     (produced,) = verify.RUNNERS[ExportFormat.qcdq](model, feeds)
     assert result.quantizers == 3 and result.worst_lsb <= 1

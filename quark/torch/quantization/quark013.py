@@ -171,7 +171,7 @@ OBSERVERS_DO: dict[str, str] = {
     "PerTensorHistogramObserver": "the range of least L2 error of a histogram (exhaustive search)",
     "PerTensorHistogramObserverPro": "torch's HistogramObserver (256 bins, its non-linear search), as Quark wraps it; activations",
     "PerTensorPowOf2MinMaxObserver": "power-of-two scale of each batch's min / max, the most common one kept (as Quark); weights: min / max with a power-of-two scale",
-    "PerTensorPowOf2MinMSEObserver": "each batch's best of five powers of two by squared error, the most common kept (as Quark); activations",
+    "PerTensorPowOf2MinMSEObserver": "each batch's best of five powers of two by squared error, the most common kept (as Quark); weights and biases (symmetric): the same search on the tensor, at every forward",
     "PerChannelPowOf2MinMaxObserver": "per-channel min / max with power-of-two scales (weights)",
     "PerBlockMXObserver": "OCP MX blocks (with scale_format='e8m0'), or per-group minifloat abs-max scales",
     "PerBlockBFPObserver": "MX6 / MX9 / BFP16 blocks",

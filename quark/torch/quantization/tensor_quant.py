@@ -715,6 +715,11 @@ def check_role(tq: TensorQuant, role: str, where: str) -> TensorQuant:
             f"qscheme={tq.qscheme.name} is not supported for {role} (static or dynamic); "
             "activations are quantized per_tensor",
         )
+    if role in ("weight", "bias") and tq.statistic == "pof2_mse" and not tq.symmetric:
+        raise fail(
+            where,
+            f"observer_cls=PerTensorPowOf2MinMSEObserver on a {role} searches a symmetric grid; allowed: symmetric=True",
+        )
     if role == "bias":
         if tq.format is not Format.integer:
             raise fail(where, f"bias quantization must be integer; got a {tq.format.value} format")

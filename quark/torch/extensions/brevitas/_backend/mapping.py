@@ -72,6 +72,7 @@ from quark.torch.extensions.brevitas._backend.quantizers import (
     LSQScaling,
     MXBlockMax,
     MXIntScaling,
+    Pof2MinMSEStats,
     Pof2Scale,
     QuarkIntScaling,
     RoundHalfAwayFromZeroSte,
@@ -118,6 +119,7 @@ WEIGHT_BASES: dict[tuple[bool, str], Any] = {
     (True, "mse"): Int8WeightPerTensorFloatMSE,
     (False, "mse"): ShiftedUint8WeightPerTensorFloatMSE,
     (True, "mean_abs"): Int8WeightPerTensorFloat.let(scaling_stats_op=StatsOp.AVE),  # ternary: mean |w|
+    (True, "pof2_mse"): Int8WeightPerTensorFloat.let(scaling_stats_impl=Pof2MinMSEStats),  # Quark's five powers of two
 }
 
 #: bipolar tensors, sign(x) x s (x >= 0 -> +1), exported as QONNX BipolarQuant; key: weight?
@@ -435,7 +437,7 @@ def _int_weight(tq: TensorQuant, module: nn.Module, weight: torch.Tensor, inputs
         return _lsq_weight(tq, module, weight)
     if tq.accumulator_bits is not None:
         return _a2q_weight(tq, module, weight, inputs)
-    inj = WEIGHT_BASES[(tq.symmetric, tq.statistic)].let(**_common(tq), **_percentile_kwargs(tq))
+    inj = WEIGHT_BASES[(tq.symmetric, tq.statistic)].let(**_common(tq), **_percentile_kwargs(tq), pof2_mse_grid=tq.grid)
     if tq.symmetric and not tq.signed and tq.statistic == "minmax":
         inj = inj.let(scaling_stats_impl=ZeroInclusiveMax)  # an unsigned grid covers [0, max(w, 0)]
     return GRANULARITY[tq.qscheme](inj, tq, module, weight)
@@ -581,7 +583,8 @@ def bias_quant(tq: TensorQuant, bias: torch.Tensor | None = None) -> Any:
             narrow_range=False,
             float_to_int_impl=ROUND_IMPLS[tq.round_method],
         )
-    return Int8BiasPerTensorFloatInternalScaling.let(**_common(tq))
+    stats = {"scaling_stats_impl": Pof2MinMSEStats, "pof2_mse_grid": tq.grid} if tq.statistic == "pof2_mse" else {}
+    return Int8BiasPerTensorFloatInternalScaling.let(**_common(tq), **stats)
 
 
 def weights(module: nn.Module) -> list[tuple[str, torch.Tensor]]:

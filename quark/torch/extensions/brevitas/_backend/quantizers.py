@@ -64,6 +64,7 @@ from brevitas.utils.torch_utils import float_internal_scale
 from torch import Tensor, nn
 
 from quark.torch.quantization.observer import LSQObserver, TQTObserver
+from quark.torch.quantization.observer.pof2 import pof2, pof2_mse_scale
 
 
 class QuarkIntScaling(nn.Module):
@@ -467,6 +468,23 @@ class TQTParameterScaling(ParameterScaling):
 
 
 TQTObserver.register(TQTParameterScaling)
+
+
+class Pof2MinMSEStats(nn.Module):
+    """AMD Quark's ``PerTensorPowOf2MinMSEObserver`` as a weight's (or bias's) statistic, at every forward:
+    the power of two of least squared error among the five around the min-max one
+    (``observer.pof2.pof2_mse_scale``), returned as the threshold Quark's integer threshold turns back
+    into exactly that scale. Brevitas' MSE statistic searches float scales, not Quark's five powers of two."""
+
+    def __init__(self, pof2_mse_grid: tuple[int, int]) -> None:
+        super().__init__()
+        self.qmin, self.qmax = pof2_mse_grid
+        self.levels = (self.qmax - self.qmin) / 2 if self.qmin < 0 else self.qmax - self.qmin  # QuarkIntScaling's
+
+    def forward(self, x: Tensor) -> Tensor:
+        start = pof2(x.detach().abs().max().double() / self.levels)
+        best = pof2_mse_scale(x.detach(), start, torch.zeros((), dtype=torch.float64), self.qmin, self.qmax)
+        return (best * self.levels).to(x.dtype)
 
 
 class TQTBias(PerTensorPoTScaling8bit, Int8BiasPerTensorFloatInternalScaling):

@@ -16,9 +16,10 @@ QuantizeLinear, its result must equal the graph's DequantizeLinear output within
 scale, and only at values within float32's rounding of a rounding boundary (the flips above; another
 rounding mode or grid differs elsewhere too), and the graph's values are passed on, so
 that every segment between quantizers (the quantized layers' weights and biases, the float operations)
-is compared on the same integers with the usual tolerance. Only graphs whose quantizers all map to the
-model's (by the module path the TorchScript exporter writes into their names) are replayed; others
-keep the plain result.
+is compared on the same integers with the usual tolerance. The graph's QuantizeLinear nodes pair with
+the model's activation quantizers in the order of their calls (the order the exporter traced them
+in); a graph where they do not pair up one to one (another count, another shape) keeps the plain
+result.
 """
 
 from __future__ import annotations
@@ -34,8 +35,6 @@ from brevitas.proxy.runtime_quant import ActQuantProxyFromInjectorBase
 from brevitas.quant_tensor import QuantTensor
 from torch import nn
 
-#: the exporter's scope of a quantizer's nodes: ``/<module path>/export_handler/QuantizeLinear``
-HANDLER = "export_handler"
 #: QuantizeLinear nodes added after data movement (:mod:`.qdq`): requantize quantized values, exactly
 PROPAGATED = "_qdq_Q"
 
@@ -51,21 +50,32 @@ class Replay:
     worst_lsb: float  # the largest quantizer difference, in its LSBs (a flip away from a rounding boundary: inf)
 
 
-def quantizer_tensors(onnx_model: onnx.ModelProto, model: nn.Module) -> dict[str, tuple[str, str]] | None:
-    """Module path of each activation quantizer -> (the tensor its QuantizeLinear reads, the tensor its
-    DequantizeLinear gives); None when a quantizer maps to no quantizer of ``model``."""
-    proxies = {name for name, module in model.named_modules() if isinstance(module, ActQuantProxyFromInjectorBase)}
+def quantizer_tensors(onnx_model: onnx.ModelProto) -> list[tuple[str, str]]:
+    """(the tensor each QuantizeLinear reads, the tensor its DequantizeLinear gives), in graph order: the
+    order of the quantizers' calls, which the exporter records as it traces the model."""
     dequantized = {n.input[0]: n.output[0] for n in onnx_model.graph.node if n.op_type == "DequantizeLinear"}
-    found: dict[str, tuple[str, str]] = {}
-    for node in onnx_model.graph.node:
-        if node.op_type != "QuantizeLinear" or node.name.endswith(PROPAGATED):
-            continue
-        path = node.name.strip("/").split(f"/{HANDLER}/")[0].replace("/", ".")
-        tensors = (node.input[0], dequantized.get(node.output[0]))
-        if path not in proxies or tensors[1] is None or found.get(path, tensors) != tensors:
-            return None
-        found[path] = tensors
-    return found or None
+    return [
+        (node.input[0], dequantized.get(node.output[0], ""))
+        for node in onnx_model.graph.node
+        if node.op_type == "QuantizeLinear" and not node.name.endswith(PROPAGATED)
+    ]
+
+
+def quantizer_calls(model: nn.Module, run_model: Callable[[nn.Module], Any]) -> list[str]:
+    """The module paths of the activation quantizers that quantize, in the order one forward pass calls them."""
+    calls: list[str] = []
+    handles = [
+        module.register_forward_hook(lambda m, a, o, path=path: calls.append(path))
+        for path, module in model.named_modules()
+        if isinstance(module, ActQuantProxyFromInjectorBase) and module.is_quant_enabled
+    ]
+    try:
+        with torch.no_grad():
+            run_model(model.eval())
+    finally:
+        for handle in handles:
+            handle.remove()
+    return calls
 
 
 def replay(
@@ -76,35 +86,41 @@ def replay(
     run_graph: Callable[[onnx.ModelProto, Sequence[np.ndarray]], list[np.ndarray]],
     flatten: Callable[[Any], list[torch.Tensor]],
 ) -> Replay | None:
-    """The quantizer-by-quantizer comparison of the module docstring; None where it does not apply."""
-    mapping = quantizer_tensors(onnx_model, model)
-    if mapping is None:
+    """The quantizer-by-quantizer comparison of the module docstring; None where it does not apply (the
+    graph's quantizers and the model's calls do not pair up one to one)."""
+    training = model.training
+    pairs = quantizer_tensors(onnx_model)
+    calls = quantizer_calls(model, run_model)
+    if not pairs or len(pairs) != len(calls) or any(not dq for _, dq in pairs):
+        model.train(training)
         return None
     probed = onnx.ModelProto()
     probed.CopyFrom(onnx_model)
     outputs = len(probed.graph.output)
-    tensors = list(dict.fromkeys(t for pair in mapping.values() for t in pair))
+    tensors = list(dict.fromkeys(t for pair in pairs for t in pair))
     probed.graph.output.extend(onnx.helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None) for t in tensors)
     results = run_graph(probed, feeds)
     if len(results) != outputs + len(tensors):  # a runner that gives the graph's outputs only
+        model.train(training)
         return None
     graph = dict(zip(tensors, results[outputs:], strict=True))
-    modules = dict(model.named_modules())
-    seen: dict[str, Any] = {"flipped": 0, "values": 0, "worst": 0.0, "mismatched": False}
+    seen: dict[str, Any] = {"call": 0, "flipped": 0, "values": 0, "worst": 0.0, "mismatched": False, "input": None}
 
-    def feed(module: nn.Module, args: tuple[Any, ...], path: str) -> tuple[Any, ...]:
+    def feed(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
         current = getattr(args[0], "value", args[0])
-        given = torch.from_numpy(graph[mapping[path][0]])
-        if tuple(given.shape) != tuple(current.shape):  # a quantizer called more than once
+        given = torch.from_numpy(graph[pairs[seen["call"]][0]])
+        if tuple(given.shape) != tuple(current.shape):
             seen["mismatched"] = True
             return args
-        seen[path] = given.to(current)
-        return (seen[path], *args[1:])
+        seen["input"] = given.to(current)
+        return (seen["input"], *args[1:])
 
-    def take(module: nn.Module, args: tuple[Any, ...], output: Any, path: str) -> Any:
+    def take(module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
+        dq = pairs[seen["call"]][1]
+        seen["call"] += 1
         ours = getattr(output, "value", output)
-        theirs = torch.from_numpy(graph[mapping[path][1]]).to(ours)
-        if theirs.shape != ours.shape:
+        theirs = torch.from_numpy(graph[dq]).to(ours)
+        if seen["mismatched"] or theirs.shape != ours.shape:
             seen["mismatched"] = True
             return output
         quantized = output if isinstance(output, QuantTensor) else None
@@ -115,16 +131,15 @@ def replay(
         seen["flipped"] += int(flips.sum())
         seen["values"] += ours.numel()
         worst = float(steps.max()) if steps.numel() else 0.0
-        if flips.any() and not _at_boundaries(seen[path], scale, zero_point, flips):
+        if flips.any() and not _at_boundaries(seen["input"], scale, zero_point, flips):
             worst = float("inf")
         seen["worst"] = max(seen["worst"], worst)
         return output._replace(value=theirs) if isinstance(output, QuantTensor) else theirs
 
     handles = []
-    for path in mapping:
-        handles.append(modules[path].register_forward_pre_hook(lambda m, a, path=path: feed(m, a, path)))
-        handles.append(modules[path].register_forward_hook(lambda m, a, o, path=path: take(m, a, o, path)))
-    training = model.training
+    for path in dict.fromkeys(calls):
+        module = model.get_submodule(path)
+        handles += [module.register_forward_pre_hook(feed), module.register_forward_hook(take)]
     try:
         with torch.no_grad():
             produced = flatten(run_model(model.eval()))
@@ -132,10 +147,10 @@ def replay(
         for handle in handles:
             handle.remove()
         model.train(training)
-    if seen["mismatched"]:
+    if seen["mismatched"] or seen["call"] != len(pairs):
         return None
     expected = [t.detach().float().cpu().numpy() for t in produced]
-    return Replay(expected, len(mapping), seen["flipped"], seen["values"], seen["worst"])
+    return Replay(expected, len(pairs), seen["flipped"], seen["values"], seen["worst"])
 
 
 def _at_boundaries(x: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, flips: torch.Tensor) -> bool:
