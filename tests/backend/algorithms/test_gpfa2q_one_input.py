@@ -47,7 +47,7 @@ def _worst_accumulator(weight_ints: torch.Tensor) -> int:
 
 
 def test_amd_extension_test_model_runs_and_its_one_input_layer_is_rounded_by_gpfq(caplog):
-    caplog.set_level("INFO")
+    caplog.set_level("INFO", logger="quark.torch.extensions.brevitas._backend.algorithms.gpxq")
     a2q = GPFA2Q().apply(_quantized(), _loader())
     plain = GPFQ().apply(_quantized(), _loader())
     # the first layer sees the same inputs in both runs: GPFQ's rounding

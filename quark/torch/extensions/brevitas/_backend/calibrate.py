@@ -101,7 +101,7 @@ def calibrate_on_first_call(model: nn.Module) -> None:
     if fixed:
         shown = ", ".join(fixed[:5]) + (f" and {len(fixed) - 5} more" if len(fixed) > 5 else "")
         raise ValueError(
-            f"calibration received no batch (the calibration data is empty), and {len(fixed)} static activation "
+            f"calibration received no batch (calib_loader / dataloader is empty), and {len(fixed)} static activation "
             f"quantizers take their range from it ({shown}); only trained TQT / LSQ quantizers (TQTObserver with "
             "qat_spec=TQTSpec(...), LSQObserver) may start from the first training batch. Pass calibration batches"
         )
