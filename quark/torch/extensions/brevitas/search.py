@@ -205,6 +205,7 @@ def build_cost_model(
     from quark.torch.extensions.brevitas._backend.data import batches
     from quark.torch.extensions.brevitas._backend.targets.finn.cost import CostModel, map_probes
     from quark.torch.extensions.brevitas.api import ModelExporter
+    from quark.torch.extensions.brevitas.finn_steps import FinnBuildConfig
 
     bits = tuple(sorted(set(bits)))
     if any(b < 2 for b in bits):
@@ -214,14 +215,13 @@ def build_cost_model(
     space = list(space)
     probes = probe_widths(space, bits)
     codes = {v.name: tuple(widths[v.name] for widths in probes) for v in space}
+    probe_build = FinnBuildConfig(part=part, clock_mhz=clock_mhz, integer_input=True)
     with tempfile.TemporaryDirectory(dir=workdir) as scratch:
         partitions = []
         for index, widths in enumerate(batches(probes, progress=progress, desc="cost model: probe exports")):
             qmodel = quantize(model, calibration, config(widths, space, qat_spec=qat_spec))
-            result = ModelExporter(os.path.join(scratch, f"probe{index}")).export_finn_dataflow(
-                qmodel, example, part=part, clock_mhz=clock_mhz, integer_input=True
-            )
-            partitions.append(os.path.join(result.directory, "partitions", "partition_0.onnx"))
+            result = ModelExporter(os.path.join(scratch, f"probe{index}")).export_finn_dataflow(qmodel, example, probe_build)
+            partitions.append(result.files["unspecialized_partition"])
         template, weight_nodes, threshold_nodes = map_probes(
             partitions,
             {v.name: codes[v.name] for v in space if v.kind == "weight"},
@@ -556,8 +556,7 @@ def measure(
         (save_checkpoint or _save_state_dict)(os.path.join(directory, point.checkpoint), cfg, qmodel)
         if example is not None:
             full = ModelExporter(os.path.join(directory, "points", name, "finn")).export_finn_dataflow(
-                qmodel, example, part=cost.part.part, clock_mhz=cost.clock_mhz, target_fps=cost.target_fps,
-                integer_input=True, folding=predicted.folding,
+                qmodel, example, cost.build_config(predicted.folding)
             )
             point.estimated = full.estimate.totals
     return point
@@ -611,11 +610,11 @@ def confirm(
     problems = []
     if measured != point["accuracy"]:
         problems.append(f"{point['name']}: accuracy {measured:.4f} % from the checkpoint, {point['accuracy']:.4f} % claimed")
+    from quark.torch.extensions.brevitas.finn_steps import FinnBuildConfig
+
+    build = FinnBuildConfig(part=part, clock_mhz=clock_mhz, target_fps=target_fps, integer_input=True, folding=point["folding"])
     with tempfile.TemporaryDirectory(dir=workdir) as scratch:
-        full = ModelExporter(os.path.join(scratch, "finn")).export_finn_dataflow(
-            qmodel, example, part=part, clock_mhz=clock_mhz, target_fps=target_fps, integer_input=True,
-            folding=point["folding"],
-        )
+        full = ModelExporter(os.path.join(scratch, "finn")).export_finn_dataflow(qmodel, example, build)
     estimate = full.estimate
     for claim in ("predicted", "estimated"):
         for resource in ESTIMATED:

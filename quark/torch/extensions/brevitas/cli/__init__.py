@@ -144,7 +144,11 @@ def parser() -> argparse.ArgumentParser:
         required=True,
         help="qonnx: for FINN; qdq: ONNX Runtime / AMD NPU; finn: a FINN dataflow directory",
     )
-    e.add_argument("--data", required=True, help="example inputs (the first batch is exported and verified)")
+    e.add_argument(
+        "--data",
+        required=True,
+        help="example inputs: the first batch is exported, every batch verified (finn: the hardware graph on all of them)",
+    )
     e.add_argument("-o", "--output", required=True, help=".onnx file (qonnx, qdq) or a new directory (finn)")
     e.add_argument("--part", help="finn: FPGA part or board, e.g. Pynq-Z1, ZCU104, xczu3eg (default: Pynq-Z1's xc7z020clg400-1)")
     e.add_argument("--target-fps", type=float, help="finn: frames per second to fold for (default: no folding, PE = SIMD = 1)")
@@ -154,6 +158,14 @@ def parser() -> argparse.ArgumentParser:
         "--integer-input",
         action="store_true",
         help="finn: the accelerator takes the input quantizer's integers (e.g. UINT8 pixels) instead of floats",
+    )
+    e.add_argument(
+        "--folding",
+        help="finn: a folding file (FINN's folding_config.json format; layers named as estimate.md names them): "
+        "its entries' attributes are set on top of the folding for --target-fps",
+    )
+    e.add_argument(
+        "--mvau-wwidth-max", type=int, help="finn: FINN's bound on SIMD x weight bits of a layer when folding (default: 36)"
     )
     _rebuild(e)
     _common(e)

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import shutil
 import uuid
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -211,36 +213,50 @@ def _accuracy(model: nn.Module, batches: Any) -> float:
 
 # -- export ----------------------------------------------------------------------------------------
 
-#: options that only --format finn takes (name -> default)
-FINN_ONLY = {"part": None, "target_fps": None, "clock_mhz": None, "top_k": None, "integer_input": False}
+#: options that only --format finn takes: name -> (default, the FinnBuildConfig field it sets)
+FINN_ONLY = {
+    "part": None,
+    "target_fps": None,
+    "clock_mhz": None,
+    "top_k": None,
+    "integer_input": False,
+    "folding": None,
+    "mvau_wwidth_max": None,
+}
 #: a FINN directory this command wrote holds these files (an existing one may be replaced)
 FINN_MARKERS = ("estimate.json", "verification.json")
 
 
 def _check_export_flags(args: argparse.Namespace) -> Any:
-    """Every flag of ``export`` checked before any work; the FINN part resolved (``None`` for the
-    other formats)."""
+    """Every flag of ``export`` checked before any work; the FINN build's settings (a ``FinnBuildConfig``;
+    ``None`` for the other formats)."""
     if args.format != "finn":
         given = [f"--{k.replace('_', '-')}" for k, default in FINN_ONLY.items() if getattr(args, k) != default]
         if given:
             raise UsageError(f"{', '.join(given)}: only --format finn takes {'it' if len(given) == 1 else 'them'}")
         _checkpoint_path(args.output)
         return None
-    _positive(args, "target_fps", "clock_mhz", "top_k")
-    from quark.torch.extensions.brevitas._backend.targets.finn.pipeline import require_finn
+    _positive(args, "target_fps", "clock_mhz", "top_k", "mvau_wwidth_max")
+    from quark.torch.extensions.brevitas._backend.targets.finn.front_end import require_finn
 
     try:
         require_finn()
     except ImportError as error:
         raise UsageError(f"--format finn: {one_line(error)}") from error
-    from quark.torch.extensions.brevitas._backend.targets.finn.parts import resolve
+    from quark.torch.extensions.brevitas.finn_steps import FinnBuildConfig, FinnConfigError
 
-    part = args.part or "xc7z020clg400-1"
+    settings = {k: getattr(args, k) for k, default in FINN_ONLY.items() if getattr(args, k) != default}
+    if args.folding is not None and not os.path.isfile(args.folding):
+        raise UsageError(f"--folding {args.folding}: no such file (a folding_config.json, as FINN writes it)")
     try:
-        fpga = resolve(part)
-    except ValueError as error:
+        config = FinnBuildConfig(**settings)
+    except FinnConfigError as error:
         message = one_line(error)
-        raise UsageError(f"--part {part}: {message.split(': ', 1)[1] if message.startswith('part=') else message}") from error
+        field = message.split("=", 1)[0].split("[", 1)[0]
+        flag = f"--{field.replace('_', '-')}" if field in FINN_ONLY else None
+        if flag == "--part":
+            raise UsageError(f"--part {args.part}: {message.split(': ', 1)[-1]}") from error
+        raise UsageError(f"{flag} {getattr(args, field)}: {message}" if flag else message) from error
     out = args.output
     if os.path.exists(out) and not os.path.isdir(out):
         raise UsageError(f"-o {out}: a file; --format finn writes a directory: give a new directory's path")
@@ -248,13 +264,13 @@ def _check_export_flags(args: argparse.Namespace) -> Any:
         raise UsageError(
             f"-o {out}: a directory holding other files; --format finn writes a new directory (or replaces one it wrote)"
         )
-    return fpga
+    return config
 
 
 def export(args: argparse.Namespace) -> Result:
     from quark.torch.extensions.brevitas.api import ModelExporter
 
-    fpga = _check_export_flags(args)
+    build = _check_export_flags(args)
     if args.model:
         check_model_spec(args.model)
     batches = load_data(args.data, args.batch_size)
@@ -268,8 +284,11 @@ def export(args: argparse.Namespace) -> Result:
         method = {"qonnx": "export_qonnx_model", "qdq": "export_onnx_model"}[args.format]
         with _cleaned(args, _created_root(args.output)):  # the file, and the folders it needed
             report = getattr(ModelExporter(args.output), method)(qmodel, example)
+            for batch in batches[1:]:  # every batch of --data, as the first
+                again = ModelExporter(args.output).verify(qmodel, batch)
+                report = report if report.max_abs_diff >= again.max_abs_diff else again
         say(args, str(report))
-        say(args, f"wrote {args.output}")
+        say(args, f"verified on {len(batches)} batch(es) of --data; wrote {args.output}")
         return OK, _report_json(report)
     # the directory is written beside its name and moved there complete: a failure leaves nothing
     staging = os.path.join(os.path.dirname(os.path.abspath(args.output)), f".{os.path.basename(os.path.abspath(args.output))}.{uuid.uuid4().hex[:8]}.partial")
@@ -279,15 +298,7 @@ def export(args: argparse.Namespace) -> Result:
     with _cleaned(args, staging, keep_message="the partial FINN directory"), _cleaned(args, created):
         os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
         logger.info("exporting QONNX, then FINN's dataflow (about 20 s for a small CNN)")
-        result = ModelExporter(staging).export_finn_dataflow(
-            qmodel,
-            example,
-            part=fpga.part,
-            target_fps=args.target_fps,
-            clock_mhz=args.clock_mhz or 100.0,
-            top_k=args.top_k,
-            integer_input=args.integer_input,
-        )
+        result = ModelExporter(staging).export_finn_dataflow(qmodel, torch.cat(batches), build)
         result = relocate(result, args.output)
     say(args, str(result))
     return OK, result.to_json()
@@ -339,7 +350,7 @@ def _report_json(report: Any) -> dict[str, Any]:
 
 
 def verify(args: argparse.Namespace) -> Result:
-    from quark.torch.extensions.brevitas._backend.export.exporter import ExportVerificationError
+    from quark.torch.extensions.brevitas._backend.exporter import ExportVerificationError
     from quark.torch.extensions.brevitas.api import ModelExporter
 
     if args.tolerance_lsb is not None and args.tolerance_lsb < 0:
@@ -350,8 +361,14 @@ def verify(args: argparse.Namespace) -> Result:
     example = load_data(args.data, args.batch_size)[0]
     qmodel, _, _ = load_checkpoint(args.checkpoint, args.model)
     _check_accepts(qmodel, example, f"--data {args.data}")
+    integers = _integer_input_of(args.onnx)
     try:
-        report = ModelExporter(args.onnx).verify(qmodel, example, tolerance_lsb=args.tolerance_lsb)
+        if integers is None:
+            report = ModelExporter(args.onnx).verify(qmodel, example, tolerance_lsb=args.tolerance_lsb)
+        else:  # a FINN directory's integer-input graph: fed the integers the input quantizer makes of --data
+            report = ModelExporter(args.onnx).verify(
+                qmodel, example, tolerance_lsb=args.tolerance_lsb, graph_inputs=[integers.integers(example.numpy())]
+            )
     except ExportVerificationError as error:
         raise Failed(one_line(error)) from error
     say(args, str(report))
@@ -359,6 +376,23 @@ def verify(args: argparse.Namespace) -> Result:
     if not report.passed:
         raise Failed(f"{args.onnx} differs from the checkpoint's model beyond {report.tolerance_lsb:g} LSB (max |diff| {report.max_abs_diff:.3g})")
     return (OK if report.passed else FAILED), result
+
+
+def _integer_input_of(onnx_path: str):
+    """The network input of a FINN directory's integer-input graph (from the directory's
+    ``verification.json``), or None for any other file."""
+    from quark.torch.extensions.brevitas._backend.targets.finn.dataflow import FILES
+
+    directory, name = os.path.split(os.path.abspath(onnx_path))
+    record = os.path.join(directory, FILES["verification"])
+    if name != FILES["integer_input_qonnx"] or not os.path.isfile(record):
+        return None
+    from quark.torch.extensions.brevitas._backend.targets.finn.interface import IntegerInput
+
+    data = json.loads(Path(record).read_text()).get("integer_input")
+    if not data:
+        return None
+    return IntegerInput(**{**data, "thresholds": tuple(data["thresholds"]) if data.get("thresholds") else None})
 
 
 # -- mix -------------------------------------------------------------------------------------------
@@ -401,8 +435,8 @@ def mix(args: argparse.Namespace) -> Result:
 def search(args: argparse.Namespace) -> Result:
     """Per-layer widths against FINN's cost (the parser: :mod:`.search`). Each measured point's
     checkpoint is this command line's format: ``export`` / ``verify --checkpoint DIR/points/NAME/model.pt``."""
+    from quark.torch.extensions.brevitas._backend.targets.finn.front_end import require_finn
     from quark.torch.extensions.brevitas._backend.targets.finn.parts import resolve
-    from quark.torch.extensions.brevitas._backend.targets.finn.pipeline import require_finn
     from quark.torch.extensions.brevitas.search import search as width_search
 
     try:

@@ -19,10 +19,10 @@ from collections.abc import Iterator
 THIRD_PARTY_LOGGERS = ("finn_logger", "finn", "qonnx", "brevitas", "onnxscript", "torch.onnx")
 #: packages whose Python warnings are hidden unless -v
 THIRD_PARTY_WARNINGS = r"(qonnx|finn|brevitas|onnx|onnxscript|onnxruntime|torch|dependencies|pydantic)(\.|$)"
-#: loggers whose INFO records are progress: the checked pipeline runner (one record per FINN step),
-#: the FINN dataflow directory's stages, the exporter
+#: loggers whose INFO records are progress: the FINN build's step checks (one record per step), the
+#: FINN dataflow directory's stages, the exporter
 PROGRESS_LOGGERS = (
-    "quark.torch.extensions.brevitas._backend.targets.pipeline",
+    "quark.torch.extensions.brevitas._backend.targets.finn.checks",
     "quark.torch.extensions.brevitas._backend.targets.finn.dataflow",
     "quark.torch.extensions.brevitas.cli.commands",
 )

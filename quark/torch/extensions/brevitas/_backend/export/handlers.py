@@ -8,7 +8,9 @@ how the scale is computed. Three things do not survive unchanged, measured with 
   built from (always ``ROUND``), not the ``float_to_int_impl`` we plug in, so activations and
   biases with ``RoundType.floor`` were exported as ``ROUND``. The handlers below take the rounding
   from the normalised spec each injector carries (``quark_spec``) through :data:`QONNX_ROUNDING`;
-  signed ``RoundType.half_up``, which no QONNX mode rounds, is written as thresholds
+  an activation quantizer whose rounding FINN's ``ConvertQONNXtoFINN`` would change (it ignores
+  ``rounding_mode`` and rounds ties up) is written as exact thresholds, and signed
+  ``RoundType.half_up`` wider than thresholds, which no QONNX mode rounds, as two Quants
   (:class:`_SpecRounding`).
 - **Weights** (QONNX). The Quant node of a weight re-quantizes the float weight with ``ROUND``;
   weights rounded otherwise came out different. The handler feeds the weight as torch quantized it
@@ -50,8 +52,10 @@ the first handler whose ``handled_layer`` is exactly the proxy's class).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from copy import copy
 
+import numpy as np
 import torch
 from brevitas.core.function_wrapper import FloorSte, Identity, RoundSte, RoundToZeroSte, TensorClamp
 from brevitas.core.quant.int_base import IntQuant
@@ -110,6 +114,13 @@ QONNX_ROUNDING: dict[RoundType, str] = {
     RoundType.round: "HALF_UP",
     RoundType.half_up: "HALF_UP",
     RoundType.toward_zero: "DOWN",
+}
+#: Brevitas' rounding names (``float_to_int_impl_type`` of a stock quantizer, what its QONNX export
+#: writes) -> RoundType; a quantizer rounding otherwise (CEIL, learned) is written as Brevitas writes it
+BREVITAS_ROUNDING: dict[str, RoundType] = {
+    "ROUND": RoundType.half_even,
+    "FLOOR": RoundType.floor,
+    "ROUND_TO_ZERO": RoundType.toward_zero,
 }
 #: QONNX rounding_mode -> the rounding qonnx executes for it
 _ROUND_IMPL_OF_MODE = {"ROUND": RoundSte, "FLOOR": FloorSte, "HALF_UP": RoundHalfAwayFromZeroSte, "DOWN": RoundToZeroSte}
@@ -193,27 +204,61 @@ class MultiThresholdOp:
 
 
 #: FINN's default ``max_multithreshold_bit_width`` (its Quant nodes wider than this are not converted to
-#: thresholds; the FINN pipeline converts with it): the widest signed half-up quantizer written as
-#: thresholds (2^b - 1 of them)
+#: thresholds): the widest activation quantizer written as thresholds (2^b - 1 of them)
 MAX_THRESHOLD_BITS = 8
 #: qonnx's ``data_layout`` of a MultiThreshold by rank: torch's channels-first tensors
 CHANNELS_FIRST = {2: "NC", 3: "NCW", 4: "NCHW"}
 
 
+def _above(value: float) -> float:
+    """The next float32 above ``value``: a threshold that a tie at ``value`` does not reach."""
+    return float(np.nextafter(np.float32(value), np.float32(np.inf)))
+
+
+#: RoundType -> the least u (float32) that rounds to k + 1 or more, i.e. the threshold between the
+#: integers k and k + 1 (u = x / scale + zero point, as IntQuant and qonnx's Quant compute it)
+THRESHOLD: dict[RoundType, Callable[[int], float]] = {
+    RoundType.half_up: lambda k: k + 0.5,  # floor(u + 1/2): ties up, FINN's own
+    RoundType.half_even: lambda k: k + 0.5 if (k + 1) % 2 == 0 else _above(k + 0.5),  # the tie to the even one
+    RoundType.round: lambda k: k + 0.5 if k + 0.5 > 0 else _above(k + 0.5),  # ties away from zero
+    RoundType.floor: lambda k: k + 1.0,
+    RoundType.toward_zero: lambda k: k + 1.0 if k + 1 > 0 else _above(k),
+}
+
+
+def finn_rounds_alike(round_method: RoundType, signed: bool) -> bool:
+    """Whether FINN's conversion of a Quant node (thresholds at k + 1/2: ties up, whatever its
+    ``rounding_mode``) rounds as ``round_method``: ``half_up``, and ties away from zero on an unsigned
+    grid (below zero everything clamps to 0)."""
+    return round_method is RoundType.half_up or (round_method is RoundType.round and not signed)
+
+
+def thresholds(round_method: RoundType, bits: int, signed: bool, narrow: bool) -> tuple[tuple[float, ...], float, str]:
+    """(thresholds, lowest integer, integer type) of a ``bits``-bit quantizer rounding by ``round_method``:
+    MultiThreshold(u) + lowest is the quantizer's integer, exactly (every comparison is on float32 u)."""
+    lowest = -(2 ** (bits - 1)) + int(narrow) if signed else 0
+    highest = 2 ** (bits - 1) - 1 if signed else 2**bits - 1 - int(narrow)
+    steps = tuple(THRESHOLD[round_method](k) for k in range(lowest, highest))
+    return steps, float(lowest), f"{'INT' if signed else 'UINT'}{bits}"
+
+
 class _SpecRounding:
-    """Take ``rounding_mode`` from the proxy's Quark spec instead of its stale injector field.
+    """Take ``rounding_mode`` from the proxy's Quark spec instead of its stale injector field, and
+    write what FINN would convert wrongly as what it converts exactly.
 
-    A signed ``RoundType.half_up`` quantizer (FINN's rounding, floor(u + 1/2) of u = x / s, exactly:
-    ``quantizers.RoundHalfUpSte``) has no QONNX rounding mode (HALF_UP rounds ties away from zero).
-    It is written exactly, on u = x / s (+ z, the division torch performs):
+    FINN's ``ConvertQONNXtoFINN`` makes an activation Quant node a MultiThreshold at (k + 1/2) steps
+    (ties up) whatever its ``rounding_mode``: a half-even quantizer whose inputs meet ties (image
+    pixels k/16 at scale 1/8; a requantization of values already on a finer grid) changes silently.
+    So an activation quantizer of up to 8 bits that FINN would round otherwise
+    (:func:`finn_rounds_alike`) is written on u = x / s (+ z, the division torch performs) as FINN's
+    own node with exact thresholds for its rounding (:data:`THRESHOLD`): y = (MultiThreshold(u) +
+    lowest (- z)) s. The comparisons are exact, FINN takes the node as it is and absorbs the division
+    into the thresholds, and qonnx executes it as torch computes it.
 
-    - up to 8 bits, as FINN's own node: y = (MultiThreshold(u; thresholds k + 1/2 for each step
-      k -> k + 1 of the grid, out_bias = the lowest integer) (- z)) s. The comparisons are exact,
-      and it is what ``ConvertQONNXtoFINN`` makes of a Quant (thresholds at (k + 1/2) x step:
-      ties up), so FINN takes it as it is and absorbs the division into the thresholds;
-    - wider (or on a vector, a bias), as two Quants, FLOOR at scale 1/2 (two more bits) and CEIL:
-      ceil(floor(2u) / 2) = floor(u + 1/2) (u = k + f: floor(2u) / 2 is k for f < 1/2, k + 1/2
-      above), with no sum to round. Not for FINN, which thresholds at most 8 bits.
+    A signed ``RoundType.half_up`` quantizer wider than that (or a bias) has no QONNX rounding mode
+    (HALF_UP rounds ties away from zero): it is written as two Quants, FLOOR at scale 1/2 (two more
+    bits) and CEIL: ceil(floor(2u) / 2) = floor(u + 1/2) (u = k + f: floor(2u) / 2 is k for f < 1/2,
+    k + 1/2 above), with no sum to round. Not for FINN, which thresholds at most 8 bits.
 
     Written before as Quant(u + 2^(b-1); unsigned, HALF_UP) - 2^(b-1): in float32, u + 2^(b-1)
     keeps u only to the precision of 2^(b-1) (2^(b-24)), so a u just below a tie k + 1/2 became the
@@ -225,36 +270,48 @@ class _SpecRounding:
 
     half_up_signed = False
     zero_point_used = False
-    #: (thresholds, lowest integer, integer type) of a signed half-up quantizer written as thresholds
+    #: whether this handler's quantizers are activations (FINN makes them thresholds; biases it folds)
+    thresholded = False
+    #: (thresholds, lowest integer, integer type) of a quantizer written as thresholds
     thresholds: tuple[tuple[float, ...], float, str] | None = None
 
     def prepare_for_export(self, module):
         super().prepare_for_export(module)
         spec = spec_of(module)
         self.half_up_signed, self.zero_point_used, self.thresholds = False, False, None
-        if module.is_quant_enabled and spec is not None:
-            kwargs = self.symbolic_kwargs
+        if not module.is_quant_enabled:
+            return
+        kwargs = self.symbolic_kwargs
+        if spec is not None:
             kwargs["rounding_mode"] = QONNX_ROUNDING[spec.round_method]
             if self.quant_op is BrevitasQuantOp:
                 self.quant_op = QuantOp
-            self.half_up_signed = spec.round_method is RoundType.half_up and bool(kwargs.get("signed"))
-            if self.half_up_signed:  # read here: tensors turned into Python values while tracing warn
-                zero_point, bits = kwargs.get("zero_point"), kwargs.get("bit_width")
-                self.zero_point_used = zero_point is not None and bool(torch.any(zero_point != 0))
-                if bits is not None and int(bits) <= MAX_THRESHOLD_BITS:
-                    bits = int(bits)
-                    lowest, highest = -(2 ** (bits - 1)) + int(bool(kwargs["narrow_range"])), 2 ** (bits - 1) - 1
-                    steps = tuple(k + 0.5 for k in range(lowest, highest))
-                    self.thresholds = (steps, float(lowest), f"INT{bits}")
+            rounding, integer = spec.round_method, spec.format is Format.integer
+        else:  # a Brevitas quantizer of the user's own: its injector's rounding is its own
+            rounding, integer = BREVITAS_ROUNDING.get(kwargs.get("rounding_mode")), self.quant_op is BrevitasQuantOp
+        if rounding is None:
+            return
+        # read here: tensors turned into Python values while tracing warn
+        signed, bits = bool(kwargs.get("signed")), int(kwargs.get("bit_width") or 0)
+        # thresholds where FINN would round otherwise, and where QONNX has no mode (signed half_up);
+        # 2 bits and up: a ternary grid is 2 narrow bits, a bipolar one is no integer grid
+        exact_in_finn = finn_rounds_alike(rounding, signed) and not (signed and rounding is RoundType.half_up)
+        if self.thresholded and integer and 2 <= bits <= MAX_THRESHOLD_BITS and not exact_in_finn:
+            self.thresholds = thresholds(rounding, bits, signed, bool(kwargs["narrow_range"]))
+        self.half_up_signed = rounding is RoundType.half_up and signed
+        if self.thresholds is not None or self.half_up_signed:
+            zero_point = kwargs.get("zero_point")
+            self.zero_point_used = zero_point is not None and bool(torch.any(zero_point != 0))
 
     def _quant(self, x: Tensor, scale: Tensor, zero_point: Tensor, bit_width: Tensor, **attrs) -> Tensor:
         """The Quant node(s) of ``x``; ``attrs``: narrow_range, signed, rounding_mode."""
-        if not self.half_up_signed:
+        thresholded = self.thresholds is not None and x.dim() in CHANNELS_FIRST  # channels on axis 1
+        if not (thresholded or self.half_up_signed):
             return self.export_op(self.quant_op, x, scale, zero_point, bit_width, *attrs.values())
         u = x / scale  # as IntQuant.to_int: x / scale + zero_point, rounded, clamped
         if self.zero_point_used:
             u = u + zero_point
-        if self.thresholds is not None and u.dim() in CHANNELS_FIRST:  # MultiThreshold: channels on axis 1
+        if thresholded:
             q = self.export_op(MultiThresholdOp, u, *self.thresholds, CHANNELS_FIRST[u.dim()])
         else:
             zero = torch.zeros_like(zero_point)
@@ -266,6 +323,8 @@ class _SpecRounding:
 
 
 class QONNXActHandler(_SpecRounding, BrevitasActQuantProxyHandler):
+    thresholded = True
+
     def symbolic_execution(self, x: Tensor):
         kwargs = dict(self.symbolic_kwargs)
         scale, zero_point, bit_width = kwargs.pop("scale"), kwargs.pop("zero_point"), kwargs.pop("bit_width")

@@ -47,14 +47,29 @@ class Graph:
         return self.constants.get(node.input[index])
 
     def output_lsb(self, name: str) -> float | None:
-        """Step of the quantizer that produced graph output ``name`` (the smallest, if per channel)."""
+        """Step of the quantizer that produced graph output ``name`` (the smallest, if per channel): a
+        Quant / DequantizeLinear node's scale, or the scale multiplying a MultiThreshold's integers (a
+        quantizer the QONNX export wrote as thresholds: (MultiThreshold(x / s) (- z)) * s)."""
         node = self.producer.get(name)
         while node is not None and node.op_type in GRID_PRESERVING:
             node = self.producer.get(node.input[0])
+        if node is not None and node.op_type == "Mul":
+            return self._threshold_step(node)
         if node is None or node.op_type not in ("Quant", "DequantizeLinear", "BipolarQuant"):
             return None
         scale = self.scale(node)
         return None if scale is None else float(np.min(np.abs(scale)))
+
+    def _threshold_step(self, mul: Any) -> float | None:
+        """The scale of ``Mul(integers, scale)`` when the integers come from a MultiThreshold."""
+        scale = next((self.constants[i] for i in mul.input if i in self.constants), None)
+        data = next((i for i in mul.input if i not in self.constants), None)
+        source = self.producer.get(data) if data is not None else None
+        if source is not None and source.op_type == "Sub":  # the zero point taken off
+            source = self.producer.get(source.input[0])
+        if scale is None or source is None or source.op_type != "MultiThreshold":
+            return None
+        return float(np.min(np.abs(scale)))
 
 
 def is_pof2(values: np.ndarray) -> bool:

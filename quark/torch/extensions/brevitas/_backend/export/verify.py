@@ -33,7 +33,6 @@ from quark.torch.extensions.brevitas._backend.export.onnx_graph import (
     Graph,
     is_pof2,
 )
-from quark.torch.extensions.brevitas._backend.qonnx_index import indexed_lookups
 
 logger = logging.getLogger(__name__)
 
@@ -68,26 +67,18 @@ def execute_qonnx(model, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     with qonnx's ``execute_onnx``. A graph of batch size 1 (FINN's) runs one sample at a time and
     the outputs are stacked. The one qonnx runner of the package: export verification, the FINN
     hand-off and FINN's dataflow steps all execute through it."""
-    from qonnx.core.onnx_exec import execute_onnx
+    from quark.torch.extensions.brevitas._backend.qonnx_passes.execution import execute
 
-    names = [i.name for i in model.graph.input]
-    batch = model.get_tensor_shape(names[0])[0] if model.get_tensor_shape(names[0]) else None
-    if batch != 1 or len(inputs[0]) == 1:
-        outputs = execute_onnx(model, dict(zip(names, inputs)))
-        return [outputs[o.name] for o in model.graph.output]
-    per_sample = [execute_qonnx(model, [x[k : k + 1] for x in inputs]) for k in range(len(inputs[0]))]
-    return [np.concatenate(outputs) for outputs in zip(*per_sample)]
+    return execute(model, inputs)
 
 
 def _run_qonnx(model: onnx.ModelProto, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     """An exported QONNX file as FINN consumes it: after qonnx's cleanup and shape inference."""
-    from qonnx.core.modelwrapper import ModelWrapper
     from qonnx.transformation.infer_shapes import InferShapes
 
-    from quark.torch.extensions.brevitas._backend.qonnx_fold import cleanup_model
+    from quark.torch.extensions.brevitas._backend.qonnx_passes.wrapper import FastModelWrapper, cleanup_model
 
-    with indexed_lookups():  # qonnx's lookups indexed in its bulk routines (cleanup, shape inference)
-        return execute_qonnx(cleanup_model(ModelWrapper(model)).transform(InferShapes()), inputs)
+    return execute_qonnx(cleanup_model(FastModelWrapper(model)).transform(InferShapes()), inputs)
 
 
 RUNNERS: dict[ExportFormat, Callable[[onnx.ModelProto, Sequence[np.ndarray]], list[np.ndarray]]] = {
@@ -171,8 +162,18 @@ def is_exact(model: onnx.ModelProto) -> bool:
             if scale is not None and is_pof2(scale):
                 exact.update(node.output)
                 on_grid.update(node.output)
+        elif node.op_type == "MultiThreshold":  # integers: comparisons of exact values
+            exact.update(node.output)
+            on_grid.update(node.output)
+        elif node.op_type == "Div" and is_pof2(np.abs(graph.constants.get(inputs[1], np.zeros(1)))):
+            exact.update(node.output)  # a division by a power of two does not round
+            if inputs[0] in on_grid:
+                on_grid.update(node.output)
         elif node.op_type in EXACT_ARITHMETIC:
-            if all(i in on_grid for i in inputs):
+            scaled = node.op_type == "Mul" and all(  # a grid value times powers of two: a dequantization
+                i in on_grid or (i in graph.constants and is_pof2(np.abs(graph.constants[i]))) for i in inputs
+            )
+            if scaled or all(i in on_grid for i in inputs):
                 exact.update(node.output)
                 on_grid.update(node.output)
         elif node.op_type in DATA_MOVEMENT:

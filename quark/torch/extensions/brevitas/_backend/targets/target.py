@@ -1,4 +1,4 @@
-"""The :class:`Target` type: a deployment target's format, rules and pipeline."""
+"""The :class:`Target` type: a deployment target's format, rules and build."""
 
 from __future__ import annotations
 
@@ -25,10 +25,6 @@ class AveragePooling(Enum):
     truncated = "truncated"  # the integer sum's most significant bits (floor): Brevitas' TruncAvgPool2d, FINN's Pool
 
 
-#: a pass of a pipeline: (name, function taking a qonnx ModelWrapper and returning the next one)
-Step = tuple[str, Callable[[Any], Any]]
-
-
 @dataclass(frozen=True)
 class Target:
     """A deployment target.
@@ -38,9 +34,11 @@ class Target:
     model's plans, ``graph_rules`` the written ``onnx.ModelProto``; ``windowed_pools`` the form of
     the average pools it computes (graph mode builds them so); ``fused_activations``, where set, the
     activations its runtime fuses into the layer before them: graph mode quantizes the input of every
-    other activation (so that it runs as DequantizeLinear -> op -> QuantizeLinear); ``pipeline()`` the passes after
-    export, in order; ``advice(plans)`` what to warn about before export (what the target will leave
-    float, say).
+    other activation (so that it runs as DequantizeLinear -> op -> QuantizeLinear); ``build()`` the
+    function that takes the exported file further (FINN's: the build of a dataflow directory from
+    the QONNX file, run by ``ModelExporter.export_finn_dataflow``; None where the target's compiler is
+    the user's, as the IPU's); ``advice(plans)`` what to warn about before export (what the target will
+    leave float, say).
     """
 
     name: str
@@ -53,7 +51,7 @@ class Target:
     graph_rules: tuple[Rule, ...] = ()
     windowed_pools: AveragePooling = AveragePooling.requantized  # global pools are always requantized
     fused_activations: tuple[str, ...] | None = None  # class names; None: activations take any input
-    pipeline: Callable[[], tuple[Step, ...]] = tuple  # loads the passes (and their libraries) when called
+    build: Callable[[], Callable[..., Any]] | None = None  # loads the build (and its libraries) when called
     advice: Callable[[Sequence[Any]], str | None] | None = None  # a warning on the plans, said before export
     variant: Callable[[nn.Module], Target] | None = None  # the target for this model (rules that follow the preset)
 

@@ -1,8 +1,10 @@
 """The FINN target: a QONNX graph that FINN turns into an integer dataflow on an FPGA.
 
 - :mod:`.rules`: what FINN refuses, per quantizer, per graph-mode site and in the written graph;
-- :mod:`.pipeline`: FINN's front end as named steps run by the checked runner (the hand-off,
-  :func:`~.pipeline.finn_handoff`, is its prefix), to one dataflow partition;
+- :mod:`.build_config`: the build's settings (:class:`~.build_config.FinnBuildConfig`, the folding);
+- :mod:`.steps`: the build's named steps (FINN builder steps, in a registry), :mod:`.runner` the
+  package's runner of them, :mod:`.checks` each step checked against torch, :mod:`.front_end` their
+  graph work with FINN's transformations, :mod:`.sweeps` the ``ModelWrapper`` FINN runs on;
 - :mod:`.passes`: the project's own qonnx transformations;
 - :mod:`.interface`: the integer network input, the nodes still computing on floats;
 - :mod:`.dataflow`: the directory for FINN's build (partition, folding, estimates, verification);
@@ -11,7 +13,7 @@
 - :mod:`.estimate`, :mod:`.parts`, :mod:`.origins`: FINN's estimates on a part, the parts, which torch
   module a node came from.
 
-Importing this package needs neither finn-plus nor qonnx; the pipeline imports them when run.
+Importing this package needs neither finn-plus nor qonnx; the build imports them when run.
 """
 
 from __future__ import annotations
@@ -19,16 +21,16 @@ from __future__ import annotations
 from quark.torch.extensions.brevitas._backend.export.formats import ExportFormat
 from quark.torch.extensions.brevitas._backend.targets.finn import rules
 from quark.torch.extensions.brevitas._backend.targets.finn.errors import FinnError
-from quark.torch.extensions.brevitas._backend.targets.target import AveragePooling, Step, Target
+from quark.torch.extensions.brevitas._backend.targets.target import AveragePooling, Target
 from quark.torch.quantization.config.type import DeviceType
 
 __all__ = ["TARGET", "FinnError"]
 
 
-def _pipeline() -> tuple[Step, ...]:
-    from quark.torch.extensions.brevitas._backend.targets.finn.pipeline import FRONT_END
+def _build():
+    from quark.torch.extensions.brevitas._backend.targets.finn.dataflow import export_finn_dataflow
 
-    return FRONT_END
+    return export_finn_dataflow
 
 
 TARGET = Target(
@@ -39,6 +41,6 @@ TARGET = Target(
     site_rules=rules.SITE_RULES,
     graph_rules=rules.GRAPH_RULES,
     windowed_pools=AveragePooling.truncated,  # FINN's Pool layer; its GlobalAccPool takes a requantized mean
-    pipeline=_pipeline,
+    build=_build,
     advice=rules.float_activations,
 )

@@ -6,8 +6,7 @@ types FINN's estimate functions read. So one partition (the *template*, from a p
 re-annotated per candidate: each MVAU / VVAU gets its layer's integer weights at the candidate's
 weight width, each thresholding layer (a Thresholding, or an MVAU with thresholds) its site's
 output type and ``2^b - 1`` thresholds; then FINN's own passes run as in
-:func:`~.estimate.fold_and_estimate` (``SpecializeLayers``, ``InferDataTypes``,
-``MinimizeWeightBitWidth``, ``MinimizeAccumulatorWidth``) and FINN's per-layer estimate functions
+:mod:`.steps` run them (``step_quark_specialize_layers``, ``step_quark_minimize_bit_width``) and FINN's per-layer estimate functions
 (``lut_estimation``, ``bram_estimation``, ``uram_estimation``, ``dsp_estimation``,
 ``get_exp_cycles``) are called at every folding of every layer.
 
@@ -44,7 +43,9 @@ from typing import Any
 
 import numpy as np
 
-from quark.torch.extensions.brevitas._backend.targets.finn.estimate import ESTIMATED, MVAU_WWIDTH_MAX
+from quark.torch.extensions.brevitas._backend.targets.finn import front_end
+from quark.torch.extensions.brevitas._backend.targets.finn.build_config import MVAU_WWIDTH_MAX
+from quark.torch.extensions.brevitas._backend.targets.finn.estimate import ESTIMATED
 from quark.torch.extensions.brevitas._backend.targets.finn.origins import run_transform
 from quark.torch.extensions.brevitas._backend.targets.finn.parts import FpgaPart, resolve
 
@@ -134,7 +135,8 @@ class NetworkCost:
 
     @property
     def folding(self) -> dict[str, dict[str, int]]:
-        """Node name of the partition -> folding attributes (``fold_and_estimate(folding=...)``)."""
+        """Layer name of the specialized partition (as ``estimate.md`` names it) -> folding attributes:
+        a ``FinnBuildConfig.folding``."""
         return {name: attrs for layer in self.layers for name, attrs in layer.option.folding.items()}
 
 
@@ -147,7 +149,7 @@ class CostModel:
         weight_nodes: template node name -> the weight variable it takes its weights from.
         threshold_nodes: template node name -> the activation variable whose width its output has.
         weights: (weight variable, bits) -> the layer's integer weights (MW x MH, any order of rows).
-        part, clock_mhz, target_fps, mvau_wwidth_max: as for :func:`~.estimate.fold_and_estimate`.
+        part, clock_mhz, target_fps, mvau_wwidth_max: as ``FinnBuildConfig``'s.
         metric: the resource folding minimizes first (a key of :data:`METRICS`).
         input_variable: the variable whose width the partition's input has (the network input's
             quantizer, when searched); None: the input keeps the template's type.
@@ -184,6 +186,20 @@ class CostModel:
         self.depends = {i: self._depends(i) for i in self.units}
         self._cache: dict[tuple[int, tuple[int, ...]], tuple[Option, ...]] = {}
         self.evaluations = 0
+
+    def build_config(self, folding: Mapping[str, Mapping[str, Any]] | None = None):
+        """The ``FinnBuildConfig`` of this cost model's part, clock, target and bound, with an integer
+        network input (as its probes were exported) and ``folding``."""
+        from quark.torch.extensions.brevitas._backend.targets.finn.build_config import FinnBuildConfig
+
+        return FinnBuildConfig(
+            part=self.part.part,
+            clock_mhz=self.clock_mhz,
+            target_fps=self.target_fps,
+            mvau_wwidth_max=self.mvau_wwidth_max,
+            integer_input=True,
+            folding=folding,
+        )
 
     # -- saved and restored without pickles (a cache directory may come from elsewhere) ---------------
 
@@ -287,17 +303,16 @@ class CostModel:
 
     def annotated(self, widths: Mapping[str, int]):
         """The template with ``widths`` (variable -> bits) applied, specialized for the part and
-        minimized as :func:`~.estimate.fold_and_estimate` does it (nodes in the template's order)."""
-        from finn.transformation.fpgadataflow.minimize_accumulator_width import MinimizeAccumulatorWidth
+        minimized as the build's steps do it (nodes in the template's order, named as the build names
+        them)."""
         from finn.transformation.fpgadataflow.minimize_weight_bit_width import MinimizeWeightBitWidth
-        from finn.transformation.fpgadataflow.specialize_layers import SpecializeLayers
         from qonnx.core.datatype import DataType
-        from qonnx.core.modelwrapper import ModelWrapper
         from qonnx.custom_op.registry import getCustomOp
         from qonnx.transformation.infer_datatypes import InferDataTypes
-        from qonnx.transformation.infer_shapes import InferShapes
 
-        model = ModelWrapper(copy.deepcopy(self.template.model))
+        from quark.torch.extensions.brevitas._backend.targets.finn.sweeps import FinnModelWrapper
+
+        model = FinnModelWrapper(copy.deepcopy(self.template.model))
         if self.input_variable is not None:  # the host feeds round(x / scale) at this width
             name = model.graph.input[0].name
             signed = model.get_tensor_datatype(name).signed()
@@ -326,10 +341,7 @@ class CostModel:
             model.set_initializer(tensor, np.zeros((rows, 2**bits - 1), dtype=np.float32))
         order = [node.name for node in model.graph.node]
         model = run_transform(model, InferDataTypes())  # the inputs' types, before FINN picks HLS or RTL
-        for transform in (SpecializeLayers(self.part.part), InferShapes(), InferDataTypes()):
-            model = run_transform(model, transform)
-        for transform in (MinimizeWeightBitWidth(), MinimizeAccumulatorWidth(), InferDataTypes()):
-            model = run_transform(model, transform)
+        model = front_end.minimize_bit_width(front_end.specialize_layers(model, self.part.part))
         # synthesized thresholds over each layer's input range (the accumulator's for an MVAU)
         for index, name in enumerate(order):
             if name not in thresholds:
@@ -369,11 +381,11 @@ class CostModel:
                     continue  # FINN's bound on the weight stream per PE (SetFolding's mvau_wwidth_max)
                 for attribute, value in folding.items():
                     op.set_nodeattr(attribute, value)
-                chosen = {self.names[index]: folding}
+                chosen = {node.name: folding}
                 parts = [op]
                 if window_op is not None:
                     window_op.set_nodeattr("SIMD", folding["PE"])
-                    chosen[self.names[window]] = {"SIMD": folding["PE"]}
+                    chosen[nodes[window].name] = {"SIMD": folding["PE"]}
                     parts.append(window_op)
                 resources = {r: 0.0 for r in ESTIMATED}
                 for part in parts:
@@ -382,7 +394,7 @@ class CostModel:
                 cycles = max(int(part.get_exp_cycles()) for part in parts)
                 options.append(Option(chosen, cycles, resources, tuple(p.onnx_node.op_type for p in parts)))
             if not options:  # every folding over the bound: FINN keeps SIMD = 1
-                options.append(_single(op, self.names[index], self.part.part))
+                options.append(_single(op, node.name, self.part.part))
             self._cache[key] = tuple(options)
 
     def with_weights(self, weights: Mapping[tuple[str, int], np.ndarray]) -> CostModel:

@@ -1,6 +1,7 @@
-"""One call: a QONNX file (or a quantized torch model) to a directory ready for FINN's
-``build_dataflow`` with Vivado: the QONNX file, the dataflow parent and partition, the folding and
-build configurations, the estimate report and the verification result.
+"""One call: a QONNX file to a directory FINN's own builder takes from there (with Vivado): the QONNX
+file, the package's build run on it (:mod:`.runner`: FINN's front end to one dataflow partition,
+specialized and folded for the part), the hardware graph verified on every input, the estimate, and
+the files of FINN's build (``build_config.json``, ``build.py``, the folding, the verification data).
 """
 
 from __future__ import annotations
@@ -17,28 +18,25 @@ import numpy as np
 
 from quark.torch.extensions.brevitas._backend.accumulator import Promise
 from quark.torch.extensions.brevitas._backend.export.verify import FLOAT_RTOL, float_tolerance, max_diff
-from quark.torch.extensions.brevitas._backend.qonnx_index import indexed_lookups
 from quark.torch.extensions.brevitas._backend.targets.finn import accumulators as accumulator_checks
-from quark.torch.extensions.brevitas._backend.targets.finn import execute
-from quark.torch.extensions.brevitas._backend.targets.finn.errors import FinnError
-from quark.torch.extensions.brevitas._backend.targets.finn.estimate import (
+from quark.torch.extensions.brevitas._backend.targets.finn import execute, runner
+from quark.torch.extensions.brevitas._backend.targets.finn.build_config import (
     FOLDING_ATTRIBUTES,
-    MVAU_WWIDTH_MAX,
-    Estimate,
-    fold_and_estimate,
-    plain,
+    FinnBuildConfig,
 )
-from quark.torch.extensions.brevitas._backend.targets.finn.parts import FpgaPart, resolve
-from quark.torch.extensions.brevitas._backend.targets.finn.pipeline import (
-    as_array,
-    dataflow_from_qonnx,
-    require_finn,
-    top_indices,
-)
-from quark.torch.extensions.brevitas._backend.targets.pipeline import StepCheck
+from quark.torch.extensions.brevitas._backend.targets.finn.checks import StepCheck, records, top_indices
+from quark.torch.extensions.brevitas._backend.targets.finn.errors import FinnError
+from quark.torch.extensions.brevitas._backend.targets.finn.estimate import Estimate, estimate, plain
+from quark.torch.extensions.brevitas._backend.targets.finn.front_end import PARENT, float_layers, require_finn
+from quark.torch.extensions.brevitas._backend.targets.finn.interface import IntegerInput
+from quark.torch.extensions.brevitas._backend.targets.finn.origins import named
+from quark.torch.extensions.brevitas._backend.targets.finn.steps import step_names
 from quark.torch.quantization.files import atomic_path, write_text
 
 logger = logging.getLogger(__name__)
+
+#: inputs the build's steps check each graph on (the first of the inputs given)
+CHECK_SAMPLES = 4
 
 
 @dataclass(frozen=True)
@@ -74,6 +72,7 @@ class DataflowExport:
     float_layers: tuple[str, ...]
     estimate: Estimate
     verification: Verification
+    integer_input: IntegerInput | None = None  # the network input FINN takes, where it takes integers
 
     @property
     def accumulators(self) -> tuple[accumulator_checks.AccumulatorCheck, ...]:
@@ -122,132 +121,121 @@ class DataflowExport:
         return "\n".join(lines)
 
 
-@indexed_lookups()  # qonnx's lookups indexed in its bulk routines (qonnx_index)
 def export_finn_dataflow(
     qonnx_path: str | os.PathLike,
     inputs: Any,
     output_dir: str | os.PathLike,
+    config: FinnBuildConfig | None = None,
     *,
     expected: Any = None,
-    part: str = "xc7z020clg400-1",
-    target_fps: float | None = None,
-    clock_mhz: float = 100.0,
-    top_k: int | None = None,
-    check_samples: int = 4,
-    rtol: float = FLOAT_RTOL,
-    mvau_wwidth_max: int = MVAU_WWIDTH_MAX,
-    folding: dict[str, dict[str, Any]] | None = None,
+    integer_input: IntegerInput | None = None,
     accumulators: Mapping[str, Promise] | None = None,
 ) -> DataflowExport:
-    """From a QONNX file to a directory ready for FINN's ``build_dataflow`` (with Vivado).
+    """From a QONNX file to a directory FINN's builder continues from (with Vivado).
 
-    Runs :func:`dataflow_from_qonnx` (each step checked on the first ``check_samples`` inputs),
-    executes the hardware-layer graph on every input (:mod:`.execute`: batched, bit-exact to FINN's
-    Python execution) and compares it with ``expected`` (the torch model's outputs; default: the
-    QONNX graph's), then :func:`fold_and_estimate` for ``part`` (or sets ``folding``, node name ->
-    PE / SIMD, instead of FINN's SetFolding: see :func:`~.estimate.fold_and_estimate`). Writes to
+    Runs the package's build (``config``'s steps, by default the front end to one dataflow partition,
+    specialized and folded for ``config.part``), each step checked on the first :data:`CHECK_SAMPLES`
+    inputs against ``expected`` (the torch model's outputs; default: the QONNX graph's); executes the
+    hardware-layer graph on every input (:mod:`.execute`: batched, bit-exact to FINN's Python
+    execution) against ``expected``; estimates the folded partition. ``integer_input``: what the
+    exporter made of the network input (the host's scale, written in the README). Writes to
     ``output_dir``:
 
-    - ``model.qonnx.onnx``: the QONNX file;
+    - ``model.qonnx.onnx``: the QONNX file (and, with ``integer_input``, ``model_integer_input.qonnx.onnx``:
+      the same graph taking the input quantizer's integers, where the build starts);
     - ``dataflow_parent.onnx`` / ``dataflow_partition.onnx``: FINN's parent graph (host-side layout
-      nodes and one StreamingDataflowPartition) and the partition, specialized for ``part`` and folded;
-    - ``folding_config.json``: the folding of every layer (FINN's ``folding_config_file`` format);
-    - ``build_config.json``: the settings of FINN's ``DataflowBuildConfig`` for the rest of the build;
+      nodes and one StreamingDataflowPartition) and the partition, specialized for the part and folded;
+    - ``folding_config.json``: the folding of every layer (FINN's ``folding_config_file``);
+    - ``build_config.json`` and ``build.py``: FINN's ``build_dataflow_cfg`` from the QONNX file with
+      the package's steps, then FINN's own to a bitfile; ``verify_input.npy`` /
+      ``verify_expected_output.npy``: the inputs and torch's outputs its ``verify_steps`` compare;
     - ``estimate.md`` / ``estimate.json``: per-layer and total resources, cycles, fps, latency against
-      the part's capacity, and what keeps the design from the target or the part;
+      the part's capacity, the margin left, and what keeps the design from the target or the part;
     - ``verification.json``: the step checks and the hardware graph against torch.
 
-    ``accumulators`` (module -> ``accumulator.Promise``, what ``ModelExporter.export_finn_dataflow``
-    reads from the model's ``A2QSpec`` layers): after FINN's MinimizeAccumulatorWidth, each such
-    layer's MVAU / VVAU must have its accumulator within the promised width
-    (:mod:`.accumulators`); the estimate files and the result report each one with the LUTs it
-    saves.
+    ``accumulators`` (module -> ``accumulator.Promise``, read from the model's ``A2QSpec`` layers): after
+    FINN's MinimizeAccumulatorWidth, each such layer's MVAU / VVAU must be within the promised width.
 
     The verified graph is the hardware-layer graph before specialization: the specialized HLS/RTL
-    layers run only in FINN's cppsim/rtlsim, which need Vivado; folding does not change what a
-    layer computes.
+    layers run only in FINN's cppsim/rtlsim, which need Vivado (FINN's ``verify_steps`` in
+    ``build_config.json`` check them there); folding does not change what a layer computes.
 
     Raises:
         FinnError: a step failed or changed the outputs, nodes stayed outside the hardware, the
             hardware graph differs from ``expected``, or an accumulator-aware layer's accumulator is
-            beyond its promise; names the step, node (and torch module), sample count or layer (with
-            its promised and FINN's width).
-        ValueError: unknown part, bad clock or target.
+            beyond its promise; names the step, node (and torch module), sample count or layer.
+        FinnConfigError: a setting of ``config`` (the part, the clock, the target, the folding).
     """
     require_finn()
     from finn.util.config import extract_model_config_to_json
     from qonnx.custom_op.registry import getCustomOp
 
+    config = config or FinnBuildConfig()
     samples = as_array(inputs, "inputs")
     if samples.ndim < 2:
         raise ValueError(f"inputs: expected a batch of samples (batch first), got shape {samples.shape}")
-    fpga = resolve(part) if not isinstance(part, FpgaPart) else part  # fail before the long steps
-    out = os.fspath(output_dir)
+    out = os.path.abspath(os.fspath(output_dir))
     os.makedirs(out, exist_ok=True)
-    files = {"qonnx": os.path.join(out, "model.qonnx.onnx")}
-    if os.path.abspath(qonnx_path) != os.path.abspath(files["qonnx"]):
-        with atomic_path(files["qonnx"]) as temp:
+    files = {role: os.path.join(out, name) for role, name in FILES.items()}
+    files["unspecialized_partition"] = os.path.join(out, "intermediate_models", "supported_op_partitions", "partition_0.onnx")
+    if integer_input is None:
+        del files["integer_input_qonnx"]
+    source = files["integer_input_qonnx" if integer_input is not None else "qonnx"]
+    if os.path.abspath(qonnx_path) != source:
+        with atomic_path(source) as temp:
             shutil.copyfile(os.fspath(qonnx_path), temp)
-    logger.info("FINN front end: conversion, streamlining, hardware layers, one partition (each step checked)")
-    dataflow = dataflow_from_qonnx(files["qonnx"], samples[:check_samples], out, top_k=top_k, rtol=rtol)
+    model = runner.load(source)
+    if expected is None:
+        reference, reference_name = _qonnx_outputs(source, samples), "QONNX"
+    else:
+        reference, reference_name = as_array(expected, "expected"), "torch"
+    np.save(files["verify_input"], samples[:CHECK_SAMPLES])
+    np.save(files["verify_expected_output"], reference[:CHECK_SAMPLES])
+    config = replace(
+        config,
+        output_dir=out,
+        verify_input_npy=files["verify_input"],
+        verify_expected_output_npy=files["verify_expected_output"],
+    )
+    logger.info("FINN build: %s", ", ".join(step_names(config)))
+    folded = runner.run(model, config)
+    parent = runner.load_intermediate(config.intermediate_models_directory() / PARENT)
     logger.info("FINN hardware-layer graph: executing it on %d samples", len(samples))
-    verification = _verify(dataflow.parent, samples, expected, top_k, rtol, files["qonnx"])
-    logger.info(
-        "FINN folding for %s on %s at %g MHz, then estimates",
-        f"{target_fps:g} fps" if target_fps else "PE = SIMD = 1",
-        fpga.part,
-        clock_mhz,
-    )
-    folded, estimate = fold_and_estimate(
-        dataflow.partition,
-        fpga,
-        target_fps=target_fps,
-        clock_mhz=clock_mhz,
-        mvau_wwidth_max=mvau_wwidth_max,
-        folding=folding,
-    )
-    estimate = replace(estimate, accumulators=accumulator_checks.check(folded, accumulators or {}, fpga.part))
-    files.update(
-        {
-            "partition": os.path.join(out, "dataflow_partition.onnx"),
-            "parent": os.path.join(out, "dataflow_parent.onnx"),
-            "folding_config": os.path.join(out, "folding_config.json"),
-            "build_config": os.path.join(out, "build_config.json"),
-            "estimate_md": os.path.join(out, "estimate.md"),
-            "estimate_json": os.path.join(out, "estimate.json"),
-            "verification": os.path.join(out, "verification.json"),
-            "build_script": os.path.join(out, "build.py"),
-            "readme": os.path.join(out, "README.md"),
-        }
+    verification = _verify(parent, samples, reference, reference_name, config)
+    result_estimate = estimate(folded, config)
+    result_estimate = replace(
+        result_estimate, accumulators=accumulator_checks.check(folded, accumulators or {}, config.fpga_part)
     )
     # every file is written beside its name and renamed when complete (quark.torch.quantization.files)
     with atomic_path(files["partition"]) as temp:
         folded.save(temp)
-    getCustomOp(dataflow.parent.get_nodes_by_op_type("StreamingDataflowPartition")[0]).set_nodeattr(
-        "model", files["partition"]
-    )
+    getCustomOp(parent.get_nodes_by_op_type("StreamingDataflowPartition")[0]).set_nodeattr("model", files["partition"])
     with atomic_path(files["parent"]) as temp:
-        dataflow.parent.save(temp)
+        parent.save(temp)
     with atomic_path(files["folding_config"]) as temp:
         extract_model_config_to_json(folded, temp, list(FOLDING_ATTRIBUTES))
-    _write_json(files["build_config"], _build_config(fpga, clock_mhz, files["folding_config"]))
-    write_text(files["estimate_md"], estimate.markdown())
-    _write_json(files["estimate_json"], estimate.to_json())
+    _write_json(files["build_config"], finn_build_config(config, integer_input))
+    write_text(files["estimate_md"], result_estimate.markdown())
+    _write_json(files["estimate_json"], result_estimate.to_json())
+    outside = [named(parent, n) for n in parent.graph.node if n.op_type != "StreamingDataflowPartition"]
+    partition = runner.load_intermediate(files["unspecialized_partition"])
     result = DataflowExport(
         out,
         files,
-        tuple(dataflow.steps),
-        tuple(dataflow.outside),
-        tuple(dataflow.float_layers),
-        estimate,
+        tuple(records(folded)),
+        tuple(outside),
+        tuple(float_layers(partition)),
+        result_estimate,
         verification,
+        integer_input,
     )
-    write_text(files["build_script"], BUILD_SCRIPT)
+    write_text(files["build_script"], BUILD_SCRIPT.replace("{MODEL}", os.path.basename(source)))
     os.chmod(files["build_script"], 0o755)
     write_text(files["readme"], _readme(result))
     _write_json(
         files["verification"],
         {
+            "integer_input": None if integer_input is None else asdict(integer_input),
             "steps": [asdict(s) for s in result.steps],
             "outside_partition": list(result.outside),
             "float_layers": list(result.float_layers),
@@ -258,7 +246,7 @@ def export_finn_dataflow(
             },
         },
     )
-    broken = accumulator_checks.problems(estimate.accumulators)
+    broken = accumulator_checks.problems(result_estimate.accumulators)
     if broken:
         raise FinnError(
             f"accumulators beyond their promise after FINN's MinimizeAccumulatorWidth; files are in {out}", broken
@@ -271,6 +259,151 @@ def export_finn_dataflow(
         )
     logger.debug("%s", result)
     return result
+
+
+@dataclass(frozen=True)
+class FinnReport:
+    """What :func:`finn_handoff` wrote: the streamlined graph, its steps, its input datatypes."""
+
+    path: str
+    steps: tuple[StepCheck, ...]
+    input_datatypes: tuple[str, ...]
+
+    def __str__(self) -> str:
+        lines = [f"FINN hand-off {self.path} (inputs {', '.join(self.input_datatypes)})"]
+        return "\n".join([*lines, *("  " + s.describe() for s in self.steps)])
+
+
+def finn_handoff(
+    qonnx_path: str | os.PathLike,
+    inputs: Any,
+    output_path: str | os.PathLike | None = None,
+    *,
+    expected: Any = None,
+) -> FinnReport:
+    """The FINN build's hand-off steps (:data:`~.steps.HANDOFF`: qonnx cleanup, ``ConvertQONNXtoFINN``,
+    the clips of ReLU6 / Hardtanh absorbed into thresholds, streamlining) on a QONNX file, each step
+    checked on ``inputs`` (a batch) against ``expected`` (default: the cleaned QONNX graph's outputs).
+    Writes the streamlined graph to ``output_path`` (default: ``<name>_finn.onnx``).
+
+    Raises:
+        UnsafeGraphError: the file holds ops other than standard ONNX and QONNX's quantizers (checked
+            before anything in it is executed, see ``safe_graph``).
+        ImportError: finn-plus is not installed.
+        FinnError: a step fails or changes the outputs; names the step.
+    """
+    import tempfile
+
+    from quark.torch.extensions.brevitas._backend.targets.finn.steps import HANDOFF
+
+    require_finn()
+    qonnx_path = os.fspath(qonnx_path)
+    samples = as_array(inputs, "inputs")
+    reference = _qonnx_outputs(qonnx_path, samples) if expected is None else as_array(expected, "expected")
+    with tempfile.TemporaryDirectory(prefix="finn_handoff_") as scratch:
+        np.save(os.path.join(scratch, "input.npy"), samples)
+        np.save(os.path.join(scratch, "expected.npy"), reference)
+        config = FinnBuildConfig(
+            steps=HANDOFF,
+            output_dir=scratch,
+            verify_input_npy=os.path.join(scratch, "input.npy"),
+            verify_expected_output_npy=os.path.join(scratch, "expected.npy"),
+        )
+        model = runner.run(runner.load(qonnx_path), config)
+    output_path = os.fspath(output_path) if output_path else os.path.splitext(qonnx_path)[0] + "_finn.onnx"
+    with atomic_path(output_path) as temp:  # complete or not at all (quark.torch.quantization.files)
+        model.save(temp)
+    datatypes = tuple(str(model.get_tensor_datatype(i.name)) for i in model.graph.input)
+    report = FinnReport(output_path, tuple(records(model)), datatypes)
+    logger.info("%s", report)
+    return report
+
+
+@dataclass
+class Dataflow:
+    """FINN's front end and partition on a QONNX file: the parent graph, its one partition, the checks."""
+
+    parent: Any  # ModelWrapper: host-side nodes + one StreamingDataflowPartition
+    partition: Any  # ModelWrapper: the hardware layers, before specialization
+    steps: list[StepCheck]
+    outside: list[str]  # nodes of the parent graph outside the partition
+    float_layers: list[str]  # hardware layers with a float input or output
+
+
+def dataflow_from_qonnx(
+    qonnx_path: str | os.PathLike,
+    inputs: Any,
+    work_dir: str | os.PathLike,
+    config: FinnBuildConfig | None = None,
+    *,
+    expected: Any = None,
+) -> Dataflow:
+    """The build's steps up to one dataflow partition (:data:`~.steps.FRONT_END` and the partition
+    step) on a QONNX file, each checked on ``inputs`` against ``expected`` (default: the cleaned QONNX
+    graph's outputs); the partition's files under ``work_dir``.
+
+    Raises:
+        FinnError: a step fails or changes the outputs, or nodes remain outside the hardware (each
+            named with its torch module and the change that fixes it).
+    """
+    from quark.torch.extensions.brevitas._backend.targets.finn.steps import FRONT_END
+
+    require_finn()
+    work = os.path.abspath(os.fspath(work_dir))
+    os.makedirs(work, exist_ok=True)
+    samples = as_array(inputs, "inputs")
+    reference = _qonnx_outputs(os.fspath(qonnx_path), samples) if expected is None else as_array(expected, "expected")
+    np.save(os.path.join(work, FILES["verify_input"]), samples)
+    np.save(os.path.join(work, FILES["verify_expected_output"]), reference)
+    config = replace(
+        config or FinnBuildConfig(),
+        steps=(*FRONT_END, "step_quark_create_dataflow_partition"),
+        start_step=None,
+        stop_step=None,
+        output_dir=work,
+        verify_input_npy=os.path.join(work, FILES["verify_input"]),
+        verify_expected_output_npy=os.path.join(work, FILES["verify_expected_output"]),
+    )
+    partition = runner.run(runner.load(qonnx_path), config)
+    parent = runner.load_intermediate(config.intermediate_models_directory() / PARENT)
+    outside = [named(parent, n) for n in parent.graph.node if n.op_type != "StreamingDataflowPartition"]
+    return Dataflow(parent, partition, records(partition), outside, float_layers(partition))
+
+
+#: the files of a dataflow directory: role -> name
+FILES: dict[str, str] = {
+    "qonnx": "model.qonnx.onnx",
+    "integer_input_qonnx": "model_integer_input.qonnx.onnx",
+    "partition": "dataflow_partition.onnx",
+    "parent": "dataflow_parent.onnx",
+    "folding_config": "folding_config.json",
+    "build_config": "build_config.json",
+    "build_script": "build.py",
+    "verify_input": "verify_input.npy",
+    "verify_expected_output": "verify_expected_output.npy",
+    "estimate_md": "estimate.md",
+    "estimate_json": "estimate.json",
+    "verification": "verification.json",
+    "readme": "README.md",
+}
+
+
+def as_array(value: Any, name: str) -> np.ndarray:
+    """One tensor or array as float32 numpy."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().float().numpy()
+    try:
+        return np.asarray(value, dtype=np.float32)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{name}: expected one tensor or array, got {type(value).__name__}") from error
+
+
+def _qonnx_outputs(qonnx_path: str, samples: np.ndarray) -> np.ndarray:
+    """The cleaned QONNX graph's outputs (batch size 1, as FINN runs it) on ``samples``."""
+    from quark.torch.extensions.brevitas._backend.qonnx_passes.execution import execute
+    from quark.torch.extensions.brevitas._backend.targets.finn.front_end import prepare
+
+    return execute(prepare(runner.load(qonnx_path)), [samples])[0]
 
 
 def relocate(result: DataflowExport, directory: str | os.PathLike) -> DataflowExport:
@@ -303,23 +436,17 @@ def relocate(result: DataflowExport, directory: str | os.PathLike) -> DataflowEx
                 attribute.s = files["partition"].encode()
     with atomic_path(files["parent"]) as temp:
         onnx.save(parent, temp)
-    return DataflowExport(target, files, result.steps, result.outside, result.float_layers, result.estimate, result.verification)
+    return replace(result, directory=target, files=files)
 
 
-def _verify(parent, samples, expected, top_k, rtol, qonnx_path) -> Verification:
-    """The hardware-layer graph on every sample against torch's outputs (or the QONNX graph's),
-    executed on the whole batch by :func:`execute.execute` (bit-exact to FINN's Python execution,
-    which it runs instead where it cannot compute a node exactly)."""
+def _verify(parent, samples: np.ndarray, reference: np.ndarray, name: str, config: FinnBuildConfig) -> Verification:
+    """The hardware-layer graph on every sample against the reference (torch's outputs, or the QONNX
+    graph's), executed on the whole batch by :func:`execute.execute` (bit-exact to FINN's Python
+    execution, which it runs instead where it cannot compute a node exactly)."""
     execution = execute.execute(parent, [samples])
     produced = execution.outputs[0]
-    if expected is None:
-        from quark.torch.extensions.brevitas._backend.targets.finn.pipeline import prepare
-
-        reference, name = prepare(qonnx_path, samples)[2][0], "QONNX"
-    else:
-        reference, name = as_array(expected, "expected"), "torch"
-    if top_k is not None:
-        labels = top_indices(reference, top_k)
+    if config.top_k is not None:
+        labels = top_indices(reference, config.top_k)
         indices = produced.reshape(labels.shape)
         identical = int(np.all(indices == labels, axis=-1).sum())
         return Verification(name, len(samples), max_diff(indices, labels), identical, 0.0, execution.engine)
@@ -330,58 +457,80 @@ def _verify(parent, samples, expected, top_k, rtol, qonnx_path) -> Verification:
         len(samples),
         max_diff(produced, reference),
         identical,
-        float_tolerance([reference], rtol),
+        float_tolerance([reference], FLOAT_RTOL),
         execution.engine,
     )
 
 
-def _build_config(fpga: FpgaPart, clock_mhz: float, folding_config: str) -> dict[str, Any]:
-    """Settings of FINN's ``DataflowBuildConfig`` (``finn.builder.build_dataflow_config``) that
-    continue from ``dataflow_partition.onnx``: it is specialized and folded, so the build starts
-    at code generation."""
-    return {
+#: FINN's own steps after the package's front end and partition, to a bitfile (FINN's defaults)
+FINN_BACK_END: tuple[str, ...] = (
+    "step_specialize_layers",
+    "step_target_fps_parallelization",
+    "step_apply_folding_config",
+    "step_minimize_bit_width",
+    "step_transpose_decomposition",
+    "step_generate_estimate_reports",
+    "step_hw_codegen",
+    "step_hw_ipgen",
+    "step_set_fifo_depths",
+    "step_create_stitched_ip",
+    "step_measure_rtlsim_performance",
+    "step_synthesize_bitfile",
+    "step_make_driver",
+    "step_deployment_package",
+)
+#: the module FINN's builder imports the package's steps from (``module.step`` names)
+STEPS_MODULE = "quark.torch.extensions.brevitas.finn_steps"
+
+
+def finn_build_config(config: FinnBuildConfig, integer_input: IntegerInput | None = None) -> dict[str, Any]:
+    """The settings of FINN's ``DataflowBuildConfig`` for the directory: from the QONNX file, the
+    package's front end and partition (its steps by module path), then FINN's own steps to a bitfile;
+    the part, board and clock, ``folding_config.json`` applied after SetFolding (so edits to it reach the
+    build), and FINN's ``verify_steps`` on the cppsim and rtlsim models against the verification files
+    (which the package's steps check every graph against too). Paths are relative to the directory."""
+    from quark.torch.extensions.brevitas._backend.targets.finn.parts import resolve
+    from quark.torch.extensions.brevitas._backend.targets.finn.steps import FRONT_END
+
+    fpga = resolve(config.part)
+    ours = [*FRONT_END, "step_quark_create_dataflow_partition"]
+    settings = {
         "output_dir": "finn_build",
         "fpga_part": fpga.part,
         "board": fpga.boards[0],
         "shell_flow_type": "vitis_alveo" if fpga.part.startswith("xcu") else "vivado_zynq",
-        "synth_clk_period_ns": 1e3 / clock_mhz,
-        "folding_config_file": os.path.basename(folding_config),
-        "steps": [
-            "step_minimize_bit_width",
-            "step_generate_estimate_reports",
-            "step_hw_codegen",
-            "step_hw_ipgen",
-            "step_set_fifo_depths",
-            "step_create_stitched_ip",
-            "step_synthesize_bitfile",
-            "step_make_driver",
-            "step_deployment_package",
-        ],
-        "generate_outputs": [
-            "estimate_reports",
-            "stitched_ip",
-            "bitfile",
-            "pynq_driver",
-            "deployment_package",
-        ],
+        "synth_clk_period_ns": 1e3 / config.clock_mhz,
+        "target_fps": config.target_fps,
+        "mvau_wwidth_max": config.mvau_wwidth_max,
+        "max_multithreshold_bit_width": config.max_multithreshold_bit_width,
+        "folding_config_file": FILES["folding_config"],
+        "steps": [f"{STEPS_MODULE}.{name}" for name in ours] + list(FINN_BACK_END),
+        "generate_outputs": ["estimate_reports", "stitched_ip", "rtlsim_performance", "bitfile", "pynq_driver", "deployment_package"],
+        "save_intermediate_models": True,
+        "verify_steps": ["folded_hls_cppsim", "stitched_ip_rtlsim"],
+        "verify_input_npy": FILES["verify_input"],
+        "verify_expected_output_npy": FILES["verify_expected_output"],
     }
+    return {k: v for k, v in settings.items() if v is not None}
 
 
-#: ``build.py`` in the directory: FINN's build from the folded partition to a bitfile, with Vivado.
-#: Standalone (no quark import): it runs where FINN and Vivado are installed.
+#: ``build.py`` in the directory: FINN's builder on the QONNX file with the package's steps
 BUILD_SCRIPT = '''#!/usr/bin/env python3
-"""Build this FINN dataflow directory into a bitfile with Vivado (written by quark-brevitas).
+"""Build this FINN dataflow directory with FINN's builder (written by quark-brevitas).
 
-    python build.py [--output-dir DIR] [--check]
+    python build.py [--output-dir DIR] [--stop-step STEP] [--check]
 
-It runs FINN's build_dataflow on dataflow_partition.onnx (specialized and folded) with the settings
-of build_config.json (part, board, clock, folding_config.json and the steps from code generation
-to the bitfile, the PYNQ driver and a deployment package). The same with FINN's command line:
+It runs FINN's build_dataflow_cfg on {MODEL} with build_config.json: the package's steps
+(quark.torch.extensions.brevitas.finn_steps: FINN's front end to one dataflow partition, every graph
+checked against verify_input.npy / verify_expected_output.npy), then FINN's own steps: specialization,
+folding_config.json applied, code generation, IP, FIFO sizing, the stitched IP, the bitfile, the PYNQ
+driver and a deployment package, with FINN's verify_steps in its C++ and RTL simulations. FINN's
+command line does the same: finn build build_config.json {MODEL}
 
-    finn build build_config.json dataflow_partition.onnx
-
-Needs finn-plus installed with its dependencies (pip install finn-plus; `finn deps update`), and
-Vivado and Vitis HLS on PATH (source Vivado's settings64.sh). --check checks that and stops.
+Needs quark-brevitas and finn-plus (its builder's dependencies: `pip install quark-brevitas[finn]`),
+and Vivado and Vitis HLS on PATH for the steps from code generation on (source Vivado's
+settings64.sh); --stop-step runs up to a step (those before code generation need no Vivado).
+--check names what is missing and stops.
 """
 
 import argparse
@@ -392,39 +541,55 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+MODEL = "{MODEL}"  # the QONNX file the build starts from
 TOOLS = ("vivado", "vitis_hls")
 
 
 def missing() -> list[str]:
-    problems = [f"{tool} is not on PATH (source Vivado's settings64.sh)" for tool in TOOLS if shutil.which(tool) is None]
+    """What this machine lacks for the build, each once: the package's steps, FINN's builder, Vivado."""
+    # FINN's settings from the environment, as its own command line sets them: its working files here
+    os.environ.setdefault("FINN_BUILD_DIR", str(HERE / "finn_build" / "work"))
+    os.makedirs(os.environ["FINN_BUILD_DIR"], exist_ok=True)
+    problems = []
+    try:
+        import quark.torch.extensions.brevitas.finn_steps  # noqa: F401
+    except ImportError as error:
+        problems.append(f"the package's steps do not import ({error}): pip install quark-brevitas[finn]")
+    vivado = "Vivado: XILINX_VIVADO is not set (source Vivado's settings64.sh)"
     try:
         import finn.builder.build_dataflow  # noqa: F401
-        import finn.builder.build_dataflow_config  # noqa: F401
-    except ImportError as error:
-        problems.append(f"FINN's builder does not import ({error}): pip install finn-plus with its dependencies")
+    except Exception as error:  # noqa: BLE001 - said as what is missing
+        # FINN's builder loads its simulator (finn.xsi), which needs Vivado, when imported
+        problems.append(vivado if "XILINX_VIVADO" in str(error) else f"FINN's builder does not import ({type(error).__name__}: {error})")
+    for tool in TOOLS:
+        if shutil.which(tool) is None:
+            problems.append(f"{tool} is not on PATH (source Vivado's settings64.sh)")
     return problems
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output-dir", help="where FINN writes the build (default: build_config.json's output_dir)")
-    parser.add_argument("--check", action="store_true", help="check FINN and Vivado are there, build nothing")
+    parser.add_argument("--stop-step", help="the last step to run (default: every step)")
+    parser.add_argument("--check", action="store_true", help="check that FINN, the package and Vivado are there")
     args = parser.parse_args(argv)
     config = json.loads((HERE / "build_config.json").read_text())
     problems = missing()
-    if problems:
-        print("build.py: cannot build here: " + "; ".join(problems), file=sys.stderr)
-        return 2
-    if args.check:
-        print(f"build.py: FINN and Vivado found; `python build.py` builds {config['board']} ({config['fpga_part']})")
-        return 0
+    if args.check or problems:
+        for problem in problems:
+            print(f"build.py: missing: {problem}", file=sys.stderr)
+        if not problems:
+            print(f"build.py: FINN, quark-brevitas and Vivado found: `python build.py` builds {config['board']}")
+        return 2 if problems else 0
     from finn.builder.build_dataflow import build_dataflow_cfg
     from finn.builder.build_dataflow_config import DataflowBuildConfig
 
     cfg = DataflowBuildConfig.construct_from(HERE / "build_config.json")
     if args.output_dir:
         cfg.output_dir = str(Path(args.output_dir).resolve())
-    return build_dataflow_cfg(str(HERE / "dataflow_partition.onnx"), cfg)
+    if args.stop_step:
+        cfg.stop_step = args.stop_step
+    return build_dataflow_cfg(str(HERE / MODEL), cfg)
 
 
 if __name__ == "__main__":
@@ -434,8 +599,15 @@ if __name__ == "__main__":
 
 
 def _readme(result: DataflowExport) -> str:
-    """``README.md`` of the directory: what each file is, what was checked, how to go on."""
+    """``README.md`` of the directory: what each file is, what was checked, what the host feeds, how to go on."""
     e, v = result.estimate, result.verification
+    start = os.path.basename(result.files.get("integer_input_qonnx", result.files["qonnx"]))
+    integer_row = (
+        "\n| `model_integer_input.qonnx.onnx` | the same graph taking the input quantizer's integers (its scale "
+        "folded into the first layer): where FINN's build starts |"
+        if "integer_input_qonnx" in result.files
+        else ""
+    )
     return f"""# FINN dataflow directory
 
 Written by quark-brevitas for {e.part.part} ({"/".join(e.part.boards)}) at {e.clock_mhz:g} MHz.
@@ -444,36 +616,48 @@ Written by quark-brevitas for {e.part.part} ({"/".join(e.part.boards)}) at {e.cl
   max |diff| {v.max_abs_diff:.3g}, identical predictions {v.identical_predictions}/{v.samples}
   ({"PASS" if v.passed else "FAIL"}).
 - Estimated: {e.verdict().replace("**", "")}. Per layer: `estimate.md`.{_accumulator_line(e)}
+- Input: {_host_input(result)}
 
 ## Files
 
 | file | what |
 |---|---|
-| `model.qonnx.onnx` | the QONNX export of the quantized model (verified against torch) |
+| `model.qonnx.onnx` | the QONNX export of the quantized model (one sample per run, verified against torch){"" if integer_row else ": where FINN's build starts"} |{integer_row}
+| `build_config.json` | FINN's `DataflowBuildConfig`: part, board, clock, the folding file, the steps (the package's front end, then FINN's to a bitfile), `verify_steps` and their files |
+| `build.py` | runs that build with FINN's `build_dataflow_cfg` (`--check` names what is missing, `--stop-step` stops early) |
+| `folding_config.json` | PE / SIMD / memory style of every layer, as `estimate.md` names them; the build applies it after FINN's SetFolding: edit it to trade speed for area |
+| `verify_input.npy`, `verify_expected_output.npy` | inputs and the torch model's outputs on them: the package's steps check every graph against them, FINN's `verify_steps` its C++ and RTL simulations |
 | `dataflow_parent.onnx` | FINN's parent graph: what stays on the host ({", ".join(result.outside) or "nothing"}) around one `StreamingDataflowPartition` |
-| `dataflow_partition.onnx` | the partition: FINN's hardware layers, specialized for the part and folded; FINN's build starts here |
-| `partitions/` | the partition as FINN's `CreateDataflowPartition` cut it, before specialization and folding (kept for reference) |
-| `folding_config.json` | PE / SIMD / memory style of every layer (FINN's `folding_config_file`); edit it to trade speed for area |
-| `build_config.json` | FINN's `DataflowBuildConfig`: part, board, clock, the folding file and the steps from code generation to a bitfile |
-| `build.py` | runs that build (`python build.py`; `--check` checks FINN and Vivado are there) |
-| `estimate.md`, `estimate.json` | FINN's per-layer cycles and LUT / BRAM / URAM / DSP estimates against the part, what meets the target |
-| `verification.json` | each pipeline step's check and the hardware graph against {v.reference} |
+| `dataflow_partition.onnx` | the partition as the package's build left it: hardware layers specialized for the part and folded |
+| `intermediate_models/` | the parent and the partition as FINN's `CreateDataflowPartition` cut them, before specialization |
+| `estimate.md`, `estimate.json` | FINN's per-layer cycles and LUT / BRAM / URAM / DSP estimates against the part, the margin left, what meets the target |
+| `verification.json` | each step's check and the hardware graph against {v.reference} |
 
 ## To a bitfile
 
-With Vivado and Vitis HLS on PATH (source Vivado's `settings64.sh`) and finn-plus installed with
-its dependencies:
+With quark-brevitas and finn-plus installed (`pip install quark-brevitas[finn]`) and Vivado and
+Vitis HLS on PATH (source Vivado's `settings64.sh`):
 
 ```bash
-python build.py                                   # or: finn build build_config.json dataflow_partition.onnx
+python build.py --check                           # what is missing
+python build.py                                   # or: finn build build_config.json {start}
 ```
 
 FINN writes the stitched IP, the bitfile, the PYNQ driver and a deployment package under
-`{_build_config(e.part, e.clock_mhz, "folding_config.json")["output_dir"]}/`
-(`--output-dir` to choose). The specialized HLS / RTL layers are simulated only there (cppsim /
-rtlsim need Vivado); what was verified here is the hardware-layer graph before specialization,
-and folding does not change what a layer computes.
+`{finn_build_config(FinnBuildConfig(part=e.part.part))["output_dir"]}/` (`--output-dir` to choose).
+The steps before code generation need no Vivado (`python build.py --stop-step step_generate_estimate_reports`).
 """
+
+
+def _host_input(result: DataflowExport) -> str:
+    """What the host feeds the accelerator."""
+    interface = result.integer_input
+    if interface is None:
+        return "floats, as the torch model takes them; the accelerator's first layer thresholds them."
+    return (
+        f"integers ({interface.datatype}) of the network input's quantizer: the host feeds "
+        f"`round(x / {interface.scale:g})` (clamped to {interface.datatype}) for an input `x` of the torch model."
+    )
 
 
 def _accumulator_line(e: Estimate) -> str:

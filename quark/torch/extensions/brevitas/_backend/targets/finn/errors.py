@@ -1,4 +1,4 @@
-"""The one error of the FINN target's pipeline (hand-off and dataflow alike)."""
+"""The errors of the FINN target's build."""
 
 from __future__ import annotations
 
@@ -15,3 +15,8 @@ class FinnError(RuntimeError):
     def __init__(self, message: str, problems: Sequence[str] = ()):
         super().__init__(message if not problems else message + "\n  " + "\n  ".join(problems))
         self.problems = list(problems)
+
+
+class FinnConfigError(ValueError):
+    """A FINN build setting (``FinnBuildConfig`` field, folding entry) that cannot be used: names the
+    field, the value and what is allowed."""

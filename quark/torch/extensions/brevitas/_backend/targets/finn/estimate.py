@@ -7,23 +7,19 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import Any
 
-from quark.torch.extensions.brevitas._backend.targets.finn.origins import layer_module, run_transform
-from quark.torch.extensions.brevitas._backend.targets.finn.parts import FpgaPart, resolve
+from quark.torch.extensions.brevitas._backend.targets.finn.origins import layer_module
+from quark.torch.extensions.brevitas._backend.targets.finn.parts import FpgaPart
 
 logger = logging.getLogger(__name__)
 
-#: FINN's default bound on an MVAU's weight stream width (``mvau_wwidth_max``)
-MVAU_WWIDTH_MAX = 36
-
 #: resources FINN's analytical models estimate (no flip-flop model), compared with the part
 ESTIMATED = ("LUT", "BRAM_18K", "URAM", "DSP")
-#: folding attributes reported and written to the folding configuration (FINN's list in
-#: ``step_target_fps_parallelization``)
-FOLDING_ATTRIBUTES = (
+#: folding attributes reported per layer
+REPORTED_FOLDING = (
     "PE",
     "SIMD",
     "parallel_window",
@@ -200,128 +196,46 @@ class Estimate:
         return "\n".join(lines) + "\n"
 
 
-class _Collect(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.messages: list[str] = []
-
-    def emit(self, record):
-        self.messages.append(" ".join(record.getMessage().split()))
+#: the model's metadata key holding FINN's notes from SetFolding (JSON list), written by the folding step
+FOLDING_NOTES = "quark_folding_notes"
 
 
-def fold_and_estimate(
-    partition,
-    part: str | FpgaPart,
-    *,
-    target_fps: float | None = None,
-    clock_mhz: float = 100.0,
-    mvau_wwidth_max: int = MVAU_WWIDTH_MAX,
-    folding: dict[str, dict[str, Any]] | None = None,
-):
-    """Specialize the partition's layers for ``part``, fold them for ``target_fps`` at
-    ``clock_mhz`` (FINN's SetFolding; without a target every layer keeps PE = SIMD = 1), minimize
-    bit widths, and estimate resources and cycles. Returns (folded model, :class:`Estimate`).
+def estimate(model, cfg) -> Estimate:
+    """FINN's estimates of the folded partition ``model`` for ``cfg`` (a ``FinnBuildConfig``): cycles
+    per layer (``AnnotateCycles``, ``exp_cycles_per_layer``), resources per layer (``res_estimation``)
+    and the dataflow's throughput and latency (``dataflow_performance``), with what keeps it from the
+    target or the part."""
+    import json
 
-    ``folding``: node name of the partition (before specialization: ``MVAU_0``, ...) -> folding
-    attributes (``{"PE": 4, "SIMD": 9}``) set instead of SetFolding's (the width search's
-    per-layer folding, :mod:`.cost`); ``target_fps`` is then only reported against."""
     from finn.analysis.fpgadataflow.dataflow_performance import dataflow_performance
     from finn.analysis.fpgadataflow.exp_cycles_per_layer import exp_cycles_per_layer
     from finn.analysis.fpgadataflow.res_estimation import res_estimation
     from finn.transformation.fpgadataflow.annotate_cycles import AnnotateCycles
-    from finn.transformation.fpgadataflow.minimize_accumulator_width import MinimizeAccumulatorWidth
-    from finn.transformation.fpgadataflow.minimize_weight_bit_width import MinimizeWeightBitWidth
-    from finn.transformation.fpgadataflow.set_folding import SetFolding
-    from finn.transformation.fpgadataflow.specialize_layers import SpecializeLayers
-    from qonnx.transformation.general import GiveUniqueNodeNames
-    from qonnx.transformation.infer_datatypes import InferDataTypes
-    from qonnx.transformation.infer_shapes import InferShapes
 
-    fpga = part if isinstance(part, FpgaPart) else resolve(part)
-    if not (isinstance(clock_mhz, (int, float)) and clock_mhz > 0):
-        raise ValueError(f"clock_mhz={clock_mhz!r}: expected a frequency in MHz > 0")
-    if target_fps is not None and not (isinstance(target_fps, (int, float)) and target_fps > 0):
-        raise ValueError(f"target_fps={target_fps!r}: expected frames per second > 0, or None")
-    model = partition
-    if folding is not None:
-        _apply_folding(model, folding)
-    for transform in (SpecializeLayers(fpga.part), GiveUniqueNodeNames(), InferShapes(), InferDataTypes()):
-        model = run_transform(model, transform)
-    notes = _Collect()
-    finn_log = logging.getLogger("finn_logger")
-    finn_log.addHandler(notes)
-    propagate, finn_log.propagate = finn_log.propagate, False  # FINN's notes go to the report
-    try:
-        if target_fps is not None and folding is None:
-            cycles = max(1, int(clock_mhz * 1e6 / target_fps))
-            model = run_transform(
-                model, SetFolding(cycles, mvau_wwidth_max=mvau_wwidth_max, two_pass_relaxation=True)
-            )
-        for transform in (MinimizeWeightBitWidth(), MinimizeAccumulatorWidth(), InferDataTypes()):
-            model = run_transform(model, transform)
-        model = _decompose_shuffles(model, fpga.part)
-        model = run_transform(model, AnnotateCycles())
-    finally:
-        finn_log.removeHandler(notes)
-        finn_log.propagate = propagate
+    from quark.torch.extensions.brevitas._backend.targets.finn.parts import resolve
+
+    fpga = resolve(cfg.part)
+    model = model.transform(AnnotateCycles())
     resources = model.analysis(partial(res_estimation, fpgapart=fpga.part))
     cycles = model.analysis(exp_cycles_per_layer)
     performance = model.analysis(dataflow_performance)
     layers = tuple(
         _layer_estimate(model, node, resources[node.name], cycles[node.name]) for node in model.graph.node
     )
-    estimate = Estimate(
+    notes = json.loads(model.get_metadata_prop(FOLDING_NOTES) or "[]")
+    result = Estimate(
         fpga,
-        float(clock_mhz),
-        None if target_fps is None else float(target_fps),
+        float(cfg.clock_mhz),
+        None if cfg.target_fps is None else float(cfg.target_fps),
         layers,
         int(performance["max_cycles"]),
         str(performance["max_cycles_node_name"]),
         int(performance["critical_path_cycles"]),
-        tuple(dict.fromkeys(notes.messages)),
+        tuple(dict.fromkeys(notes)),
     )
-    estimate = Estimate(**{**estimate.__dict__, "problems": tuple(_problems(estimate, mvau_wwidth_max))})
-    logger.info("FINN estimate on %s: %.0f fps, %s", fpga.part, estimate.fps, estimate.totals)
-    return model, estimate
-
-
-def _decompose_shuffles(model, part: str):
-    """FINN's ``step_transpose_decomposition`` (after folding, as in its builder): each ``Shuffle``
-    (a transpose between layers, e.g. a channel shuffle) becomes the InnerShuffle / OuterShuffle
-    layers that implement it, specialized for ``part``; FINN's estimates know only those."""
-    from finn.transformation.fpgadataflow.specialize_layers import SpecializeLayers
-    from finn.transformation.fpgadataflow.transpose_decomposition import (
-        InferInnerOuterShuffles,
-        ShuffleDecomposition,
-    )
-    from qonnx.transformation.infer_datatypes import InferDataTypes
-    from qonnx.transformation.infer_shapes import InferShapes
-
-    if not model.get_nodes_by_op_type("Shuffle"):
-        return model
-    # SpecializeLayers names the new layers (FINN's GiveUniqueNodeNames)
-    for transform in (
-        ShuffleDecomposition(),
-        InferInnerOuterShuffles(),
-        SpecializeLayers(part),
-        InferShapes(),
-        InferDataTypes(),
-    ):
-        model = run_transform(model, transform)
-    return model
-
-
-def _apply_folding(model, folding: dict[str, dict[str, Any]]) -> None:
-    from qonnx.custom_op.registry import getCustomOp
-
-    nodes = {node.name: node for node in model.graph.node}
-    unknown = sorted(set(folding) - set(nodes))
-    if unknown:
-        raise ValueError(f"folding: no node {unknown} in the partition; its nodes: {sorted(nodes)}")
-    for name, attributes in folding.items():
-        op = getCustomOp(nodes[name])
-        for attribute, value in attributes.items():
-            op.set_nodeattr(attribute, value)
+    result = replace(result, problems=tuple(_problems(result, cfg)))
+    logger.info("FINN estimate on %s: %.0f fps, %s", fpga.part, result.fps, result.totals)
+    return result
 
 
 #: node attributes that bound a layer's folding, reported with it
@@ -353,7 +267,7 @@ def _layer_estimate(model, node, resources: dict[str, Any], cycles: float) -> La
         layer_module(model, node),
         {r: float(resources.get(r, 0)) for r in ESTIMATED},
         int(cycles),
-        attrs(FOLDING_ATTRIBUTES),
+        attrs(REPORTED_FOLDING),
         attrs(_SHAPE_ATTRIBUTES),
         _arithmetic(attrs(("binaryXnorMode", "inputDataType", "weightDataType"))),
     )
@@ -377,7 +291,7 @@ def plain(value):
     return value.item() if hasattr(value, "item") else value
 
 
-def _problems(estimate: Estimate, mvau_wwidth_max: int) -> list[str]:
+def _problems(estimate: Estimate, cfg) -> list[str]:
     """What keeps the design from the target or the part: the layer, its numbers, what to change."""
     problems = []
     if not estimate.meets_target:
@@ -399,7 +313,7 @@ def _problems(estimate: Estimate, mvau_wwidth_max: int) -> list[str]:
             problems.append(
                 f"throughput: layer {layer.name} ({layer.op_type}{_module(layer)}, {_shape(layer)}) needs "
                 f"{layer.cycles:,} cycles per frame at {_folding(layer)}; the target {estimate.target_fps:g} fps at "
-                f"{estimate.clock_mhz:g} MHz allows {target_cycles:,.0f}: {_speed_fix(layer, estimate, mvau_wwidth_max)}"
+                f"{estimate.clock_mhz:g} MHz allows {target_cycles:,.0f}: {_speed_fix(layer, estimate, cfg)}"
             )
         others = [layer.name for layer in slow if layer not in limiting]
         if others:
@@ -448,9 +362,12 @@ FIT_FIXES: dict[str, str] = {
 }
 
 
-def _speed_fix(layer: LayerEstimate, estimate: Estimate, mvau_wwidth_max: int) -> str:
+def _speed_fix(layer: LayerEstimate, estimate: Estimate, cfg) -> str:
     best = f"at most {estimate.fps:,.0f} fps at this folding"
     shape, folding = layer.shape, layer.folding
+    if any(name == layer.name for name, _ in cfg.folding.layers):
+        return f"its folding is the one given (folding[{layer.name!r}]): raise its PE / SIMD, or lower target_fps ({best})"
+    mvau_wwidth_max = cfg.mvau_wwidth_max
     if layer.op_type.startswith("MVAU") and folding.get("SIMD", 0) < shape.get("MW", 0):
         return (
             f"SIMD is bounded by mvau_wwidth_max={mvau_wwidth_max} >= SIMD x weight bits: lower the weight bit "

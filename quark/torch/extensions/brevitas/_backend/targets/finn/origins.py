@@ -79,9 +79,10 @@ def run_transform(model, transform):
         model = model.transform(transform)
     for line in printed.getvalue().splitlines():
         logger.debug("FINN %s: %s", type(transform).__name__, line)
+    initializers = {tensor.name for tensor in model.graph.initializer}
     for node in model.graph.node:
         if _tag(node) is None:
-            weights = [t for t in node.input if model.get_initializer(t) is not None]
+            weights = [t for t in node.input if t in initializers]
             module = next((before[t] for t in [*weights, *node.output, *node.input] if t in before), None)
             if module:
                 _set_tag(node, module)

@@ -16,32 +16,76 @@ logger = logging.getLogger(__name__)
 
 
 class AbsorbClipIntoMultiThreshold(Transformation):
-    """Clip(lo, hi) feeding only a MultiThreshold becomes part of it.
+    """A Clip(lo, hi) or Relu (a clip at 0) feeding only a MultiThreshold, directly or through
+    multiplications and divisions by positive scalars (the export's x / scale before thresholds),
+    becomes part of it.
 
-    FINN converts ReLU6 / Hardtanh + quantizer into Clip -> MultiThreshold and has no pass for
-    the Clip, which then blocks streamlining (the scale and bias before it stay float). Exact:
-    counting clip(x) >= t is counting always for t <= lo, never for t > hi, and x >= t between.
+    FINN converts ReLU6 / Hardtanh + quantizer into Clip -> MultiThreshold and has no pass for the Clip,
+    which then blocks streamlining; a quantizer the export wrote as thresholds keeps the Relu before
+    it, which FINN's conversion absorbs only into the Quant nodes it converts. Exact: with the chain
+    c (monotonic, applied in float32 as the graph applies it), counting c(clip(x)) >= t is counting
+    always for t <= c(lo), never for t > c(hi), and c(x) >= t between.
     """
 
     def apply(self, model):
         for node in model.graph.node:
-            consumers = model.find_consumers(node.output[0]) if node.op_type == "Clip" else None
-            if not consumers or len(consumers) != 1 or consumers[0].op_type != "MultiThreshold":
+            if node.op_type not in ("Clip", "Relu"):
                 continue
-            names = [*node.input[1:3], "", ""][:2]  # min, max: optional inputs
-            bounds = [model.get_initializer(name) if name else None for name in names]
-            if any(name and bound is None for name, bound in zip(names, bounds)):
+            chain = _positive_scalar_chain(model, node.output[0])
+            if chain is None:
+                continue
+            scaling, threshold = chain
+            bounds = _clip_bounds(model, node)
+            if bounds is None:
                 continue  # bounds computed in the graph
-            lo = -np.inf if bounds[0] is None else float(bounds[0])
-            hi = np.inf if bounds[1] is None else float(bounds[1])
-            threshold = consumers[0]
+            lo, hi = (scaling(bound) for bound in bounds)
             values = model.get_initializer(threshold.input[1])
             values = np.where(values <= lo, -np.inf, np.where(values > hi, np.inf, values)).astype(values.dtype)
             model.set_initializer(threshold.input[1], values)
-            threshold.input[0] = node.input[0]
+            reader = model.find_consumers(node.output[0])[0]
+            reader.input[:] = [node.input[0] if t == node.output[0] else t for t in reader.input]
             model.graph.node.remove(node)
             return model, True
         return model, False
+
+
+def _clip_bounds(model, node) -> tuple[np.float32, np.float32] | None:
+    """(lo, hi) of a Clip (its optional bound inputs; None where one is computed) or a Relu (0, inf)."""
+    if node.op_type == "Relu":
+        return np.float32(0), np.float32(np.inf)
+    names = [*node.input[1:3], "", ""][:2]  # min, max: optional inputs
+    bounds = [model.get_initializer(name) if name else None for name in names]
+    if any(name and bound is None for name, bound in zip(names, bounds)):
+        return None
+    lo = np.float32(-np.inf) if bounds[0] is None else np.float32(bounds[0])
+    hi = np.float32(np.inf) if bounds[1] is None else np.float32(bounds[1])
+    return lo, hi
+
+
+def _positive_scalar_chain(model, tensor: str):
+    """(the chain as a float32 function, the MultiThreshold) when ``tensor`` feeds only a chain of
+    Mul / Div by positive scalar constants (possibly empty) that feeds only a MultiThreshold's data
+    input; else None."""
+    operations = []
+    while True:
+        consumers = model.find_consumers(tensor) or []
+        if len(consumers) != 1 or consumers[0].input[0] != tensor:
+            return None
+        node = consumers[0]
+        if node.op_type == "MultiThreshold":
+            break
+        constant = model.get_initializer(node.input[1]) if node.op_type in ("Mul", "Div") and len(node.input) == 2 else None
+        if constant is None or constant.size != 1 or not float(constant.reshape(())) > 0:
+            return None
+        operations.append((node.op_type, np.float32(constant.reshape(()))))
+        tensor = node.output[0]
+
+    def scaling(value: np.float32) -> np.float32:
+        for op_type, constant in operations:
+            value = np.float32(value * constant) if op_type == "Mul" else np.float32(value / constant)
+        return value
+
+    return scaling, node
 
 
 #: ONNX Transpose permutations between FINN's layouts
@@ -134,41 +178,6 @@ class QuantAvgPoolNHWC(Transformation):
         return model, False
 
 
-def round_thresholds_in_one_sweep():
-    """FINN's ``RoundAndClipThresholds``, the MultiThresholds on integer inputs rounded in one sweep:
-    the same thresholds and datatypes.
-
-    FINN's pass rounds the first node whose thresholds change, re-infers every datatype and starts
-    over, each time in a deep copy of the model: a pass per MultiThreshold (DenseNet-121: 722 of them,
-    300 of its 560 s of streamlining). Rounding thresholds changes no datatype another node's
-    rounding reads (a MultiThreshold's output type is its ``out_dtype``), so they are all rounded
-    here with FINN's formula; FINN's own pass then runs once, for the nodes this leaves to it
-    (fixed-point inputs, hardware layers with thresholds), and infers the datatypes."""
-    from finn.transformation.streamline.round_thresholds import RoundAndClipThresholds
-
-    class RoundThresholdsInOneSweep(RoundAndClipThresholds):
-        def apply(self, model):
-            from qonnx.core.datatype import DataType
-
-            for node in model.get_nodes_by_op_type("MultiThreshold"):
-                thresholds = model.get_initializer(node.input[1])
-                dtype = model.get_tensor_datatype(node.input[0])
-                if thresholds is None or not dtype.is_integer():
-                    continue
-                rounded = np.clip(np.ceil(thresholds), dtype.min(), dtype.max() + 1).astype(np.float32)
-                model.set_initializer(node.input[1], rounded)
-                if dtype in {"INT64", "UINT64"}:
-                    tdt = dtype
-                elif dtype.signed():
-                    tdt = DataType.get_smallest_possible(-(dtype.max() + 1) - 1)
-                else:
-                    tdt = DataType.get_smallest_possible(dtype.max() + 1)
-                model.set_tensor_datatype(node.input[1], tdt)
-            return super().apply(model)
-
-    return RoundThresholdsInOneSweep()
-
-
 class ComposedCleaningAfterChanges(ComposedTransformation):
     """qonnx's ``ComposedTransformation`` (each transformation to a fixed point, the whole sequence
     again until nothing changes), with its cleanup only after a transformation that changed the graph.
@@ -195,76 +204,6 @@ class ComposedCleaningAfterChanges(ComposedTransformation):
                                 InferDataTypes()):
                     model = model.transform(cleanup)
         return model, changed_any
-
-
-def transposes_past_eltwise_in_one_sweep():
-    """FINN's ``MoveTransposePastEltwise``, every transpose moved in one call: the same rewrites.
-
-    FINN's pass moves one transpose past one Add / Mul and infers every shape of the graph before
-    the next (the shapes it deletes are only read back by that inference). EfficientNet-B0's layout
-    group moved 98 in a row, a second each. Here FINN's own rewrite runs until nothing moves
-    (:func:`in_one_sweep`)."""
-    from finn.transformation.streamline.reorder import MoveTransposePastEltwise
-
-    class TransposesPastEltwiseInOneSweep(MoveTransposePastEltwise):
-        def apply(self, model):
-            return in_one_sweep(super().apply, model)
-
-    return TransposesPastEltwiseInOneSweep()
-
-
-def fold_quant_weights_in_one_sweep():
-    """FINN's ``FoldQuantWeights``, every constant quantizer folded in one call: the same rewrites.
-
-    FINN's pass folds one weight quantizer per call, each time building an execution context with
-    every tensor of the graph and inferring every shape afterwards: DenseNet-121's conversion spent
-    136 s in it. Here FINN's own rewrite runs until nothing is left to fold (:func:`in_one_sweep`)."""
-    from finn.transformation.qonnx.fold_quant_weights import FoldQuantWeights
-
-    class FoldQuantWeightsInOneSweep(FoldQuantWeights):
-        def apply(self, model):
-            return in_one_sweep(super().apply, model)
-
-    return FoldQuantWeightsInOneSweep()
-
-
-def in_one_sweep(apply, model):
-    """FINN's one-rewrite-per-call pass ``apply`` called until it changes nothing, without the
-    whole-graph work it repeats after each rewrite: its shape inference (run once, at the end) and
-    its execution context (initializers read from the model when a node executes, where qonnx's
-    ``make_empty_exec_context`` allocates every tensor of the graph). A pass that returns another
-    model than it was given (a rewrite through ``ModelWrapper.transform``) ends the sweep there:
-    the caller's loop calls it again, as it calls FINN's pass."""
-    changed_any, result = False, model
-    model.transform = lambda transformation, *args, **kwargs: (
-        model if isinstance(transformation, InferShapes) else type(model).transform(model, transformation, *args, **kwargs)
-    )
-    model.make_empty_exec_context = lambda: _InitializerContext(model)
-    try:
-        while True:
-            result, changed = apply(model)
-            changed_any = changed_any or changed
-            if not changed or result is not model:
-                break
-    finally:
-        for wrapper in (model, result):  # a deep copy made through transform carries the stubs too
-            for stub in ("transform", "make_empty_exec_context"):
-                vars(wrapper).pop(stub, None)
-    return result.transform(InferShapes()), changed_any
-
-
-class _InitializerContext(dict):
-    """An execution context that reads a tensor it was not given from the model's initializers."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def __missing__(self, name):
-        value = self.model.get_initializer(name)
-        if value is None:
-            raise KeyError(f"{name} is neither an initializer nor computed in this sweep")
-        return value
 
 
 class CropKernelsToOnePixel(Transformation):

@@ -18,21 +18,10 @@ from quark.torch.extensions.brevitas._backend.export.onnx_graph import (
 )
 from quark.torch.extensions.brevitas._backend.rules import ACT, DATA, FROM_A_SPEC, Found, Rule, spec_rule
 from quark.torch.extensions.brevitas.graph import ACTIVATIONS, GraphInput
-from quark.torch.quantization.config.type import RoundType
-from quark.torch.quantization.tensor_quant import Format, TensorQuant
+from quark.torch.quantization.tensor_quant import Format
 
 #: widest quantizer FINN's ConvertQONNXtoFINN turns into a MultiThreshold (its default filter)
 MAX_BITS = 8
-
-
-def _finn_rounding(spec: TensorQuant) -> bool:
-    # on an unsigned grid (x >= 0 after clamping) ties away from zero are ties up as well; a bipolar
-    # quantizer rounds nothing (x >= 0 -> +1, FINN's bipolar threshold at 0)
-    return (
-        spec.format is Format.bipolar
-        or spec.round_method is RoundType.half_up
-        or (not spec.signed and spec.round_method is RoundType.round)
-    )
 
 
 QUANTIZER_RULES: tuple[Rule, ...] = (
@@ -62,13 +51,6 @@ QUANTIZER_RULES: tuple[Rule, ...] = (
         "ConvertQONNXtoFINN: 'FINN only supports Bipolar identity activations with out per channel scaling and "
         "the scaling must be 1'",
         shown=lambda s: s.observer.__name__,
-    ),
-    spec_rule(
-        ACT,
-        "round_method",
-        _finn_rounding,
-        "half_up (or round on an unsigned grid)",
-        "FINN's MultiThreshold counts x >= (k + 1/2) steps, i.e. rounds ties up, whatever the Quant node says",
     ),
 )
 

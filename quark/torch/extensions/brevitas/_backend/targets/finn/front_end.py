@@ -1,41 +1,30 @@
-"""FINN's front end on a QONNX file, as one pipeline of named steps run by the checked runner:
-conversion (``ConvertQONNXtoFINN``), streamlining, hardware layers; then one dataflow partition.
-The hand-off to FINN (:func:`finn_handoff`: a streamlined graph of thresholds and integer weights)
-is the pipeline's prefix :data:`HANDOFF`.
+"""FINN's front end as the package's build steps run it (:mod:`.steps`): conversion
+(``ConvertQONNXtoFINN``), streamlining, hardware layers, one dataflow partition, then specialization,
+folding and bit widths for the part.
 
-The steps are FINN's own transformations in the order of FINN's builder steps
-(``step_qonnx_to_finn``, ``step_tidy_up``, ``step_streamline``, ``step_convert_to_hw``,
-``step_create_dataflow_partition``), called directly because ``finn.builder.build_dataflow_steps``
-does not import without Vivado (it loads FINN's simulator and pandas at import time).
-Streamlining adds the passes FINN's residual examples use for forks, joins and concatenations.
-Every node FINN could not map is named with its torch module and the change that fixes it.
+The graph work of each step, in the order of FINN's builder steps (``step_qonnx_to_finn``,
+``step_tidy_up``, ``step_streamline``, ``step_convert_to_hw``, ``step_create_dataflow_partition``,
+``step_specialize_layers``, ``step_target_fps_parallelization``, ``step_apply_folding_config``,
+``step_minimize_bit_width``, ``step_transpose_decomposition``), with FINN's own transformations.
+Streamlining adds the passes FINN's residual examples use for forks, joins and concatenations, and the
+package's own (:mod:`.passes`). Every node FINN could not map is named with its torch module and the
+change that fixes it.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
-from unittest import mock
 
-import numpy as np
-
-from quark.torch.extensions.brevitas._backend.export.handlers import MAX_THRESHOLD_BITS
-from quark.torch.extensions.brevitas._backend.export.safe_graph import load_checked
-from quark.torch.extensions.brevitas._backend.export.verify import FLOAT_RTOL, execute_qonnx, float_tolerance
-from quark.torch.extensions.brevitas._backend.qonnx_index import indexed_lookups
+from quark.torch.extensions.brevitas._backend.targets.finn.build_config import MAX_MULTITHRESHOLD_BITS
 from quark.torch.extensions.brevitas._backend.targets.finn.errors import FinnError
 from quark.torch.extensions.brevitas._backend.targets.finn.origins import named, run_transform, tag_origins
-from quark.torch.extensions.brevitas._backend.targets.pipeline import StepCheck, op_types, run_checked
-from quark.torch.extensions.brevitas._backend.targets.target import Step
-from quark.torch.quantization.files import atomic_path
 
 logger = logging.getLogger(__name__)
-
 
 
 def _tidy(model):
@@ -61,22 +50,18 @@ def _tidy(model):
     return model
 
 
-def _to_finn(model):
+def to_finn(model, max_multithreshold_bit_width: int):
     """FINN's ``step_qonnx_to_finn``: Quant nodes become MultiThreshold nodes and integer weights."""
     from finn.transformation.qonnx import convert_qonnx_to_finn
     from finn.transformation.qonnx.quant_act_to_multithreshold import default_filter_function_generator
 
-    from quark.torch.extensions.brevitas._backend.targets.finn.passes import fold_quant_weights_in_one_sweep
-
     convert = convert_qonnx_to_finn.ConvertQONNXtoFINN(
-        filter_function=default_filter_function_generator(max_multithreshold_bit_width=MAX_THRESHOLD_BITS)
+        filter_function=default_filter_function_generator(max_multithreshold_bit_width=max_multithreshold_bit_width)
     )
-    # FINN's step as it is, with its weight folding done in one sweep (the same graph)
-    with mock.patch.object(convert_qonnx_to_finn, "FoldQuantWeights", fold_quant_weights_in_one_sweep):
-        return _tidy(run_transform(model, convert))
+    return _tidy(run_transform(model, convert))
 
 
-def _absorb_clips(model):
+def absorb_clips(model):
     """The clips of ReLU6 / Hardtanh fold into the thresholds they feed (exact; FINN has no hardware
     layer for Clip, and a Clip left in place stops streamlining)."""
     from quark.torch.extensions.brevitas._backend.targets.finn.passes import AbsorbClipIntoMultiThreshold
@@ -84,13 +69,14 @@ def _absorb_clips(model):
     return _tidy(run_transform(model, AbsorbClipIntoMultiThreshold()))
 
 
-def _streamline(model):
+def streamline(model):
     """FINN's ``step_streamline`` (as in its TFC and CNV examples), then the passes FINN's
     residual examples add for forks, joins and concatenations (``StreamlinePlus``: move scales
     and biases past forks, elementwise adds and concats, absorb transposes), and the
     threshold rounding of its ResNet example."""
     from finn.transformation.streamline import Streamline, absorb
     from finn.transformation.streamline.reorder import MakeMaxPoolNHWC
+    from finn.transformation.streamline.round_thresholds import RoundAndClipThresholds
     from qonnx.transformation.bipolar_to_xnor import ConvertBipolarMatMulToXnorPopcount
     from qonnx.transformation.general import RemoveUnusedTensors
     from qonnx.transformation.infer_data_layouts import InferDataLayouts
@@ -101,7 +87,6 @@ def _streamline(model):
         ForkAfterNhwcTranspose,
         GroupedConvAsDense,
         QuantAvgPoolNHWC,
-        round_thresholds_in_one_sweep,
     )
 
     branches = _branches(model)
@@ -129,7 +114,7 @@ def _streamline(model):
     if branches and _linear_before_fork(model):
         model = _linear_past_forks(model)
     for transform in (
-        round_thresholds_in_one_sweep(),
+        RoundAndClipThresholds(),
         absorb.AbsorbScalarMulAddIntoTopK(),
         InferDataLayouts(),
         RemoveUnusedTensors(),
@@ -164,7 +149,7 @@ def _linear_past_forks(model):
     return model
 
 
-def _accumulating_pools(model):
+def accumulating_pools(model):
     """Global average pooling of integers as FINN's ``GlobalAccPool`` (the integer sum, a hardware
     layer) and a scalar ``Mul`` by 1/N that streamlining folds into the thresholds that follow, as
     FINN's networks take it (FINN converts it only in ``step_convert_to_hw``, after streamlining,
@@ -229,7 +214,6 @@ def _transposes_past_branches(model):
         ChannelShuffleToNHWC,
         ComposedCleaningAfterChanges,
         SlicesAsSplit,
-        transposes_past_eltwise_in_one_sweep,
     )
 
     chunks = any(model.get_nodes_by_op_type(t) for t in ("Slice", "Split"))
@@ -242,7 +226,7 @@ def _transposes_past_branches(model):
             *([reorder.MoveTransposePastSplit()] if chunks else []),
             reorder.MoveTransposePastFork(),
             reorder.MoveTransposePastJoinConcat(),
-            transposes_past_eltwise_in_one_sweep(),
+            reorder.MoveTransposePastEltwise(),
             reorder.MoveTransposePastJoinMul(),
             reorder.MoveTransposePastJoinAdd(),
             collapse_repeated.CollapseRepeatedTranspose(),
@@ -259,15 +243,13 @@ def _branches(model) -> bool:
     return any(uses[t] > 1 for t in uses if model.get_initializer(t) is None)
 
 
-def top_k_step(k: int):
-    def insert(model):
-        from finn.transformation.streamline.absorb import AbsorbScalarMulAddIntoTopK
-        from qonnx.transformation.insert_topk import InsertTopK
+def top_k(model, k: int):
+    """FINN's ``InsertTopK`` with the output's scalar scale and bias absorbed into it."""
+    from finn.transformation.streamline.absorb import AbsorbScalarMulAddIntoTopK
+    from qonnx.transformation.insert_topk import InsertTopK
 
-        model = run_transform(model, InsertTopK(k=k))
-        return _tidy(run_transform(model, AbsorbScalarMulAddIntoTopK()))
-
-    return insert
+    model = run_transform(model, InsertTopK(k=k))
+    return _tidy(run_transform(model, AbsorbScalarMulAddIntoTopK()))
 
 
 def _hw_conversions(host: set[str]) -> tuple[tuple[tuple[str, ...], Callable[[], Any]], ...]:
@@ -320,7 +302,7 @@ def _hw_conversions(host: set[str]) -> tuple[tuple[tuple[str, ...], Callable[[],
         (("TopK",), label_select.InferLabelSelectLayer),
         (
             ("MultiThreshold", "Quant"),
-            partial(requant.InferRequantLayer, bitwidth_threshold=MAX_THRESHOLD_BITS + 1),
+            partial(requant.InferRequantLayer, bitwidth_threshold=MAX_MULTITHRESHOLD_BITS + 1),
         ),
         (("MultiThreshold",), thresholding.InferThresholdingLayer),
         (("Pad",), fm_padding.InferFMPadding),
@@ -378,7 +360,7 @@ def output_dequantization(model) -> set[str]:
 
 
 
-def _to_hw(model):
+def convert_to_hw(model):
     from finn.transformation.move_reshape import RemoveCNVtoFCFlatten
     from finn.transformation.streamline import absorb
     from qonnx.transformation.infer_data_layouts import InferDataLayouts
@@ -414,40 +396,24 @@ def _refuse_unmapped(model, notes: Sequence[str] = ()) -> None:
         )
 
 
-#: FINN's front end, each step executed and compared with the QONNX graph; the hand-off to FINN
-#: (a streamlined graph of thresholds and integer weights) is its prefix :data:`HANDOFF`
-FRONT_END: tuple[Step, ...] = (
-    ("ConvertQONNXtoFINN", _to_finn),
-    ("AbsorbClipIntoMultiThreshold", _absorb_clips),
-    ("streamline", _streamline),
-    ("accumulating pools", _accumulating_pools),
-    ("convert to hardware layers", _to_hw),
-)
-HANDOFF: tuple[Step, ...] = FRONT_END[:3]
+# -- the graph the build starts from ----------------------------------------------------------------
 
 
-# -- the graph the pipeline starts from -------------------------------------------------------------
+def prepare(model):
+    """A QONNX graph as FINN's steps take it (see :func:`~.steps.step_quark_prepare`)."""
+    from quark.torch.extensions.brevitas._backend.export.safe_graph import check
+    from quark.torch.extensions.brevitas._backend.qonnx_passes.wrapper import cleanup_model
+    from quark.torch.extensions.brevitas._backend.targets.finn.checks import SOURCE
 
-
-def prepare(qonnx_path: str | os.PathLike, inputs: Any) -> tuple[Any, list[np.ndarray], list[np.ndarray], StepCheck]:
-    """A QONNX file as FINN's steps take it: checked before qonnx reads it, its nodes tagged with their
-    torch modules, cleaned, batch size 1, shapes and datatypes inferred; with the samples, the
-    reference outputs on them, and the record of this starting point."""
-    from qonnx.core.modelwrapper import ModelWrapper
-
-    from quark.torch.extensions.brevitas._backend.qonnx_fold import cleanup_model
-
-    model = ModelWrapper(load_checked(os.fspath(qonnx_path)))  # before qonnx imports what the node domains name
+    source = model.get_metadata_prop(SOURCE) or "the QONNX graph"
+    check(model.model, source)  # before qonnx imports what the node domains name
     if len(model.graph.input) != 1 or len(model.graph.output) != 1:
         raise FinnError(
-            f"{os.fspath(qonnx_path)}: {len(model.graph.input)} inputs and {len(model.graph.output)} outputs; "
+            f"{source}: {len(model.graph.input)} inputs and {len(model.graph.output)} outputs; "
             "FINN's dataflow takes one input and one output"
         )
     tag_origins(model)
-    model = batch_one(cleanup_model(model))
-    samples = [as_array(inputs, "inputs")]
-    reference = execute_qonnx(model, samples)
-    return model, samples, reference, StepCheck("QONNX (cleaned, batch 1)", 0.0, op_types(model))
+    return batch_one(cleanup_model(model))
 
 
 def batch_one(model):
@@ -473,69 +439,6 @@ def batch_one(model):
     return model.transform(InferDataTypes())
 
 
-def as_array(value: Any, name: str) -> np.ndarray:
-    """One tensor or array as float32 numpy."""
-    if hasattr(value, "detach"):
-        value = value.detach().cpu().float().numpy()
-    try:
-        return np.asarray(value, dtype=np.float32)
-    except (TypeError, ValueError) as error:
-        raise TypeError(f"{name}: expected one tensor or array, got {type(value).__name__}") from error
-
-
-# -- the hand-off ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FinnReport:
-    """What :func:`finn_handoff` wrote: the streamlined graph, its steps, its input datatypes."""
-
-    path: str
-    steps: tuple[StepCheck, ...]
-    input_datatypes: tuple[str, ...]
-
-    def __str__(self) -> str:
-        lines = [f"FINN hand-off {self.path} (inputs {', '.join(self.input_datatypes)})"]
-        return "\n".join([*lines, *("  " + s.describe() for s in self.steps)])
-
-
-@indexed_lookups()  # qonnx's lookups indexed in its bulk routines (qonnx_index)
-def finn_handoff(
-    qonnx_path: str | os.PathLike,
-    inputs: Any,
-    output_path: str | os.PathLike | None = None,
-    *,
-    rtol: float = FLOAT_RTOL,
-) -> FinnReport:
-    """The FINN pipeline's hand-off prefix on a QONNX file: qonnx cleanup, ``ConvertQONNXtoFINN``
-    (with the clips of ReLU6 / Hardtanh absorbed into thresholds) and streamlining (with FINN's
-    passes for forks, residual additions and concatenations where the graph has them), each step
-    executed on ``inputs`` (a batch) and compared with the cleaned QONNX graph within
-    ``rtol * max(1, max|ref|)``. Writes the streamlined graph to ``output_path`` (default:
-    ``<name>_finn.onnx``).
-
-    Raises:
-        UnsafeGraphError: the file holds ops other than standard ONNX and QONNX's quantizers (checked
-            before anything in it is executed, see ``safe_graph``).
-        ImportError: finn-plus is not installed.
-        FinnError: a step fails or changes the outputs; names the step.
-    """
-    require_finn()
-    qonnx_path = os.fspath(qonnx_path)
-    model, samples, reference, first = prepare(qonnx_path, inputs)
-    allowed = float_tolerance(reference, rtol)
-    model, steps = run_checked(
-        model, HANDOFF, samples, lambda m: (reference, allowed), error=FinnError, source=qonnx_path, hints=HINTS
-    )
-    output_path = os.fspath(output_path) if output_path else os.path.splitext(qonnx_path)[0] + "_finn.onnx"
-    with atomic_path(output_path) as temp:  # complete or not at all (quark.torch.quantization.files)
-        model.save(temp)
-    datatypes = tuple(str(model.get_tensor_datatype(i.name)) for i in model.graph.input)
-    report = FinnReport(output_path, (first, *steps), datatypes)
-    logger.info("%s", report)
-    return report
-
-
 def require_finn() -> None:
     """Fail with how to install FINN when finn-plus is absent."""
     try:
@@ -546,8 +449,6 @@ def require_finn() -> None:
             "`pip install --no-deps finn-plus==1.6.1` and the pieces listed in docs/export.md"
         ) from error
 
-
-# -- the front end to one dataflow partition --------------------------------------------------------
 
 # -- refusals: what FINN left outside the hardware, and the change that fixes it ------------------
 
@@ -568,7 +469,7 @@ UNMAPPED_FIXES: dict[str, str] = {
     "Conv": "a convolution FINN cannot lower (dilation, or groups other than 1 or the channel count): "
     "use dilation 1 and plain or depthwise convolutions",
     "MultiThreshold": "a quantized activation on a float input: quantize the tensor feeding it",
-    "Quant": f"a quantizer wider than {MAX_THRESHOLD_BITS} bits: use at most {MAX_THRESHOLD_BITS}-bit "
+    "Quant": f"a quantizer wider than {MAX_MULTITHRESHOLD_BITS} bits: use at most {MAX_MULTITHRESHOLD_BITS}-bit "
     "activations",
     "Relu": "a float ReLU: use an unsigned QuantReLU (FINN turns it into thresholds)",
     "Sigmoid": "a float activation: follow it with a quantizer (QuantIdentity) or use QuantHardTanh/QuantReLU",
@@ -619,87 +520,120 @@ def _unmapped(model) -> list[str]:
     ]
 
 
-def _partition(model, directory: str):
-    """FINN's ``step_create_dataflow_partition``: the parent graph and its one partition."""
+def create_dataflow_partition(model, directory: Path):
+    """FINN's ``step_create_dataflow_partition``: the partition (returned, the build's metadata carried
+    over) and its parent graph, saved as ``dataflow_parent.onnx`` in ``directory`` (FINN's builder's
+    intermediate models directory, where its verification reads the parent); the partitions under
+    ``supported_op_partitions``. Nodes outside the hardware are refused first."""
     from finn.transformation.fpgadataflow.create_dataflow_partition import CreateDataflowPartition
-    from qonnx.core.modelwrapper import ModelWrapper
     from qonnx.custom_op.registry import getCustomOp
 
+    from quark.torch.extensions.brevitas._backend.targets.finn.checks import carry_records
+    from quark.torch.extensions.brevitas._backend.targets.finn.sweeps import FinnModelWrapper
+
     _refuse_unmapped(model)
-    parent = model.transform(CreateDataflowPartition(partition_model_dir=directory))
+    directory.mkdir(parents=True, exist_ok=True)
+    parent = model.transform(CreateDataflowPartition(partition_model_dir=str(directory / "supported_op_partitions")))
     partitions = parent.get_nodes_by_op_type("StreamingDataflowPartition")
     if len(partitions) != 1:
         raise FinnError(f"FINN made {len(partitions)} dataflow partitions; one is needed")
-    return parent, ModelWrapper(getCustomOp(partitions[0]).get_nodeattr("model"))
+    parent.save(str(directory / PARENT))
+    partition = FinnModelWrapper(getCustomOp(partitions[0]).get_nodeattr("model"))
+    carry_records(model, partition)
+    return partition
 
 
-@dataclass
-class Dataflow:
-    """The result of the front end: the parent graph, its one partition, the step checks."""
-
-    parent: Any  # ModelWrapper: host-side layout nodes + one StreamingDataflowPartition
-    partition: Any  # ModelWrapper: the hardware layers
-    steps: list[StepCheck]
-    outside: list[str]  # nodes of the parent graph outside the partition (layout only)
-    float_layers: list[str]  # hardware layers with a float input or output (FINN warns likewise)
+#: the parent graph's file name in the intermediate models directory (FINN's builder's)
+PARENT = "dataflow_parent.onnx"
 
 
-@indexed_lookups()  # qonnx's lookups indexed in its bulk routines (qonnx_index)
-def dataflow_from_qonnx(
-    qonnx_path: str | os.PathLike,
-    inputs: np.ndarray,
-    work_dir: str | os.PathLike,
-    *,
-    top_k: int | None = None,
-    rtol: float = FLOAT_RTOL,
-) -> Dataflow:
-    """FINN's front end on a QONNX file: conversion, streamlining, hardware layers, one partition.
+def specialize_layers(model, fpga_part: str):
+    """FINN's ``step_specialize_layers``: HLS or RTL implementations for ``fpga_part``, named anew."""
+    from finn.transformation.fpgadataflow.specialize_layers import SpecializeLayers
+    from qonnx.transformation.general import GiveUniqueNodeNames
+    from qonnx.transformation.infer_datatypes import InferDataTypes
+    from qonnx.transformation.infer_shapes import InferShapes
 
-    Every step is executed on ``inputs`` (a few samples, batch first; FINN graphs take one sample
-    at a time) and compared with the cleaned QONNX graph within ``rtol * max(1, max|ref|)``
-    (with ``top_k`` the last step's indices must equal the reference's top-k).
+    for transform in (SpecializeLayers(fpga_part), GiveUniqueNodeNames(), InferShapes(), InferDataTypes()):
+        model = run_transform(model, transform)
+    return model
 
-    Raises:
-        FinnError: a step fails or changes the outputs (names the step), or nodes remain
-            outside the hardware (names each with its torch module and the change that fixes it).
-    """
-    work_dir = os.fspath(work_dir)
-    model, samples, reference, first = prepare(qonnx_path, inputs)
-    chain = list(FRONT_END)
-    if top_k is not None:
-        chain.insert(4, (f"top-{top_k}", top_k_step(top_k)))
-    labels = top_indices(reference[0], top_k) if top_k is not None else None
-    allowed = float_tolerance(reference, rtol)
 
-    def expected(model):
-        if labels is not None and any(model.get_nodes_by_op_type(t) for t in ("TopK", "LabelSelect")):
-            return [labels], 0.0
-        return reference, allowed
+def set_folding(model, cfg):
+    """FINN's SetFolding for ``cfg.target_fps`` at ``cfg.clock_mhz`` (two-pass relaxation, as FINN's
+    builder runs it), then ``cfg.folding``'s entries on top. What FINN's SetFolding logs (layers it
+    could not fold further) is kept in the model's metadata for the estimate report."""
+    import json
 
-    model, steps = run_checked(
-        model, chain, samples, expected, error=FinnError, source=os.fspath(qonnx_path), hints=HINTS
+    from finn.transformation.fpgadataflow.set_folding import SetFolding
+
+    from quark.torch.extensions.brevitas._backend.targets.finn.estimate import FOLDING_NOTES
+
+    if cfg.target_fps is not None:
+        cycles = max(1, int(cfg.clock_mhz * 1e6 / cfg.target_fps))
+        notes = _Notes()
+        finn_log = logging.getLogger("finn_logger")
+        finn_log.addHandler(notes)
+        try:
+            model = run_transform(model, SetFolding(cycles, mvau_wwidth_max=cfg.mvau_wwidth_max, two_pass_relaxation=True))
+        finally:
+            finn_log.removeHandler(notes)
+        model.set_metadata_prop(FOLDING_NOTES, json.dumps(notes.messages))
+    cfg.folding.apply(model)
+    return model
+
+
+class _Notes(logging.Handler):
+    """FINN's log messages while a pass runs, one line each."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(" ".join(record.getMessage().split()))
+
+
+def minimize_bit_width(model):
+    """FINN's ``step_minimize_bit_width``: weights, then accumulators, as narrow as their values allow."""
+    from finn.transformation.fpgadataflow.minimize_accumulator_width import MinimizeAccumulatorWidth
+    from finn.transformation.fpgadataflow.minimize_weight_bit_width import MinimizeWeightBitWidth
+    from qonnx.transformation.infer_datatypes import InferDataTypes
+
+    for transform in (MinimizeWeightBitWidth(), MinimizeAccumulatorWidth(), InferDataTypes()):
+        model = run_transform(model, transform)
+    return model
+
+
+def transpose_decomposition(model, fpga_part: str):
+    """FINN's ``step_transpose_decomposition`` (after folding, as in its builder): each ``Shuffle`` (a
+    transpose between layers, e.g. a channel shuffle) becomes the InnerShuffle / OuterShuffle layers
+    that implement it, specialized for ``fpga_part``; FINN's estimates know only those."""
+    from finn.transformation.fpgadataflow.specialize_layers import SpecializeLayers
+    from finn.transformation.fpgadataflow.transpose_decomposition import (
+        InferInnerOuterShuffles,
+        ShuffleDecomposition,
     )
-    parent, partition = _partition(model, os.path.join(work_dir, "partitions"))
-    outside = [named(parent, n) for n in parent.graph.node if n.op_type != "StreamingDataflowPartition"]
-    return Dataflow(parent, partition, [first, *steps], outside, _float_layers(partition))
+    from qonnx.transformation.general import GiveUniqueNodeNames
+    from qonnx.transformation.infer_datatypes import InferDataTypes
+    from qonnx.transformation.infer_shapes import InferShapes
+
+    if not model.get_nodes_by_op_type("Shuffle"):
+        return model
+    for transform in (
+        ShuffleDecomposition(),
+        InferInnerOuterShuffles(),
+        SpecializeLayers(fpga_part),
+        InferShapes(),
+        InferDataTypes(),
+        GiveUniqueNodeNames(),
+    ):
+        model = run_transform(model, transform)
+    return model
 
 
-def top_indices(outputs: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k largest outputs, largest first (ties: lower index first)."""
-    return np.argsort(-outputs, axis=-1, kind="stable")[..., :k]
-
-
-#: what to check when a step changes the outputs
-HINTS: dict[str, str] = {
-    "ConvertQONNXtoFINN": (
-        " (FINN's thresholds round ties up, whatever the Quant node's rounding_mode: a quantizer that "
-        "requantizes values already on a grid, e.g. after a residual addition, must round half up: "
-        "RoundType.round, exported as HALF_UP)"
-    ),
-}
-
-
-def _float_layers(partition) -> list[str]:
+def float_layers(partition) -> list[str]:
+    """Hardware layers with a float input or output (FINN warns likewise), named with their modules."""
     from qonnx.core.datatype import DataType
 
     found = []

@@ -1,4 +1,6 @@
-"""``ModelExporter``: write a quantized model as QCDQ or QONNX, then execute and verify the graph.
+"""``ModelExporter``: write a quantized model as QCDQ or QONNX and verify it, for a deployment target
+and through its build. Above both :mod:`.export` (the formats, which know no target) and
+:mod:`.targets` (their rules and builds).
 
 One flow for both formats: check the model against the format's support table (and the target
 device's requirements) -> export with Brevitas' manager inside a session that restores the model
@@ -122,13 +124,17 @@ class ModelExporter:
         Arguments and errors as :meth:`export_onnx_model`; ``target_device=DeviceType.FINN`` (or
         a config whose ``target_device`` is FINN) checks the config before and the graph after
         export against FINN's requirements. The FINN hand-off itself is
-        :func:`~quark.torch.extensions.brevitas._backend.targets.finn.pipeline.finn_handoff`.
+        :func:`~quark.torch.extensions.brevitas._backend.targets.finn.dataflow.finn_handoff`.
         """
         return self._export(model, args, ExportFormat.qonnx, **options)
 
-    def verify(self, model: nn.Module, args: Any, *, tolerance_lsb: float | None = None):
+    def verify(
+        self, model: nn.Module, args: Any, *, tolerance_lsb: float | None = None, graph_inputs: Sequence[Any] | None = None
+    ):
         """Execute the ONNX file at ``export_path`` (QONNX or QCDQ, told apart by its nodes) on
         ``args`` and compare it with ``model``, as the exports do. Returns the ``ExportReport``.
+        ``graph_inputs``: arrays the graph is fed instead of ``args`` (a FINN graph taking the input
+        quantizer's integers, say); ``model`` still runs on ``args``.
 
         Raises:
             FileNotFoundError: no file at ``export_path``.
@@ -143,72 +149,88 @@ class ModelExporter:
         fmt = ExportFormat.qonnx if qonnx else ExportFormat.qcdq
         opset = next((o.version for o in onnx_model.opset_import if o.domain in ("", "ai.onnx")), 0)
         inputs = ExampleInputs.of(model, args)
-        return self._verify(onnx_model, fmt, opset, inputs, self._reference(model, inputs), tolerance_lsb, [], model=model)
+        return self._verify(
+            onnx_model, fmt, opset, inputs, self._reference(model, inputs), tolerance_lsb, [], graph_inputs=graph_inputs, model=model
+        )
 
     def export_finn_dataflow(
         self,
         model: nn.Module,
         example: torch.Tensor,
+        config: Any = None,
         *,
-        part: str = "xc7z020clg400-1",
+        part: str | None = None,
         target_fps: float | None = None,
-        clock_mhz: float = 100.0,
+        clock_mhz: float | None = None,
         top_k: int | None = None,
-        integer_input: bool = False,
-        folding: dict[str, dict[str, Any]] | None = None,
+        integer_input: bool | None = None,
+        folding: Any = None,
     ):
         """Take the model into FINN's dataflow: ``export_path`` is the output directory.
 
-        Exports QONNX (verified against torch) to ``model.qonnx.onnx`` in the directory, runs FINN's
-        front end on the written file to one dataflow partition of hardware layers (each step
-        executed and compared on the first four samples), executes the hardware graph on every
+        Exports QONNX (verified against torch) to ``model.qonnx.onnx`` in the directory and runs the
+        FINN build on it (``config``, a ``FinnBuildConfig`` from
+        :mod:`quark.torch.extensions.brevitas.finn_steps`; its fields may be given as keywords
+        instead): FINN's front end to one dataflow partition of hardware layers (each step executed
+        and compared with torch on the first four samples), the hardware graph executed on every
         sample of ``example`` (a batch of inputs: pass a whole test set to compare the predictions on
-        all of it) against the model's outputs, folds the layers for ``target_fps`` at ``clock_mhz``
-        on ``part`` and writes the estimate report. ``integer_input``: the accelerator takes the
-        integers of the network input's quantizer (e.g. ``UINT8`` pixels, FINN's usual interface: its
-        scale folds into the first layer) instead of floats it thresholds itself; the hardware graph
-        is then executed on the integers that quantizer makes of ``example``. ``folding`` (node name
-        -> PE / SIMD, e.g. a width search's ``SearchPoint.folding``) replaces FINN's SetFolding. Returns a
-        ``DataflowExport`` (see :mod:`~quark.torch.extensions.brevitas._backend.targets.finn.dataflow`;
-        needs finn-plus). The model is unchanged. Layers with accumulator-aware weights (``A2QSpec``)
-        are checked after FINN's MinimizeAccumulatorWidth: each MVAU / VVAU's accumulator must lie
-        within the promised width; the result (``DataflowExport.accumulators``), ``print(result)`` and
-        ``estimate.md`` / ``estimate.json`` report each with FINN's estimate of the LUTs it saves against
-        the unconstrained accumulator.
+        all of it), the layers folded for ``target_fps`` at ``clock_mhz`` on ``part`` (``folding``: a
+        layer's PE / SIMD / ... on top, as ``estimate.md`` names the layer) and estimated.
+        ``integer_input``: the accelerator takes the integers of the network input's quantizer (e.g.
+        ``UINT8`` pixels, FINN's usual interface: its scale folds into the first layer) instead of
+        floats it thresholds itself. The directory is a build FINN's own builder continues (its
+        ``build.py`` and ``build_config.json``). Returns a ``DataflowExport`` (needs finn-plus). The
+        model is unchanged. Layers with accumulator-aware weights (``A2QSpec``) are checked after
+        FINN's MinimizeAccumulatorWidth: each MVAU / VVAU's accumulator must lie within the promised
+        width; the result and ``estimate.md`` report each with the LUTs it saves.
 
         Raises:
             FinnError: a FINN step failed or changed the outputs, a node could not be mapped to
                 hardware (named with its module and the fix), the hardware graph differs from the
-                model, or an accumulator-aware layer's accumulator is beyond its promise (named with
-                its module, promised and FINN's width).
+                model, or an accumulator-aware layer's accumulator is beyond its promise.
+            FinnConfigError: a build setting (part, clock, target, folding) that cannot be used.
         """
         from quark.torch.extensions.brevitas._backend.accumulator import promises
-        from quark.torch.extensions.brevitas._backend.targets.finn import dataflow, interface, pipeline
+        from quark.torch.extensions.brevitas._backend.targets import TARGETS
+        from quark.torch.extensions.brevitas._backend.targets.finn import dataflow, interface
+        from quark.torch.extensions.brevitas._backend.targets.finn.build_config import FinnBuildConfig
+        from quark.torch.extensions.brevitas._backend.targets.finn.front_end import require_finn
 
         if not isinstance(example, torch.Tensor):
             raise TypeError(
                 f"example: FINN's dataflow takes one input tensor (batch first), got {type(example).__name__}"
             )
-        pipeline.require_finn()
-        fpga = dataflow.resolve(part)  # an unknown part fails before the long steps
-        path = os.path.join(self.export_path, "model.qonnx.onnx")
-        ModelExporter(path).export_qonnx_model(model, example)
+        require_finn()
+        given = {
+            "part": part,
+            "target_fps": target_fps,
+            "clock_mhz": clock_mhz,
+            "top_k": top_k,
+            "integer_input": integer_input,
+            "folding": folding,
+        }
+        given = {k: v for k, v in given.items() if v is not None}
+        if config is not None and not isinstance(config, FinnBuildConfig):
+            raise TypeError(f"config: expected a FinnBuildConfig or None, got {type(config).__name__}")
+        config = (config or FinnBuildConfig()).replace(**given)  # a bad setting fails before the export
+        path = os.path.join(self.export_path, dataflow.FILES["qonnx"])
+        ModelExporter(path).export_qonnx_model(model, example[:1])  # FINN's graphs take one sample at a time
         expected = self._reference(model, ExampleInputs.of(model, example))[0]
-        inputs = pipeline.as_array(example, "example")
-        if integer_input:
-            interface_ = interface.integer_input(path)
-            inputs = interface_.integers(inputs)
+        inputs = dataflow.as_array(example, "example")
+        interface_ = None
+        if config.integer_input:
+            integer_path = os.path.join(self.export_path, dataflow.FILES["integer_input_qonnx"])
+            interface_ = interface.integer_input(path, integer_path)
+            path, inputs = integer_path, interface_.integers(inputs)
             logger.info("FINN dataflow input: %s integers, scale %g", interface_.datatype, interface_.scale)
-        return dataflow.export_finn_dataflow(
+        build = TARGETS[DeviceType.FINN].build()  # the FINN target's build: dataflow.export_finn_dataflow
+        return build(
             path,
             inputs,
             self.export_path,
+            config,
             expected=expected,
-            part=fpga,
-            target_fps=target_fps,
-            clock_mhz=clock_mhz,
-            top_k=top_k,
-            folding=folding,
+            integer_input=interface_,
             accumulators=promises(model),
         )
 
@@ -323,7 +345,9 @@ class ModelExporter:
             onnx.save(exported, path)
         return exported
 
-    def _verify(self, onnx_model, fmt, opset, inputs, expected, tolerance_lsb, target_checks, outputs=None, model=None):
+    def _verify(
+        self, onnx_model, fmt, opset, inputs, expected, tolerance_lsb, target_checks, outputs=None, model=None, graph_inputs=None
+    ):
         from quark.torch.extensions.brevitas._backend.export import verify as checks
 
         common = {
@@ -341,7 +365,7 @@ class ModelExporter:
             tolerance_lsb = checks.EXACT_TOLERANCE_LSB if exact else checks.DEFAULT_TOLERANCE_LSB
         from quark.torch.extensions.brevitas._backend.export import safe_graph
 
-        feeds = [t.detach().cpu().numpy() for t in inputs.tensors]
+        feeds = list(graph_inputs) if graph_inputs is not None else [t.detach().cpu().numpy() for t in inputs.tensors]
         safe_graph.check(onnx_model, self.export_path)  # the check files from elsewhere pass before they run
         try:
             produced = checks.RUNNERS[fmt](onnx_model, feeds)
@@ -355,7 +379,7 @@ class ModelExporter:
         names = outputs or default_output_names(len(expected))
         outputs = checks.compare(graph, produced, expected, names, exact, tolerance_lsb)
         replayed = None
-        if fmt is ExportFormat.qcdq and not exact and model is not None and not all(o.passed for o in outputs):
+        if fmt is ExportFormat.qcdq and not exact and model is not None and graph_inputs is None and not all(o.passed for o in outputs):
             from quark.torch.extensions.brevitas._backend.export.replay import replay
 
             # float operations between quantizers rounded differently: quantizer by quantizer (replay.py)
