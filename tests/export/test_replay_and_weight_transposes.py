@@ -73,7 +73,12 @@ def test_replay_maps_every_quantizer_and_agrees_with_the_graph(onnx_path):
     inputs = ExampleInputs.of(qmodel, x)
     calls = replay_module.quantizer_calls(qmodel, inputs.run)
     assert calls == ["q.input_quant", "k.input_quant", "out.input_quant"]
-    assert len(replay_module.quantizer_tensors(model)) == len(calls)  # one QuantizeLinear per call, in order
+    nodes = replay_module.quantizer_tensors(model)
+    assert [path for path, _, _ in nodes] == calls  # one QuantizeLinear per call, in order, named by its scope
+    assert replay_module.pair_calls(calls, nodes) == {0: 0, 1: 1, 2: 2}
+    # a quantizer whose result the graph does not use has no node: left out; a node without its call: no pairing
+    assert replay_module.pair_calls(["unused.input_quant", *calls], nodes) == {1: 0, 2: 1, 3: 2}
+    assert replay_module.pair_calls(calls[:2], nodes) is None
     result, feeds = _replay(model, qmodel, x)
     (produced,) = verify.RUNNERS[ExportFormat.qcdq](model, feeds)
     assert result.quantizers == 3 and result.worst_lsb <= 1

@@ -18,8 +18,8 @@ rounding mode or grid differs elsewhere too), and the graph's values are passed 
 that every segment between quantizers (the quantized layers' weights and biases, the float operations)
 is compared on the same integers with the usual tolerance. The graph's QuantizeLinear nodes pair with
 the model's activation quantizers in the order of their calls (the order the exporter traced them
-in); a graph where they do not pair up one to one (another count, another shape) keeps the plain
-result.
+in), each with the next call of the module its name's scope names (a quantizer whose result the graph
+does not use has no node: it is left out); a graph where a node finds no call keeps the plain result.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from torch import nn
 
 #: QuantizeLinear nodes added after data movement (:mod:`.qdq`): requantize quantized values, exactly
 PROPAGATED = "_qdq_Q"
+#: the exporter's scope of a quantizer's nodes: ``/<module path>/export_handler[_<n>]/QuantizeLinear``
+HANDLER = "export_handler"
 
 
 @dataclass(frozen=True)
@@ -50,15 +52,29 @@ class Replay:
     worst_lsb: float  # the largest quantizer difference, in its LSBs (a flip away from a rounding boundary: inf)
 
 
-def quantizer_tensors(onnx_model: onnx.ModelProto) -> list[tuple[str, str]]:
-    """(the tensor each QuantizeLinear reads, the tensor its DequantizeLinear gives), in graph order: the
-    order of the quantizers' calls, which the exporter records as it traces the model."""
+def quantizer_tensors(onnx_model: onnx.ModelProto) -> list[tuple[str, str, str]]:
+    """(the module path in the node's name, the tensor each QuantizeLinear reads, the tensor its
+    DequantizeLinear gives), in graph order: the order of the quantizers' calls, which the exporter
+    records as it traces the model. The path is the exporter's scope (``/<path>/export_handler/...``),
+    which in a ``GraphModule`` holds only the last part of the module's path."""
     dequantized = {n.input[0]: n.output[0] for n in onnx_model.graph.node if n.op_type == "DequantizeLinear"}
     return [
-        (node.input[0], dequantized.get(node.output[0], ""))
+        (node.name.strip("/").split(f"/{HANDLER}")[0].replace("/", "."), node.input[0], dequantized.get(node.output[0], ""))
         for node in onnx_model.graph.node
         if node.op_type == "QuantizeLinear" and not node.name.endswith(PROPAGATED)
     ]
+
+
+def pair_calls(calls: list[str], nodes: list[tuple[str, str, str]]) -> dict[int, int] | None:
+    """Call index -> node index: each node takes the next call whose module path it names (its path, or
+    the path's end); calls without a node (a quantizer whose result the graph does not use, dropped by
+    the exporter) are left out. None when a node finds no call."""
+    paired, node = {}, 0
+    for index, path in enumerate(calls):
+        if node < len(nodes) and (path == nodes[node][0] or path.endswith("." + nodes[node][0])):
+            paired[index] = node
+            node += 1
+    return paired if node == len(nodes) else None
 
 
 def quantizer_calls(model: nn.Module, run_model: Callable[[nn.Module], Any]) -> list[str]:
@@ -89,26 +105,29 @@ def replay(
     """The quantizer-by-quantizer comparison of the module docstring; None where it does not apply (the
     graph's quantizers and the model's calls do not pair up one to one)."""
     training = model.training
-    pairs = quantizer_tensors(onnx_model)
+    nodes = quantizer_tensors(onnx_model)
     calls = quantizer_calls(model, run_model)
-    if not pairs or len(pairs) != len(calls) or any(not dq for _, dq in pairs):
+    paired = pair_calls(calls, nodes) if nodes and all(dq for _, _, dq in nodes) else None
+    if paired is None:
         model.train(training)
         return None
     probed = onnx.ModelProto()
     probed.CopyFrom(onnx_model)
     outputs = len(probed.graph.output)
-    tensors = list(dict.fromkeys(t for pair in pairs for t in pair))
+    tensors = list(dict.fromkeys(t for _, q, dq in nodes for t in (q, dq)))
     probed.graph.output.extend(onnx.helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None) for t in tensors)
     results = run_graph(probed, feeds)
     if len(results) != outputs + len(tensors):  # a runner that gives the graph's outputs only
         model.train(training)
         return None
     graph = dict(zip(tensors, results[outputs:], strict=True))
-    seen: dict[str, Any] = {"call": 0, "flipped": 0, "values": 0, "worst": 0.0, "mismatched": False, "input": None}
+    seen: dict[str, Any] = {"call": 0, "fed": 0, "flipped": 0, "values": 0, "worst": 0.0, "mismatched": False, "input": None}
 
     def feed(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        if seen["call"] not in paired:  # no node in the graph: runs as it is
+            return args
         current = getattr(args[0], "value", args[0])
-        given = torch.from_numpy(graph[pairs[seen["call"]][0]])
+        given = torch.from_numpy(graph[nodes[paired[seen["call"]]][1]])
         if tuple(given.shape) != tuple(current.shape):
             seen["mismatched"] = True
             return args
@@ -116,8 +135,12 @@ def replay(
         return (seen["input"], *args[1:])
 
     def take(module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
-        dq = pairs[seen["call"]][1]
+        call = seen["call"]
         seen["call"] += 1
+        if call not in paired:
+            return output
+        dq = nodes[paired[call]][2]
+        seen["fed"] += 1
         ours = getattr(output, "value", output)
         theirs = torch.from_numpy(graph[dq]).to(ours)
         if seen["mismatched"] or theirs.shape != ours.shape:
@@ -147,10 +170,10 @@ def replay(
         for handle in handles:
             handle.remove()
         model.train(training)
-    if seen["mismatched"] or seen["call"] != len(pairs):
+    if seen["mismatched"] or seen["fed"] != len(nodes):
         return None
     expected = [t.detach().float().cpu().numpy() for t in produced]
-    return Replay(expected, len(pairs), seen["flipped"], seen["values"], seen["worst"])
+    return Replay(expected, len(nodes), seen["flipped"], seen["values"], seen["worst"])
 
 
 def _at_boundaries(x: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, flips: torch.Tensor) -> bool:
