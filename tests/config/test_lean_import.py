@@ -22,6 +22,15 @@ MODULES = (
     "quark.torch.extensions.brevitas.normalise",
     "quark.torch.quantization.config.datatype_specs",
     "quark.torch.quantization.quark013",
+    # AMD Quark's layout: its entry points load on first use, its export configs and utilities are pure
+    "quark.torch",
+    "quark.torch.export",
+    "quark.torch.export.config.config",
+    "quark.torch.quantization.observer.observer",
+    "quark.torch.quantization.observer.tqt_observer",
+    "quark.torch.quantization.observer.lsq_observer",
+    "quark.common.utils.import_utils",
+    "quark.common.utils.log",
 )
 
 BLOCK = f"""

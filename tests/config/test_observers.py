@@ -229,7 +229,7 @@ OBSERVER_CASES = {
     "PerTensorPowOf2MinMSEObserver": (_UINT8_POF2, "input_tensors", _is(Format.integer, "pof2_mse", _PER_TENSOR), _pof2_grid),
     "PerChannelPowOf2MinMaxObserver": (_INT8_CHANNEL_POF2, "weight", _is(Format.integer, "minmax", _PER_CHANNEL), _pof2_grid),
     "PerChannelPowOf2MinMSEObserver": (
-        _INT8_CHANNEL_POF2, "weight", _refused("MinMSE search over five powers of two has no Brevitas weight statistic"), _pof2_grid
+        _INT8_CHANNEL_POF2, "weight", _refused("MinMSE search over five powers of two runs per tensor here"), _pof2_grid
     ),
     "LSQObserver": ({"dtype": "uint8"}, "input_tensors", _is(Format.integer, "lsq", _PER_TENSOR), _lsq),
     "TQTObserver": (

@@ -47,9 +47,9 @@ CASES = [
         r"observer_cls=PerBlockMXDiffsObserver is not supported: a per-block search of the shared exponent .*use OCP_MXFP4Spec",
     ),
     (
-        QuantizationSpec(**INT8, observer_cls=PerTensorPowOf2MinMSEObserver),
+        QuantizationSpec(**{**INT8, "symmetric": False}, observer_cls=PerTensorPowOf2MinMSEObserver),
         "weight",
-        r"observer_cls=PerTensorPowOf2MinMSEObserver is not supported for weights: .*PerTensorPowOf2MinMaxObserver",
+        r"observer_cls=PerTensorPowOf2MinMSEObserver on a weight searches a symmetric grid; allowed: symmetric=True",
     ),
     (
         QuantizationSpec(**INT8, observer_cls=PerTensorHistogramObserverPro),

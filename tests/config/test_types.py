@@ -152,6 +152,7 @@ def test_all_exports_exist():
         "RoundType",
         "DeviceType",
         "QuantizationMode",
+        "QuantFlow",
         "TQTThresholdInitMeth",
     }
     for name in qtype.__all__:

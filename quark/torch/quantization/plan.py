@@ -33,6 +33,10 @@ from quark.torch.quantization.tensor_quant import TensorQuant, normalise
 #: ``nn.Linear`` only under TorchScript (it casts the weights to the input's dtype)
 EQUIVALENT_SUBCLASSES: dict[str, type[nn.Module]] = {"timm.layers.linear.Linear": nn.Linear}
 
+#: the attribute where ``ModelQuantizer.quantize_model`` records the config of the model it returns
+#: (AMD Quark's name): the targets read its mode, Quark's file formats write it beside the tensors
+CONFIG_ATTRIBUTE = "quant_config"
+
 
 def qualified_name(cls: type) -> str:
     """``module.QualName`` of a class: how tables name classes of libraries they do not import."""

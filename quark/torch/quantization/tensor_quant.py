@@ -715,11 +715,20 @@ def check_role(tq: TensorQuant, role: str, where: str) -> TensorQuant:
             f"qscheme={tq.qscheme.name} is not supported for {role} (static or dynamic); "
             "activations are quantized per_tensor",
         )
+    if role in ("weight", "bias") and tq.statistic == "pof2_mse" and not tq.symmetric:
+        raise fail(
+            where,
+            f"observer_cls=PerTensorPowOf2MinMSEObserver on a {role} searches a symmetric grid; allowed: symmetric=True",
+        )
     if role == "bias":
         if tq.format is not Format.integer:
             raise fail(where, f"bias quantization must be integer; got a {tq.format.value} format")
-        if tq.tqt:
-            raise fail(where, "qat_spec=TQTSpec does not apply to bias (its scale follows input and weight scales)")
+        if tq.tqt and tq.bias_scale_from_product:
+            raise fail(
+                where,
+                "qat_spec=TQTSpec needs a bias with its own threshold (observer_cls=TQTObserver, as AMD Quark writes it); "
+                "without an observer the bias scale is input scale x weight scale",
+            )
         if not tq.symmetric:
             raise fail(where, "bias quantization must be symmetric (symmetric=True)")
         if not tq.signed:

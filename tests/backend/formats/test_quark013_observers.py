@@ -76,6 +76,21 @@ def test_pof2_minmse_votes_over_each_batch_best_power_of_two():
     assert _input_scale(_act(PerTensorPowOf2MinMSEObserver), batches).item() == expected
 
 
+def test_pof2_minmse_weights_take_the_best_power_of_two_of_the_weight():
+    """Quark's vision example (--mse_powof2) gives weights and biases PerTensorPowOf2MinMSEObserver: the
+    search runs on the tensor itself."""
+    torch.manual_seed(0)
+    layer = nn.Linear(64, 8)
+    with torch.no_grad():  # max |w| = 1.4 x 127.5 x 2^-6: MinMax's power of two rounds down to 2^-6 and clips
+        layer.weight.mul_(1.4 * 127.5 * 2.0**-6 / layer.weight.abs().max())
+    w = layer.weight.data.clone()
+    spec = QuantizationSpec(dtype=Dtype.int8, observer_cls=PerTensorPowOf2MinMSEObserver, symmetric=True)
+    qlayer = quantize(layer_config(weight=spec, bias=spec), nn.Sequential(layer))[0]
+    assert _mse_choice(w) != _pof2(2 * float(w.abs().max()) / 255)  # the search moves the scale: not vacuous
+    assert qlayer.quant_weight().scale.item() == _mse_choice(w)
+    assert qlayer.quant_bias().scale.item() == _mse_choice(layer.bias.data)
+
+
 def test_pof2_per_channel_minmax_weights_are_per_channel_powers_of_two():
     torch.manual_seed(0)
     layer = nn.Linear(16, 4)

@@ -134,7 +134,7 @@ RULE_CASES = {
         ),
         nn.Linear(32, 4),
         (32, 32),
-        r"input_tensors mx int8 blocks along ch_axis=0; allowed: blocks along the layer's channels, ch_axis=-1 for a Linear",
+        r"input_tensors mx int8 blocks along ch_axis=0; allowed: blocks along the layer.s channels, ch_axis=-1 \(or 1, the features of a 2-D tensor\) for a Linear",
     ),
     "accumulator-aware weights (A2QSpec) without a quantized integer input": (
         QuantizationConfig(weight=_a2q()),

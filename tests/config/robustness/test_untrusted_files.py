@@ -84,6 +84,8 @@ ALLOWED_RESOLVING = {
     ("quark/torch/quantization/config/algorithms/registry.py", "importlib.import_module"),
     # module names that config flavours announce in code (add_flavour), never read from a file
     ("quark/torch/quantization/flavours.py", "importlib.import_module"),
+    # quark.torch's lazy names (AMD Quark's entry points): module names in its own table, never read from a file
+    ("quark/torch/__init__.py", "importlib.import_module"),
     # the command line's --model / --data-module: code the user names on the command line (a module or a
     # file.py), or the file a checkpoint recorded for the model the same user named when quantizing
     ("quark/torch/extensions/brevitas/cli/inputs.py", "importlib.import_module"),

@@ -3,6 +3,8 @@ exporter (and independently here); configs and graphs that cannot meet the targe
 
 from __future__ import annotations
 
+import re
+
 import brevitas.nn as qnn
 import numpy as np
 import onnx
@@ -71,20 +73,43 @@ def test_xint8_models_meet_the_ipu_target(onnx_path, name, graph):
 
 @pytest.mark.parametrize("name, node", [("resnet", r"Relu|Add"), ("two_inputs", r"Gemm|Add")])
 def test_float_operations_outside_qdq_are_named(onnx_path, name, node):
-    """Layer by layer, a residual addition runs on float values: the integer-only rule names the node."""
+    """Layer by layer, a residual addition runs on float values: the report names the node as running
+    on the CPU (Ryzen AI partitions the graph), each layer is checked; graph mode, whose graph must be
+    integer-only, refuses such a graph naming the node (an MLP of two branches quantized layerwise,
+    checked as a graph-mode model)."""
     quantizer, qmodel, x = _xint8(name)
+    report = ModelExporter(onnx_path).export_onnx_model(qmodel, x, plans=quantizer.plans)
+    note = next(c for c in report.target_checks if "float operations run on the CPU" in c)
+    assert re.search(rf"({node}) '[^']+': (input|output) '[^']+' is not (dequantized|quantized again)", note)
+    assert not ipu.precisions.layerwise(_as_graph_mode(qmodel)) and ipu.precisions.layerwise(qmodel)
     with pytest.raises(
         TargetCheckError, match=rf"({node}) '[^']+': (input|output) '[^']+' is not (dequantized|quantized again)"
     ):
-        ModelExporter(onnx_path).export_onnx_model(qmodel, x, plans=quantizer.plans)
+        ModelExporter(onnx_path).export_onnx_model(_as_graph_mode(qmodel), x, plans=quantizer.plans)
+
+
+def _as_graph_mode(qmodel):
+    """The same quantized model, recorded as quantized in graph mode (the IPU then requires integer-only)."""
+    import copy
+
+    from quark.torch.quantization.config.type import QuantizationMode
+
+    config = copy.copy(qmodel.quant_config)
+    config.quant_mode = QuantizationMode.fx_graph_mode
+    marked = copy.copy(qmodel)
+    marked.quant_config = config
+    return marked
 
 
 def test_layers_with_float_operands_are_named(onnx_path):
     quantizer, qmodel, x = _xint8("encoder")  # attention's activation x activation products stay float
+    report = ModelExporter(onnx_path).export_onnx_model(qmodel, x, plans=quantizer.plans)
+    note = next(c for c in report.target_checks if "float operations run on the CPU" in c)
+    assert re.search(r"MatMul '[^']+': a product of two activations", note)
     with pytest.raises(
         TargetCheckError, match=r"MatMul .*: input 0 .* is not dequantized from an integer \(float operand\)"
     ):
-        ModelExporter(onnx_path).export_onnx_model(qmodel, x, plans=quantizer.plans)
+        ModelExporter(onnx_path).export_onnx_model(_as_graph_mode(qmodel), x, plans=quantizer.plans)
 
 
 def _config_with(**changes) -> object:

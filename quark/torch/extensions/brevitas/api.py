@@ -26,6 +26,7 @@ from quark.torch.extensions.brevitas._backend.calibrate import (
     HOW_TO_CALIBRATE,
     UncalibratedModelError,
     add_calibrated_flags,
+    calibrate_on_first_call,
     static_act_proxies,
     uncalibrated,
 )
@@ -39,12 +40,15 @@ from quark.torch.extensions.brevitas._backend.export.errors import (
 )
 from quark.torch.extensions.brevitas._backend.export.formats import ExportFormat
 from quark.torch.extensions.brevitas._backend.exporter import PLANS_ATTRIBUTE, ModelExporter
+from quark.torch.extensions.brevitas._backend.qat import freeze as freeze_model
 from quark.torch.extensions.brevitas._backend.rewrite import rewriter_for
+from quark.torch.extensions.brevitas._backend.rewrite.exported import copy_model
 from quark.torch.extensions.brevitas._backend.rules import layers as rules
 from quark.torch.extensions.brevitas._backend.targets.finn.errors import FinnError
 from quark.torch.quantization import plan as planning
 from quark.torch.quantization.config import config as main
 from quark.torch.quantization.config.algorithms import Phase, implementation_of
+from quark.torch.quantization.quark013_api import QuarkFeatureRefused
 
 __all__ = [
     "AlgorithmCheck",
@@ -128,20 +132,45 @@ def _verdict(without: float, with_: float) -> str:
     return "increased" if with_ > without else ("reduced" if with_ < without else "left unchanged")
 
 
+#: why ``ModelQuantizer(config, multi_device=True)`` is refused
+MULTI_DEVICE_REFUSED = (
+    "ModelQuantizer(config, multi_device=True): spreading one model over several devices (Quark's accelerate device "
+    "maps for LLMs that do not fit one device) is not supported; the model is quantized on the device it is on. Use "
+    "multi_device=False; for several processes, call torch.distributed.init_process_group before quantize_model "
+    "(observers merge their statistics across ranks) and wrap the quantized model in DistributedDataParallel"
+)
+#: why ``ModelQuantizer.direct_quantize_checkpoint`` is refused
+FILE_TO_FILE_REFUSED = (
+    "ModelQuantizer.direct_quantize_checkpoint: quantizing safetensors shards on disk (Quark's file-to-file flow for "
+    "LLM checkpoints too large for memory) is not supported; load the model and call quantize_model(model, dataloader), "
+    "then export_safetensors(model, output_dir)"
+)
+
+
 class ModelQuantizer:
     """Quantize a PyTorch model as a Quark config says, with Brevitas.
 
-    Accepts the main Quark config (``quark.torch.quantization.config.config.Config``) or the
-    Brevitas extension's (``quark.torch.extensions.brevitas.config.Config``). The config's
-    mode and algorithms are checked here: one without an implementation fails at construction.
+    The entry point of both AMD Quark's main API (``quark.torch.ModelQuantizer``: this class) and its
+    Brevitas extension. Accepts the main Quark config (``quark.torch.quantization.config.config.Config``
+    / ``QConfig``) or the Brevitas extension's (``quark.torch.extensions.brevitas.config.Config``). The
+    config's mode and algorithms are checked here: one without an implementation fails at construction.
 
     Example::
 
-        quant_model = ModelQuantizer(config).quantize_model(model, calib_loader)
+        quantizer = ModelQuantizer(config)
+        quant_model = quantizer.quantize_model(model, calib_loader)
         print(quantizer.summary())
+        frozen = quantizer.freeze(quant_model)      # for deployment (AMD Quark's step before export)
+
+    Args:
+        config: the config.
+        multi_device: AMD Quark's flag to spread an LLM over several devices; only False (the
+            default) is supported, True is refused naming the reason.
     """
 
-    def __init__(self, config: main.Config | ext.Config) -> None:
+    def __init__(self, config: main.Config | ext.Config, multi_device: bool = False) -> None:
+        if multi_device:
+            raise QuarkFeatureRefused(MULTI_DEVICE_REFUSED)
         try:
             self.view = planning.config_view(config)
         except TypeError as error:
@@ -157,6 +186,7 @@ class ModelQuantizer:
         model: nn.Module,
         calib_loader: Iterable[Any] | None = None,
         *,
+        dataloader: Iterable[Any] | None = None,
         num_calib_batches: int | None = None,
         progress: bool = True,
         inplace: bool = False,
@@ -172,14 +202,18 @@ class ModelQuantizer:
         algorithms run.
 
         Args:
-            model: the float model; left unchanged unless ``inplace``.
+            model: the float model (a ``GraphModule`` from ``torch.export`` too, in graph mode: its
+                layers are recovered from the ATen calls); left unchanged unless ``inplace``.
             calib_loader: a DataLoader or any iterable of tensors, tuples/lists (leading elements are
                 the positional inputs) or dicts (keyword inputs). Needed when an algorithm of the
                 config needs data. Without it, static activations stay uncalibrated, as in AMD Quark's
                 extension: one :class:`UncalibratedModelWarning` names them and how to calibrate
                 (:func:`calibrate`, or an algorithm's ``apply(model, calib_loader)``, which calibrates
                 first); exporting or freezing the model before that is an
-                :class:`UncalibratedModelError`.
+                :class:`UncalibratedModelError`. An empty one (``[]``, as AMD Quark's TQT scripts
+                pass to train directly) is taken when every static activation quantizer is a
+                trained TQT / LSQ one: they calibrate on the model's first call (Quark's warm-up).
+            dataloader: AMD Quark's main-API name of ``calib_loader`` (give one of the two).
             num_calib_batches: use at most this many batches (in calibration and in each pass of
                 an algorithm).
             progress: show progress bars.
@@ -200,6 +234,10 @@ class ModelQuantizer:
         """
         if not isinstance(model, nn.Module):
             raise TypeError(f"quantize_model(model=...): expected a torch.nn.Module, got {type(model).__name__}")
+        if dataloader is not None:
+            if calib_loader is not None:
+                raise TypeError("quantize_model: calib_loader and dataloader name the same data; give one of them")
+            calib_loader = dataloader
         if num_calib_batches is not None and num_calib_batches <= 0:
             raise ValueError(f"num_calib_batches={num_calib_batches}: must be a positive integer or None")
         specs = planning.config_specs(self.view)  # spec errors surface before the model is touched
@@ -212,7 +250,7 @@ class ModelQuantizer:
         try:
             # built outside inference mode, so that the quantized model trains (QAT) afterwards
             with torch.inference_mode(False):
-                work = self._quantize(model if inplace else copy.deepcopy(model), data, known_names, calibrate, stage)
+                work = self._quantize(model if inplace else copy_model(model), data, known_names, calibrate, stage)
         except BaseException as error:
             if restore is not None:
                 restore()
@@ -283,12 +321,14 @@ class ModelQuantizer:
         work = self.rewriter.rewrite(work, plans, sites)
         self.plans = plans
         setattr(work, PLANS_ATTRIBUTE, plans)  # the exporter reads target_device from them
+        setattr(work, planning.CONFIG_ATTRIBUTE, self.config)  # Quark's save / export functions write it beside the tensors
 
         add_calibrated_flags(work)
         if calibrate and static_act_proxies(work):
             if data is not None:
                 stage("calibration")
-                run_calibration(work, data)
+                if not run_calibration(work, data, allow_empty=True):
+                    calibrate_on_first_call(work)
             else:
                 warnings.warn(_uncalibrated_message(uncalibrated(work)), UncalibratedModelWarning, stacklevel=3)
         work = self._run_phase(Phase.after_calibration, work, data, stage)
@@ -328,6 +368,30 @@ class ModelQuantizer:
     def summary(self) -> str:
         """Table of what each layer got, from the last ``quantize_model`` call."""
         return planning.format_plan(self.plans)
+
+    @staticmethod
+    def freeze(model: nn.Module, quantize: bool | None = None, runtime_options: Any = None) -> nn.Module:
+        """AMD Quark's ``ModelQuantizer.freeze``: fix every quantization parameter for deployment and
+        return ``model`` (in eval mode); outputs are unchanged, bit for bit
+        (:func:`quark.torch.extensions.brevitas.qat.freeze` says what it does to each kind of weight).
+
+        Args:
+            model: a model ``quantize_model`` returned, calibrated.
+            quantize: True or None (Quark's default for eager models) replaces weights with learned
+                scales (TQT) by their quantized values; False keeps every weight's float values.
+            runtime_options: Quark's native inference options; only None, other values are refused
+                (this package has no native inference kernels).
+        """
+        if runtime_options is not None:
+            raise QuarkFeatureRefused(
+                f"ModelQuantizer.freeze(runtime_options={runtime_options!r}): Quark's native inference kernels (ROCm / "
+                "CUDA fp8, MXFP4 GEMMs) have no counterpart here; leave runtime_options=None and deploy with export_onnx"
+            )
+        return freeze_model(model, bake_weights=quantize is not False)
+
+    def direct_quantize_checkpoint(self, *args: Any, **kwargs: Any) -> None:
+        """AMD Quark's file-to-file flow: refused (:class:`QuarkFeatureRefused` says why and what to use)."""
+        raise QuarkFeatureRefused(FILE_TO_FILE_REFUSED)
 
 
 def calibrate(

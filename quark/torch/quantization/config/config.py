@@ -16,9 +16,11 @@ Layer types serialise by class name; observers by their registered name (see
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
+from quark.common.utils.log import ScreenLogger
 from quark.torch.quantization.config import datatype_specs as _datatype_specs
+from quark.torch.quantization.config import tables as _tables
 from quark.torch.quantization.config._fields import (
     CONFIG_VERSION,
     FileConfig,
@@ -52,10 +54,38 @@ from quark.torch.quantization.config.spec import (
     QuantizationSpec,
     TQTSpec,
 )
+from quark.torch.quantization.config.tables import *  # Quark's string tables and lookups live here in Quark
 from quark.torch.quantization.config.type import (
+    ALL_DATA_TYPES,
     DeviceType,
+    Dtype,
+    QSchemeType,
+    QuantFlow,
     QuantizationMode,
+    RoundType,
+    ScaleType,
+    TQTThresholdInitMeth,
+    ZeroPointType,
 )
+from quark.torch.quantization.observer import (
+    OBSERVER_CLASSES,
+    OBSERVER_MAP,
+    PER_CHANNEL_OBSERVERS,
+    PER_GROUP_OBSERVERS,
+    PER_TENSOR_OBSERVERS,
+    ObserverBase,
+    PerBlockMXDiffsObserver,
+    PerBlockMXObserver,
+    PerChannelMinMaxObserver,
+    PerGroupMinMaxObserver,
+    PerTensorHistogramObserver,
+    PerTensorHistogramObserverPro,
+    PerTensorMinMaxObserver,
+    PerTensorMSEObserver,
+    PerTensorPercentileObserver,
+    PlaceholderObserver,
+)
+from quark.torch.quantization.quark013_api import refuse
 
 __all__ = [
     "A2QSpec",
@@ -274,9 +304,55 @@ QLayerConfig = QuantizationConfig
 QTensorConfig = QuantizationSpec
 
 
+#: the type variables of Quark's config classes
+QCT = TypeVar("QCT", bound=Config)
+QLT = TypeVar("QLT", bound=QuantizationConfig)
+QTT = TypeVar("QTT", bound=QuantizationSpec)
+
 # AMD Quark 0.13's DataTypeSpec helpers (config/datatype_specs.py, built on config/spec.py), where Quark
 # defines them; datatype_specs' own tables stay there
 __all__ += _datatype_specs.__all__
 __all__.remove("CONVERTERS")
 __all__.remove("OCP_MX_HELPERS")
 del CONVERTERS, OCP_MX_HELPERS  # noqa: F821  (imported by the * above)
+
+# the rest of AMD Quark 0.13's public names of this module: its enums, observers, tables and lookups
+# (docs/quark013.md, "quark.torch.quantization.config.config"); Quark's internals are refused by name
+__all__ += _tables.__all__
+__all__ += [
+    "ALL_DATA_TYPES",
+    "OBSERVER_CLASSES",
+    "OBSERVER_MAP",
+    "PER_CHANNEL_OBSERVERS",
+    "PER_GROUP_OBSERVERS",
+    "PER_TENSOR_OBSERVERS",
+    "QCT",
+    "QLT",
+    "QTT",
+    "DeviceType",
+    "Dtype",
+    "ObserverBase",
+    "PerBlockMXDiffsObserver",
+    "PerBlockMXObserver",
+    "PerChannelMinMaxObserver",
+    "PerGroupMinMaxObserver",
+    "PerTensorHistogramObserver",
+    "PerTensorHistogramObserverPro",
+    "PerTensorMSEObserver",
+    "PerTensorMinMaxObserver",
+    "PerTensorPercentileObserver",
+    "PlaceholderObserver",
+    "QSchemeType",
+    "QuantFlow",
+    "QuantizationMode",
+    "RoundType",
+    "ScaleType",
+    "ScreenLogger",
+    "TQTThresholdInitMeth",
+    "ZeroPointType",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Quark's names of this module that are its internals: refused, naming the reason."""
+    refuse(__name__, name)

@@ -23,7 +23,7 @@ from quark.torch.quantization.config.type import (
     TQTThresholdInitMeth,
     ZeroPointType,
 )
-from quark.torch.quantization.observer import OBSERVERS, ObserverBase
+from quark.torch.quantization.observer import OBSERVERS, ObserverBase, TQTObserver
 
 #: the tensor roles of a layer config, in field order; activations are the first two
 ROLES = ("input_tensors", "output_tensors", "weight", "bias")
@@ -161,9 +161,15 @@ class A2QSpec(QATSpec):
 QAT_SPECS: dict[str, type[QATSpec]] = {"TQTSpec": TQTSpec, "A2QSpec": A2QSpec}
 
 
-def check_tqt(owner: str, qat_spec: Any, *, scale_type: Any, symmetric: bool, qscheme: Any, is_dynamic: bool) -> None:
+def check_tqt(
+    owner: str, qat_spec: Any, *, scale_type: Any, symmetric: bool, qscheme: Any, is_dynamic: bool, quark_tqt: bool = False
+) -> None:
     """TQT learns one power-of-two threshold per tensor: reject specs that say otherwise. Other QAT
-    specs (``A2QSpec``) are checked where the role and dtype are known (the normalisers)."""
+    specs (``A2QSpec``) are checked where the role and dtype are known (the normalisers).
+
+    ``quark_tqt``: the spec names AMD Quark's ``TQTObserver``, whose thresholds are powers of two
+    whatever ``scale_type`` says (Quark's own vision example writes ``ScaleType.float`` with it):
+    ``ScaleType.float`` is then taken as Quark takes it."""
     if qat_spec is None:
         return
     if not isinstance(qat_spec, QATSpec):
@@ -171,7 +177,10 @@ def check_tqt(owner: str, qat_spec: Any, *, scale_type: Any, symmetric: bool, qs
     if not isinstance(qat_spec, TQTSpec):
         return
     problems = {
-        "scale_type": (scale_type is not ScaleType.pof2, "ScaleType.pof2"),
+        "scale_type": (
+            scale_type is not ScaleType.pof2 and not (quark_tqt and scale_type is ScaleType.float),
+            "ScaleType.pof2 (or ScaleType.float with observer_cls=TQTObserver, as AMD Quark writes it)",
+        ),
         "symmetric": (not symmetric, "True"),
         "qscheme": (qscheme not in (None, QSchemeType.per_tensor), "QSchemeType.per_tensor"),
         "is_dynamic": (bool(is_dynamic), "False"),
@@ -314,6 +323,7 @@ class QuantizationSpec(Serialisable):
             symmetric=self.symmetric is not False,
             qscheme=self.qscheme,
             is_dynamic=bool(self.is_dynamic),
+            quark_tqt=self.observer_cls is TQTObserver,
         )
 
 

@@ -1,18 +1,26 @@
 """Enums of AMD Quark's PyTorch quantization config API.
 
 Member names and values follow ``quark.torch.quantization.config.type`` in AMD Quark, so configs
-serialised by Quark load here and vice versa. This module imports nothing but the standard
+serialised by Quark load here and vice versa; the enums derive from Quark's bases
+(:mod:`quark.common.data_type`). Quark 0.13's data-type classes (``Int8``, ``UInt4``, ``FP8_E4M3``,
+``MX6``, ``BFP16``, ...) and the lists built on them name torch dtypes: they live in
+:mod:`.data_types` and load from here on first use. This module imports nothing but the standard
 library.
 """
 
 from __future__ import annotations
 
 from enum import Enum, auto
+from typing import Any
+
+from quark.common import data_type
+from quark.common.data_type import BaseDtype, BaseQSchemeType, BaseRoundType, BaseScaleType, BaseZeroPointType
 
 __all__ = [
     "DeviceType",
     "Dtype",
     "QSchemeType",
+    "QuantFlow",
     "QuantizationMode",
     "RoundType",
     "ScaleType",
@@ -21,7 +29,7 @@ __all__ = [
 ]
 
 
-class QSchemeType(Enum):
+class QSchemeType(BaseQSchemeType):
     """Granularity of quantization parameters.
 
     - ``per_tensor``: one scale (and zero point) for the whole tensor.
@@ -37,14 +45,14 @@ class QSchemeType(Enum):
     per_block = "per_block"
 
 
-class ZeroPointType(Enum):
+class ZeroPointType(BaseZeroPointType):
     """Type of the zero point of asymmetric quantization: rounded to an integer, or kept as float."""
 
     int32 = "int32"
     float32 = "float32"
 
 
-class Dtype(Enum):
+class Dtype(BaseDtype):
     """Element data types.
 
     Integers: ``int8`` [-128, 127], ``uint8`` [0, 255], ``int16``, ``uint16``, ``int32`` (bias),
@@ -130,8 +138,19 @@ _INTEGER_DTYPES = {
 #: block formats: their scales come from each block, the block is (ch_axis, group_size)
 _BLOCK_DTYPES = frozenset({Dtype.mx, Dtype.mx6, Dtype.mx9, Dtype.bfp16})
 
+#: AMD Quark 0.13's Dtype members, in its order (this package's extra ones, uint3 ... ternary, are not Quark's)
+ALL_DATA_TYPES: list[Dtype] = [
+    Dtype(value)
+    for value in (
+        "int8", "uint8", "uint16", "int16", "int32", "int4", "uint4", "int3", "int2", "uint2", "bfloat16", "float16",
+        "fp8_e5m2", "fp8_e4m3", "fp8_e5m3", "fp6_e3m2", "fp6_e2m3", "fp4", "mx", "mx6", "mx9", "bfp16",
+    )
+]  # fmt: skip
+#: Quark's block formats, which have no packed torch dtype
+UNSUPPORTED_TYPES: frozenset[str] = frozenset(dtype.value for dtype in _BLOCK_DTYPES)
 
-class ScaleType(Enum):
+
+class ScaleType(BaseScaleType):
     """Representation of scale factors.
 
     - ``float``: floating point, in the precision of the model.
@@ -152,7 +171,7 @@ class ScaleType(Enum):
     float8_e8m0fnu = "float8_e8m0fnu"
 
 
-class RoundType(Enum):
+class RoundType(BaseRoundType):
     """Rounding of scaled values to the integer grid.
 
     - ``round``: to nearest, ties away from zero (C ``round``; 2.5 -> 3, -2.5 -> -3).
@@ -192,6 +211,17 @@ class QuantizationMode(Enum):
     fx_graph_mode = auto()
 
 
+class QuantFlow(Enum):
+    """AMD Quark 0.13's quantization flows. ``standard`` (the model in memory) is this package's only
+    one; ``file2file`` (safetensors shards quantized on disk) and ``per_block`` (decoder blocks loaded
+    one at a time) serve LLM checkpoints too large for memory and are refused where Quark takes them
+    (``ModelQuantizer.direct_quantize_checkpoint``)."""
+
+    standard = auto()
+    file2file = auto()
+    per_block = auto()
+
+
 class TQTThresholdInitMeth(Enum):
     """Threshold initialisation of TQT (Jain et al., arXiv 1903.08066, Table 2).
 
@@ -204,3 +234,19 @@ class TQTThresholdInitMeth(Enum):
     _3SD = "_3sd"
     _LL_J = "_kl_j"
     _KL_J = "_kl_j"  # alias of _LL_J (same value), Quark's current spelling
+
+
+def __getattr__(name: str) -> Any:
+    """Quark 0.13's names beyond the enums: the bases of :mod:`quark.common.data_type`, and the
+    data-type classes and lists of :mod:`.data_types` (which imports torch), on first use."""
+    from quark.torch.quantization.quark013_api import API_NAMES, PROVIDED, refuse
+
+    if API_NAMES[__name__].get(name, ("",))[0] != PROVIDED:
+        refuse(__name__, name)
+    if hasattr(data_type, name):
+        return getattr(data_type, name)
+    from quark.torch.quantization.config import data_types
+
+    if name == "TORCH_TO_DTYPE_MAP":  # torch dtype -> Dtype
+        return {torch_dtype: Dtype(value) for torch_dtype, value in data_types.TORCH_DTYPE_VALUES.items()}
+    return getattr(data_types, name)

@@ -37,12 +37,18 @@ AMD Quark 0.13's observers, by its names (docs/quark013.md says what each does h
 ``PerTensorPowOf2MinMaxObserver`` / ``PerChannelPowOf2MinMaxObserver`` /
 ``PerTensorPowOf2MinMSEObserver`` (power-of-two scales voted over the batches, :mod:`.pof2`),
 ``LSQObserver`` (learned step size, :mod:`.lsq`), ``TQTObserver`` (selects TQT),
-``PerTensorHistogramObserverPro`` (torch's HistogramObserver, :mod:`.histogram_pro`); refused with
-their reason when a spec is applied: ``PerChannelPowOf2MinMSEObserver``,
-``PerBlock2DMinMaxObserver``, ``PerBlockMXDiffsObserver``.
+``PerTensorHistogramObserverPro`` (torch's HistogramObserver, :mod:`.histogram_pro`),
+``PerBlockMXBufferReuseObserver`` (``PerBlockMXObserver``'s memory option: the same class here); refused with their
+reason when a spec is applied: ``PerChannelPowOf2MinMSEObserver``, ``PerBlock2DMinMaxObserver``,
+``PerBlockMXDiffsObserver``.
+
+Quark's layout is here too: the modules ``observer.observer``, ``observer.tqt_observer`` and
+``observer.lsq_observer`` (where Quark's docs import the observers from), Quark's base name
+``UniformScalingObserver`` (its scale-computing observers are registered as its subclasses) and
+Quark's sets of observers by granularity (``PER_TENSOR_OBSERVERS``, ``OBSERVER_MAP``, ...).
 """
 
-from quark.torch.quantization.observer.base import ObserverBase
+from quark.torch.quantization.observer.base import ObserverBase, UniformScalingObserver
 from quark.torch.quantization.observer.binary import MeanAbsObserver, UnitScaleObserver
 from quark.torch.quantization.observer.histogram import (
     PerTensorHistogramObserver,
@@ -61,6 +67,7 @@ from quark.torch.quantization.observer.pof2 import (
 from quark.torch.quantization.observer.selectors import (
     PerBlock2DMinMaxObserver,
     PerBlockBFPObserver,
+    PerBlockMXBufferReuseObserver,
     PerBlockMXDiffsObserver,
     PerBlockMXObserver,
     PerGroupMinMaxObserver,
@@ -70,11 +77,18 @@ from quark.torch.quantization.observer.tqt import TQT3SDObserver, TQTJeffreysObs
 
 __all__ = [
     "OBSERVERS",
+    "OBSERVER_CLASSES",
+    "OBSERVER_MAP",
+    "PER_CHANNEL_OBSERVERS",
+    "PER_GROUP_OBSERVERS",
+    "PER_TENSOR_OBSERVERS",
+    "PLACEHOLDER_OBSERVERS",
     "LSQObserver",
     "MeanAbsObserver",
     "ObserverBase",
     "PerBlock2DMinMaxObserver",
     "PerBlockBFPObserver",
+    "PerBlockMXBufferReuseObserver",
     "PerBlockMXDiffsObserver",
     "PerBlockMXObserver",
     "PerChannelMinMaxObserver",
@@ -92,6 +106,7 @@ __all__ = [
     "TQT3SDObserver",
     "TQTJeffreysObserver",
     "TQTObserver",
+    "UniformScalingObserver",
     "UnitScaleObserver",
     "register_observer",
 ]
@@ -127,9 +142,56 @@ OBSERVERS: dict[str, type[ObserverBase]] = {
 }
 
 
+#: AMD Quark 0.13's sets of its observers by granularity, and its name map (as in Quark)
+PLACEHOLDER_OBSERVERS = {PlaceholderObserver}
+PER_CHANNEL_OBSERVERS = {
+    PerChannelMinMaxObserver,
+    PerChannelPowOf2MinMaxObserver,
+    PerChannelPowOf2MinMSEObserver,
+    LSQObserver,
+}
+PER_TENSOR_OBSERVERS = {
+    PerTensorMinMaxObserver,
+    PerTensorPowOf2MinMaxObserver,
+    PerTensorPowOf2MinMSEObserver,
+    PerTensorHistogramObserver,
+    PerTensorHistogramObserverPro,
+    PerTensorPercentileObserver,
+    PerTensorMSEObserver,
+    TQTObserver,
+    LSQObserver,
+}
+PER_GROUP_OBSERVERS = {
+    PerBlockMXObserver,  # and PerBlockMXBufferReuseObserver, the same class here
+    PerBlockMXDiffsObserver,
+    PerBlockBFPObserver,
+    PerBlock2DMinMaxObserver,
+    PerGroupMinMaxObserver,
+}
+OBSERVER_CLASSES = (
+    PLACEHOLDER_OBSERVERS
+    | PER_CHANNEL_OBSERVERS
+    | PER_TENSOR_OBSERVERS
+    | PER_GROUP_OBSERVERS
+    | {UniformScalingObserver, ObserverBase}
+)
+OBSERVER_MAP = {cls.__name__: cls for cls in OBSERVER_CLASSES} | {"PerBlockMXBufferReuseObserver": PerBlockMXBufferReuseObserver}
+
+#: Quark's UniformScalingObserver subclasses (the observers whose statistic gives a scale)
+for _scaling in (
+    PER_CHANNEL_OBSERVERS | PER_TENSOR_OBSERVERS | {PerGroupMinMaxObserver, PerBlock2DMinMaxObserver}
+):
+    UniformScalingObserver.register(_scaling)
+del _scaling
+
+
 def register_observer(cls: type[ObserverBase]) -> type[ObserverBase]:
     """Make a custom observer (e.g. a percentile subclass) usable by name in serialised configs."""
     if not (isinstance(cls, type) and issubclass(cls, ObserverBase)):
         raise TypeError(f"register_observer: expected a subclass of ObserverBase, got {cls!r}")
     OBSERVERS[cls.__name__] = cls
     return cls
+
+
+# Quark's module layout (after the names above: these modules import the classes from their own files)
+from quark.torch.quantization.observer import lsq_observer, observer, tqt_observer  # noqa: F401

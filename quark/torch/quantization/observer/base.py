@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from abc import ABCMeta
 from typing import ClassVar
 
 import torch
 from torch import nn
 
+from quark.common.data_type import BaseObserverBase
 from quark.torch.quantization.config.type import QSchemeType
 
 
@@ -20,8 +22,12 @@ def last_axis_min_max(view: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.amin(view, dim=-1), torch.amax(view, dim=-1)
 
 
-class ObserverBase(nn.Module):
+class ObserverBase(nn.Module, BaseObserverBase, metaclass=ABCMeta):
     """Base of all observers.
+
+    An abstract base class (``ABCMeta``), so that the modules a quantized model trains can be
+    registered as Quark's observers (``TQTObserver.register(...)``: ``isinstance(module, TQTObserver)``
+    finds them, as Quark's param-group code does).
 
     Args:
         symmetric: whether the quantizer is symmetric (the statistic is then taken on |x|).
@@ -91,3 +97,10 @@ class ObserverBase(nn.Module):
 
     def _range(self) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
+
+
+class UniformScalingObserver(ObserverBase):
+    """AMD Quark's base of the observers whose statistic gives a scale (and zero point) on a uniform
+    grid: MinMax, power-of-two, histogram, percentile, MSE, per-group, TQT and LSQ. Here it is their
+    common name: they are registered as its virtual subclasses (``quark.torch.quantization.observer``),
+    so ``issubclass(PerTensorMinMaxObserver, UniformScalingObserver)`` holds as in Quark."""

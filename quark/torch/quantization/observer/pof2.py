@@ -13,7 +13,8 @@ quantizer derives exactly the voted scale; the state is a count per grid chosen,
 
 Weights compute their statistic with Brevitas at every forward: ``PowOf2MinMax`` on a weight is its
 min/max with a power-of-two scale (one tensor: the vote is that tensor's scale, as in Quark); the
-``MinMSE`` search has no Brevitas statistic and is refused for weights.
+``PerTensorPowOf2MinMSE`` on a weight (or a bias) is its search on that tensor at every forward
+(:func:`pof2_mse_scale`, which the weight quantizer's statistic calls); per channel it is refused.
 """
 
 from __future__ import annotations
@@ -33,10 +34,9 @@ SCALE_EXPONENTS = (-127, 127)
 #: the MinMSE search: exponents k - 2 .. k + 2 around the MinMax one
 MSE_SHIFTS = (-2, -1, 0, 1, 2)
 
-_NO_MSE_FOR_WEIGHTS = (
-    "Quark's MinMSE search over five powers of two has no Brevitas weight statistic here; for weights use "
-    "PerTensorPowOf2MinMaxObserver / PerChannelPowOf2MinMaxObserver, or PerTensorMSEObserver with "
-    "scale_type=ScaleType.pof2"
+_NO_PER_CHANNEL_MSE = (
+    "Quark's MinMSE search over five powers of two runs per tensor here (PerTensorPowOf2MinMSEObserver); per "
+    "channel, use PerChannelPowOf2MinMaxObserver, or PerTensorMSEObserver with scale_type=ScaleType.pof2"
 )
 
 
@@ -117,24 +117,31 @@ class PerChannelPowOf2MinMaxObserver(_PowerOfTwoVote):
         return PerChannelMinMaxObserver._view(self, x)
 
 
+def pof2_mse_scale(x: torch.Tensor, start: torch.Tensor, zero_point: torch.Tensor, qmin: int, qmax: int) -> torch.Tensor:
+    """Quark's MinMSE power of two: of the five powers of two around ``start`` (exponent -2 .. +2), the one
+    whose grid (round half to even, clamped to [qmin, qmax], the zero point kept) quantizes ``x`` with the
+    least squared error, the first among equals (float64)."""
+    best, best_error, x = start, math.inf, x.double()
+    for shift in MSE_SHIFTS:
+        scale = (start * 2.0**shift).clamp(2.0 ** SCALE_EXPONENTS[0], 2.0 ** SCALE_EXPONENTS[1])
+        q = torch.clamp(torch.round(x / scale) + zero_point, qmin, qmax)
+        error = float(((q - zero_point) * scale - x).pow(2).sum())
+        if error < best_error:
+            best, best_error = scale, error
+    return best
+
+
 class _MinMSE(_PowerOfTwoVote):
     """The five powers of two around the MinMax one (exponent -2 .. +2), the zero point kept; the
     one with the least squared error on the batch (round half to even, clamped to the grid) wins,
-    the first among equals."""
+    the first among equals (:func:`pof2_mse_scale`)."""
 
     statistic: ClassVar[str] = "pof2_mse"
-    not_for_weights: ClassVar[str | None] = _NO_MSE_FOR_WEIGHTS
 
     def _choose(self, x: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         start = pof2((hi - lo) / (self.qmax - self.qmin))
         zero_point = self._zero_point(lo, start)
-        best, best_error, x = start, math.inf, x.double()
-        for shift in MSE_SHIFTS:
-            scale = (start * 2.0**shift).clamp(2.0 ** SCALE_EXPONENTS[0], 2.0 ** SCALE_EXPONENTS[1])
-            q = torch.clamp(torch.round(x / scale) + zero_point, self.qmin, self.qmax)
-            error = float(((q - zero_point) * scale - x).pow(2).sum())
-            if error < best_error:
-                best, best_error = scale, error
+        best = pof2_mse_scale(x, start, zero_point, self.qmin, self.qmax)
         if self.symmetric:  # the range whose scale (hi - lo) / (qmax - qmin) is exactly ``best``
             half = best * ((self.qmax - self.qmin) / 2)
             return -half, half
@@ -142,15 +149,16 @@ class _MinMSE(_PowerOfTwoVote):
 
 
 class PerTensorPowOf2MinMSEObserver(_MinMSE):
-    """Quark's per-tensor power-of-two MinMSE observer (activations)."""
+    """Quark's per-tensor power-of-two MinMSE observer (activations; weights and biases: the same search
+    on the tensor, at every forward)."""
 
 
 class PerChannelPowOf2MinMSEObserver(_MinMSE):
     """Quark's per-channel power-of-two MinMSE observer: refused (per-channel activations are not
-    quantized here, and weights have no such Brevitas statistic)."""
+    quantized here, and the weights' search runs per tensor)."""
 
     qscheme: ClassVar[QSchemeType] = QSchemeType.per_channel
-    refused: ClassVar[str | None] = _NO_MSE_FOR_WEIGHTS + "; activations are quantized per_tensor"
+    refused: ClassVar[str | None] = _NO_PER_CHANNEL_MSE + "; activations are quantized per_tensor"
 
 
 __all__ = [

@@ -44,6 +44,11 @@ class PerBlockMXObserver(_BlockMaxObserver):
     """OCP MX: a power-of-two scale per 32-element block, from the block's absolute maximum."""
 
 
+#: Quark 0.13's ``PerBlockMXObserver`` that reuses its buffers (a memory option of Quark's kernels,
+#: ``enable_buffer_reuse``): the same blocks and scales, so the same observer here
+PerBlockMXBufferReuseObserver = PerBlockMXObserver
+
+
 class PerBlockBFPObserver(_BlockMaxObserver):
     """MX6 / MX9 (block floating point with shared micro-exponents), per 16-element block."""
 

@@ -88,6 +88,41 @@ def require_calibrated(model: nn.Module, action: str) -> None:
         )
 
 
+def calibrate_on_first_call(model: nn.Module) -> None:
+    """AMD Quark's warm-up of trained quantizers (``TQTObserver``, ``LSQObserver``), for a model quantized
+    with an empty calibration list (Quark's QAT scripts pass ``[]`` and train directly): the model's
+    first call calibrates its static activation quantizers on that call's inputs, then runs as called.
+
+    Only trained thresholds and scales (TQT, LSQ) start so: their starting point is what training moves
+    from. Any other uncalibrated static quantizer is a ``ValueError`` naming them (an empty calibration
+    list for those is a mistake: their range would come from one batch and never move).
+    """
+    fixed = [name for name, _, spec in static_act_proxies(model) if not (spec.tqt or spec.lsq)]
+    if fixed:
+        shown = ", ".join(fixed[:5]) + (f" and {len(fixed) - 5} more" if len(fixed) > 5 else "")
+        raise ValueError(
+            f"calibration received no batch (calib_loader / dataloader is empty), and {len(fixed)} static activation "
+            f"quantizers take their range from it ({shown}); only trained TQT / LSQ quantizers (TQTObserver with "
+            "qat_spec=TQTSpec(...), LSQObserver) may start from the first training batch. Pass calibration batches"
+        )
+    model.register_forward_pre_hook(_calibrate_on_this_call, with_kwargs=True)
+    logger.info(
+        "no calibration batch: the %d TQT / LSQ activation quantizers calibrate on the model's first call, as AMD "
+        "Quark's TQTObserver / LSQObserver warm up",
+        len(static_act_proxies(model)),
+    )
+
+
+def _calibrate_on_this_call(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """The forward pre-hook of :func:`calibrate_on_first_call` (a module-level function, so that the model
+    still deep-copies and pickles): removes itself, then calibrates on this call's inputs."""
+    for key in [key for key, hook in model._forward_pre_hooks.items() if hook is _calibrate_on_this_call]:
+        del model._forward_pre_hooks[key]
+        model._forward_pre_hooks_with_kwargs.pop(key, None)
+    if uncalibrated(model):
+        calibrate(model, data.CalibrationData([data.Call(args, kwargs)], progress=False))
+
+
 def calibrate_first(run: Any) -> Any:
     """An algorithm's ``run`` that calibrates the model's uncalibrated static activation quantizers on
     the algorithm's data before it runs (AMD Quark's extension lets ``quantize_model(model)`` return a
@@ -107,11 +142,12 @@ def calibrate_first(run: Any) -> Any:
     return run_calibrated
 
 
-def calibrate(model: nn.Module, calib_data: Iterable[Any] | data.CalibrationData) -> int:
+def calibrate(model: nn.Module, calib_data: Iterable[Any] | data.CalibrationData, allow_empty: bool = False) -> int:
     """Run the calibration data through ``model`` and initialise every static activation quantizer.
 
-    Returns the number of batches used. Raises ``ValueError`` when no batch arrived or a
-    quantizer saw no data (its layer was never called).
+    Returns the number of batches used. Raises ``ValueError`` when no batch arrived (unless
+    ``allow_empty``: then nothing is set and 0 is returned) or a quantizer saw no data (its layer was
+    never called).
     """
     proxies = static_act_proxies(model)
     # Bias scales derive from input scales, which are off during calibration: bias quant is too.
@@ -154,6 +190,8 @@ def calibrate(model: nn.Module, calib_data: Iterable[Any] | data.CalibrationData
     for observer in [*observers.values(), *signs.values()]:  # no-op unless torch.distributed is initialised
         observer.sync()
     if not used and not any(obs.num_batches for obs in observers.values()):
+        if allow_empty:
+            return 0
         raise ValueError("calibration received no batch: calib_loader is empty")
     silent = [name for name, obs in observers.items() if not obs.num_batches]
     if silent:

@@ -5,7 +5,9 @@ Accepted data: a DataLoader or any iterable of batches, each
 - a tensor: the single input;
 - a tuple or list: as many leading elements as ``forward`` has required positional inputs (a
   classifier's ``(inputs, targets)`` gives ``inputs``), all of them when it takes ``*args``;
-- a dict: keyword arguments, restricted to those ``forward`` accepts unless it takes ``**kwargs``.
+- a dict: keyword arguments, restricted to those ``forward`` accepts unless it takes ``**kwargs``;
+- a :class:`Call`: the arguments of a call of the model as they were given (calibration on the
+  model's first call, :func:`..calibrate.calibrate_on_first_call`).
 
 Tensors move to the model's device; floating tensors take the model's floating dtype, integer
 tensors (token ids) stay integer.
@@ -101,6 +103,14 @@ class CalibrationData:
         return self.passes("algorithm")
 
 
+@dataclass(frozen=True)
+class Call:
+    """A batch that is the positional and keyword arguments of one call of the model."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
 def calibration_data(data: Any) -> CalibrationData | None:
     """``data`` (a DataLoader, an iterable, or already :class:`CalibrationData`) as CalibrationData."""
     return data if data is None or isinstance(data, CalibrationData) else CalibrationData(data)
@@ -138,6 +148,8 @@ def model_inputs(model: nn.Module, batch: Any) -> tuple[tuple[Any, ...], dict[st
     """The positional and keyword arguments ``model`` is called with for ``batch``."""
     if isinstance(batch, torch.Tensor):
         return (batch,), {}
+    if isinstance(batch, Call):
+        return batch.args, batch.kwargs
     params = inspect.signature(model.forward).parameters.values()
     if isinstance(batch, Mapping):
         if not any(p.kind is p.VAR_KEYWORD for p in params):

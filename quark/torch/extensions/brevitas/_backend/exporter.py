@@ -33,8 +33,8 @@ from quark.torch.extensions.brevitas._backend.export.formats import EXPORTERS, F
 from quark.torch.extensions.brevitas._backend.export.inputs import (
     ExampleInputs,
     flatten_outputs,
-    output_names,
 )
+from quark.torch.extensions.brevitas._backend.export.inputs import output_names as default_output_names
 from quark.torch.quantization.config.type import DeviceType
 from quark.torch.quantization.files import atomic_path, check_writable
 
@@ -48,6 +48,8 @@ class ExportOptions(TypedDict, total=False):
     tolerance_lsb: float | None
     target_device: DeviceType | str | None
     plans: Sequence[Any] | None
+    input_names: Sequence[str] | None
+    output_names: Sequence[str] | None
 
 
 class ModelExporter:
@@ -105,6 +107,8 @@ class ModelExporter:
             plans: ``ModelQuantizer.plans``; their ``target_device`` is used when
                 ``target_device`` is not given (default: the plans ``quantize_model`` recorded on
                 the model, so a config's ``target_device`` is checked without passing anything).
+            input_names, output_names: the graph's input and output names, one per input / output
+                (default: ``forward``'s parameter names; ``output``, or ``output_0``, ...).
 
         Raises:
             UnsupportedExportError: the model has layers or quantizers QCDQ cannot express.
@@ -145,7 +149,9 @@ class ModelExporter:
         fmt = ExportFormat.qonnx if qonnx else ExportFormat.qcdq
         opset = next((o.version for o in onnx_model.opset_import if o.domain in ("", "ai.onnx")), 0)
         inputs = ExampleInputs.of(model, args)
-        return self._verify(onnx_model, fmt, opset, inputs, self._reference(model, inputs), tolerance_lsb, [], graph_inputs)
+        return self._verify(
+            onnx_model, fmt, opset, inputs, self._reference(model, inputs), tolerance_lsb, [], graph_inputs=graph_inputs, model=model
+        )
 
     def export_finn_dataflow(
         self,
@@ -240,6 +246,8 @@ class ModelExporter:
         tolerance_lsb: float | None = None,
         target_device: DeviceType | str | None = None,
         plans: Sequence[Any] | None = None,
+        input_names: Sequence[str] | None = None,
+        output_names: Sequence[str] | None = None,
     ):
         if not isinstance(model, nn.Module):
             raise TypeError(f"export: model must be an nn.Module, got {type(model).__name__}")
@@ -276,14 +284,16 @@ class ModelExporter:
         support.check(exported, fmt, self.dynamo)
         inputs = ExampleInputs.of(model, args)
         expected = self._reference(model, inputs)
+        inputs.names = _names("input_names", input_names, inputs.names)
+        outputs = _names("output_names", output_names, default_output_names(len(expected)))
         # written next to export_path and moved there once checked: a failed or interrupted export
         # leaves no partial file and keeps the previous one
         with atomic_path(self.export_path) as written:
-            onnx_model = self._write(exported, inputs, fmt, opset, len(expected), written)
+            onnx_model = self._write(exported, inputs, fmt, opset, outputs, written)
             try:
                 target_checks = target.check_graph(onnx_model) if target is not None else []
                 report = self._verify(
-                    onnx_model, fmt, opset, inputs, expected if verify else None, tolerance_lsb, target_checks
+                    onnx_model, fmt, opset, inputs, expected if verify else None, tolerance_lsb, target_checks, outputs, model
                 )
             except (TargetCheckError, ExportVerificationError) as error:
                 _keep_for_inspection(error, written, self.export_path)
@@ -301,7 +311,7 @@ class ModelExporter:
             model.train(training)
 
     def _write(
-        self, model: nn.Module, inputs: ExampleInputs, fmt: ExportFormat, opset: int, num_outputs: int, path: str
+        self, model: nn.Module, inputs: ExampleInputs, fmt: ExportFormat, opset: int, outputs: list[str], path: str
     ):
         import onnx
 
@@ -315,7 +325,7 @@ class ModelExporter:
             "dynamo": self.dynamo,
             "opset_version": opset,
             "input_names": inputs.names,
-            "output_names": output_names(num_outputs),
+            "output_names": outputs,
             "verbose": False,  # the dynamo exporter otherwise prints its progress to stdout
         }
         if not self.dynamo:
@@ -331,11 +341,13 @@ class ModelExporter:
             ) from error
         exported = onnx.load(path)
         if fmt is ExportFormat.qcdq:  # every activation tensor between Q/DQ, also after max pooling etc.
-            exported = qdq.propagate(qdq.wide_domain(exported))
+            exported = qdq.propagate(qdq.fold_weight_transposes(qdq.wide_domain(exported)))
             onnx.save(exported, path)
         return exported
 
-    def _verify(self, onnx_model, fmt, opset, inputs, expected, tolerance_lsb, target_checks, graph_inputs=None):
+    def _verify(
+        self, onnx_model, fmt, opset, inputs, expected, tolerance_lsb, target_checks, outputs=None, model=None, graph_inputs=None
+    ):
         from quark.torch.extensions.brevitas._backend.export import verify as checks
 
         common = {
@@ -364,7 +376,16 @@ class ModelExporter:
                 None,
             ) from error
         graph = checks.Graph(onnx_model)
-        outputs = checks.compare(graph, produced, expected, output_names(len(expected)), exact, tolerance_lsb)
+        names = outputs or default_output_names(len(expected))
+        outputs = checks.compare(graph, produced, expected, names, exact, tolerance_lsb)
+        replayed = None
+        if fmt is ExportFormat.qcdq and not exact and model is not None and graph_inputs is None and not all(o.passed for o in outputs):
+            from quark.torch.extensions.brevitas._backend.export.replay import replay
+
+            # float operations between quantizers rounded differently: quantizer by quantizer (replay.py)
+            replayed = replay(model, inputs.run, onnx_model, feeds, checks.RUNNERS[fmt], flatten_outputs)
+            if replayed is not None:
+                outputs = checks.compare(graph, produced, replayed.expected, names, exact, tolerance_lsb)
         deployed, workaround = (
             _optimized_runtime_diff(checks, onnx_model, feeds, expected, outputs)
             if fmt is ExportFormat.qcdq
@@ -377,6 +398,9 @@ class ModelExporter:
             outputs=outputs,
             optimized_runtime_diff=deployed,
             optimized_runtime_workaround=workaround,
+            replayed_quantizers=replayed.quantizers if replayed else 0,
+            replay_flips=(replayed.flipped, replayed.values) if replayed else (0, 0),
+            replay_worst_lsb=replayed.worst_lsb if replayed else 0.0,
             **common,
         )
         if not report.passed:
@@ -417,6 +441,20 @@ def _optimized_runtime_diff(checks, onnx_model, feeds, expected, outputs) -> tup
             worst,
         )
     return worst, None if bug is None else str(bug)
+
+
+def _names(field: str, given: Sequence[str] | None, default: list[str]) -> list[str]:
+    """The graph's input or output names: ``given`` (one per tensor, distinct strings) or ``default``;
+    Quark's default of an empty list means the default names."""
+    if not given:
+        return default
+    names = list(given)
+    if len(names) != len(default) or len(set(names)) != len(names) or not all(isinstance(n, str) and n for n in names):
+        raise ValueError(
+            f"export({field}={names!r}): expected {len(default)} distinct non-empty names, one per graph "
+            f"{field.split('_')[0]} (the default names: {default})"
+        )
+    return names
 
 
 def _keep_for_inspection(error: Exception, written: str, export_path: str) -> None:

@@ -59,6 +59,7 @@ from brevitas.quant.shifted_scaled_int import (
 from torch import nn
 
 from quark.torch.extensions.brevitas._backend.accumulator import ep_init
+from quark.torch.extensions.brevitas._backend.block_axes import check_feature_axis
 from quark.torch.extensions.brevitas._backend.quantizers import (
     AccumulatorAwareWeightProxy,
     CastQuant,
@@ -71,11 +72,13 @@ from quark.torch.extensions.brevitas._backend.quantizers import (
     LSQScaling,
     MXBlockMax,
     MXIntScaling,
+    Pof2MinMSEStats,
     Pof2Scale,
     QuarkIntScaling,
     RoundHalfAwayFromZeroSte,
     RoundHalfUpSte,
     SaturatingFloatQuant,
+    TQTBias,
     TQTIntScaling,
     TQTParameterScaling,
     UnitIntScaling,
@@ -116,6 +119,7 @@ WEIGHT_BASES: dict[tuple[bool, str], Any] = {
     (True, "mse"): Int8WeightPerTensorFloatMSE,
     (False, "mse"): ShiftedUint8WeightPerTensorFloatMSE,
     (True, "mean_abs"): Int8WeightPerTensorFloat.let(scaling_stats_op=StatsOp.AVE),  # ternary: mean |w|
+    (True, "pof2_mse"): Int8WeightPerTensorFloat.let(scaling_stats_impl=Pof2MinMSEStats),  # Quark's five powers of two
 }
 
 #: bipolar tensors, sign(x) x s (x >= 0 -> +1), exported as QONNX BipolarQuant; key: weight?
@@ -433,7 +437,7 @@ def _int_weight(tq: TensorQuant, module: nn.Module, weight: torch.Tensor, inputs
         return _lsq_weight(tq, module, weight)
     if tq.accumulator_bits is not None:
         return _a2q_weight(tq, module, weight, inputs)
-    inj = WEIGHT_BASES[(tq.symmetric, tq.statistic)].let(**_common(tq), **_percentile_kwargs(tq))
+    inj = WEIGHT_BASES[(tq.symmetric, tq.statistic)].let(**_common(tq), **_percentile_kwargs(tq), pof2_mse_grid=tq.grid)
     if tq.symmetric and not tq.signed and tq.statistic == "minmax":
         inj = inj.let(scaling_stats_impl=ZeroInclusiveMax)  # an unsigned grid covers [0, max(w, 0)]
     return GRANULARITY[tq.qscheme](inj, tq, module, weight)
@@ -567,8 +571,11 @@ ACT_FORMATS: dict[Format, Callable[[TensorQuant], Any]] = {
 }
 
 
-def bias_quant(tq: TensorQuant) -> Any:
-    """Injector of a bias quantizer: scale = input scale x weight scale, or its own abs-max scale."""
+def bias_quant(tq: TensorQuant, bias: torch.Tensor | None = None) -> Any:
+    """Injector of a bias quantizer: scale = input scale x weight scale, its own abs-max scale, or its
+    own TQT threshold (initialised from ``bias``)."""
+    if tq.tqt:
+        return TQTBias.let(**_tqt(tq), scaling_init=float(initial_threshold(tq, bias)))
     if tq.bias_scale_from_product:
         return IntBias.let(
             quark_spec=tq,
@@ -576,7 +583,8 @@ def bias_quant(tq: TensorQuant) -> Any:
             narrow_range=False,
             float_to_int_impl=ROUND_IMPLS[tq.round_method],
         )
-    return Int8BiasPerTensorFloatInternalScaling.let(**_common(tq))
+    stats = {"scaling_stats_impl": Pof2MinMSEStats, "pof2_mse_grid": tq.grid} if tq.statistic == "pof2_mse" else {}
+    return Int8BiasPerTensorFloatInternalScaling.let(**_common(tq), **stats)
 
 
 def weights(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
@@ -589,7 +597,7 @@ ROLE_BUILDERS: dict[str, Callable[..., Any]] = {
     "input_tensors": lambda tq, module, weight, inputs: act_quant(tq),
     "output_tensors": lambda tq, module, weight, inputs: act_quant(tq),
     "weight": weight_quant,
-    "bias": lambda tq, module, weight, inputs: bias_quant(tq),
+    "bias": lambda tq, module, weight, inputs: bias_quant(tq, getattr(module, "bias", None)),
 }
 
 
@@ -634,4 +642,5 @@ def build_layer(
         brevitas_config.IGNORE_MISSING_KEYS = previous
     round_zero_points_half_even(new)
     ep_init(new)  # accumulator-aware weights start inside their bound (A2Q+'s EP-init); others: nothing
+    check_feature_axis(new, plan, module)  # activation blocks written ch_axis=1 on a features-last layer: 2-D only
     return new

@@ -42,7 +42,7 @@ def freeze_batch_norm(model: nn.Module) -> int:
     return folding.freeze_batch_norm(model)
 
 
-def freeze(model: nn.Module) -> nn.Module:
+def freeze(model: nn.Module, bake_weights: bool = True) -> nn.Module:
     """Fix all quantization parameters for deployment; returns ``model`` in eval mode.
 
     A layer with a batch norm folded in during QAT becomes the layer of merged batch norm (weight
@@ -55,7 +55,8 @@ def freeze(model: nn.Module) -> nn.Module:
     weights (``A2QSpec``): their pre-clipping scale is the L1 norm of their zero-centred weights over
     g, which baking would move. A model with static activation
     quantizers that were never calibrated is refused (:class:`UncalibratedModelError`): freezing
-    would fix placeholder scales.
+    would fix placeholder scales. ``bake_weights=False`` keeps every weight's float values (outputs
+    are unchanged either way).
     """
     require_calibrated(model, "freeze")
     folding.merge(model)
@@ -64,6 +65,8 @@ def freeze(model: nn.Module) -> nn.Module:
         if isinstance(proxy, QuantProxyFromInjector):
             for param in proxy.parameters():
                 param.requires_grad_(False)
+    if not bake_weights:
+        return model
     with torch.no_grad():
         for layer in model.modules():
             proxy = getattr(layer, "weight_quant", None)

@@ -29,6 +29,13 @@
 - :class:`AccumulatorAwareWeightProxy`: Brevitas' A2Q / A2Q+ weight proxy with the layer's input
   grid fixed by the plan, so that its weights exist without a quantized input at hand
   (calibration, ``quant_weight()`` at export).
+- :class:`TQTBias`: AMD Quark's TQT on a bias with its own scale (its vision example's ``--tqt``
+  config); Brevitas' TQT recipe exists for weights and activations only.
+
+The trained scales are AMD Quark's observers by name: :class:`TQTParameterScaling` is registered as
+a ``TQTObserver`` (its ``_log_threshold`` is the parameter it trains, log2 of the threshold) and
+:class:`LSQScaling` as an ``LSQObserver`` (its ``scale``), so that code written for Quark
+(``isinstance(module, TQTObserver)``) finds the parameters it means to train.
 """
 
 from __future__ import annotations
@@ -48,10 +55,16 @@ from brevitas.core.restrict_val import FloatRestrictValue, PowerOfTwoRestrictVal
 from brevitas.core.scaling.standalone import ParameterScaling
 from brevitas.core.zero_point import _ScaleShiftZeroPoint
 from brevitas.function.ops_ste import abs_binary_sign_grad, round_ste
+from brevitas.inject.enum import ScalingImplType
 from brevitas.proxy.parameter_quant import DecoupledWeightQuantWithInputProxyFromInjector
+from brevitas.quant.base import PerTensorPoTScaling8bit
+from brevitas.quant.scaled_int import Int8BiasPerTensorFloatInternalScaling
 from brevitas.quant_tensor import IntQuantTensor
 from brevitas.utils.torch_utils import float_internal_scale
 from torch import Tensor, nn
+
+from quark.torch.quantization.observer import LSQObserver, TQTObserver
+from quark.torch.quantization.observer.pof2 import pof2, pof2_mse_scale
 
 
 class QuarkIntScaling(nn.Module):
@@ -221,6 +234,14 @@ class LSQScaling(nn.Module):
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
         if brevitas_config.IGNORE_MISSING_KEYS and prefix + "value" in missing_keys:  # as Brevitas' ParameterScaling
             missing_keys.remove(prefix + "value")
+
+    @property
+    def scale(self) -> nn.Parameter:
+        """The trained scale, by the name of AMD Quark's ``LSQObserver.scale``."""
+        return self.value
+
+
+LSQObserver.register(LSQScaling)
 
 
 class UnitIntScaling(nn.Module):
@@ -438,6 +459,40 @@ class TQTParameterScaling(ParameterScaling):
         if not fused or threshold is None or threshold.requires_grad or torch.jit.is_tracing():
             return super().forward(placeholder, threshold)
         return _TQTScale.apply(self.value, torch.abs(threshold), min_val)
+
+    @property
+    def _log_threshold(self) -> nn.Parameter:
+        """The trained log2 of the threshold (the scale is 2^ceil of it over the integer threshold), by the
+        name of AMD Quark's ``TQTObserver._log_threshold``."""
+        return self.value
+
+
+TQTObserver.register(TQTParameterScaling)
+
+
+class Pof2MinMSEStats(nn.Module):
+    """AMD Quark's ``PerTensorPowOf2MinMSEObserver`` as a weight's (or bias's) statistic, at every forward:
+    the power of two of least squared error among the five around the min-max one
+    (``observer.pof2.pof2_mse_scale``), returned as the threshold Quark's integer threshold turns back
+    into exactly that scale. Brevitas' MSE statistic searches float scales, not Quark's five powers of two."""
+
+    def __init__(self, pof2_mse_grid: tuple[int, int]) -> None:
+        super().__init__()
+        self.qmin, self.qmax = pof2_mse_grid
+        self.levels = (self.qmax - self.qmin) / 2 if self.qmin < 0 else self.qmax - self.qmin  # QuarkIntScaling's
+
+    def forward(self, x: Tensor) -> Tensor:
+        start = pof2(x.detach().abs().max().double() / self.levels)
+        best = pof2_mse_scale(x.detach(), start, torch.zeros((), dtype=torch.float64), self.qmin, self.qmax)
+        return (best * self.levels).to(x.dtype)
+
+
+class TQTBias(PerTensorPoTScaling8bit, Int8BiasPerTensorFloatInternalScaling):
+    """A bias with its own TQT threshold (AMD Quark's TQT spec on a bias): Brevitas' bias quantizer with
+    a learned power-of-two threshold, as TQT's weight quantizer has (``mapping._tqt`` sets the rest;
+    the threshold starts from the bias by the spec's observer)."""
+
+    scaling_impl_type = ScalingImplType.PARAMETER
 
 
 class _Pof2Grid(NamedTuple):

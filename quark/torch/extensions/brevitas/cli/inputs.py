@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from quark.torch.examples.compat import declare_missing_torchvision_ops
 from quark.torch.extensions.brevitas.cli.configs import FLAVOURS, build, load_config
 from quark.torch.extensions.brevitas.cli.errors import UsageError, one_line
 from quark.torch.quantization.files import atomic_path
@@ -109,7 +110,11 @@ def _import_module(name: str, option: str, spec: str):
 
 
 def import_object(spec: str, option: str) -> Any:
-    """``module:attribute`` (the current directory importable) or ``path/to/file.py:attribute``."""
+    """``module:attribute`` (the current directory importable) or ``path/to/file.py:attribute``.
+
+    torchvision's missing operators are declared first (``declare_missing_torchvision_ops``), so that a
+    file importing torchvision, timm or transformers loads beside the CPU torch."""
+    declare_missing_torchvision_ops()
     where, attribute = _split(spec, option)
     module = _import_file(where, option, spec) if _is_file_spec(where) else _import_module(where, option, spec)
     try:
@@ -145,6 +150,7 @@ def load_model(spec: str, option: str = "--model") -> nn.Module:
     """A float model: ``module:factory`` / ``file.py:factory`` (called with no arguments; a module
     instance is taken as it is) or a transformers model directory."""
     if os.path.isdir(spec):
+        declare_missing_torchvision_ops()  # transformers imports torchvision where installed
         try:
             from transformers import AutoModel
         except ImportError as error:

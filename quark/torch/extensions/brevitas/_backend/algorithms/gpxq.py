@@ -48,21 +48,58 @@ class _GPFQMode(_Restricted, gpfq_mode):
 
 
 class _A2GPFQMode(_Restricted, a2gpfq_mode):
-    """Accumulator-aware GPFQ whose per-layer optimiser is ``algorithm_impl``'s subsampling variant."""
+    """Accumulator-aware GPFQ whose per-layer optimiser is ``algorithm_impl``'s subsampling variant.
+
+    A layer with one input (``nn.Linear(1, n)``: each output one product) has nothing for AXE to
+    split: Brevitas' AXE refuses it ("accumulator tile size needs to be bigger than 1"). One product
+    of a b_w-bit weight and a b_x-bit input needs no constraint when it fits the accumulator: such a
+    layer is rounded by GPFQ (what AMD Quark's extension does for every layer on Brevitas >= 0.12),
+    and said so; one whose product does not fit is an error naming it."""
 
     def initialize_module_optimizer(self, layer, name, len_parallel_layers, create_weight_orig):
-        return _SubsampledA2GPFQ(
-            layer=layer,
-            name=name,
-            act_order=self.act_order,
-            len_parallel_layers=len_parallel_layers,
-            create_weight_orig=create_weight_orig,
-            max_accumulator_bit_width=self.max_accumulator_bit_width,
-            max_accumulator_tile_size=self.max_accumulator_tile_size,
-            device=self.device,
-            dtype=self.dtype,
-            fraction=self.fraction,
+        common = {
+            "layer": layer,
+            "name": name,
+            "act_order": self.act_order,
+            "len_parallel_layers": len_parallel_layers,
+            "create_weight_orig": create_weight_orig,
+            "device": self.device,
+            "dtype": self.dtype,
+            "fraction": self.fraction,
+        }
+        if layer.weight[0].numel() > 1:
+            return _SubsampledA2GPFQ(
+                **common,
+                max_accumulator_bit_width=self.max_accumulator_bit_width,
+                max_accumulator_tile_size=self.max_accumulator_tile_size,
+            )
+        _check_one_product(layer, name, int(self.max_accumulator_bit_width))
+        return _SubsampledGPFQ(**common)
+
+
+def _check_one_product(layer: nn.Module, name: str, accumulator_bits: int) -> None:
+    """A one-input layer: its single product must fit a signed accumulator of ``accumulator_bits``."""
+    weight_bits = int(layer.quant_weight().bit_width)
+    proxy = getattr(layer, "input_quant", None)
+    if proxy is None or not proxy.is_quant_enabled:
+        logger.warning(
+            "GPFA2Q: %s has one input, which AXE cannot constrain; rounded by GPFQ. Its input grid is not known here: "
+            "one product of an int%d weight and a b-bit input fits a %d-bit accumulator when %d + b <= %d",
+            name, weight_bits, accumulator_bits, weight_bits, accumulator_bits,
+        )  # fmt: skip
+        return
+    input_bits = int(proxy.bit_width())
+    largest = 2 ** (weight_bits - 1) * (2 ** (input_bits - 1) if proxy.is_signed else 2**input_bits - 1)
+    if largest > 2 ** (accumulator_bits - 1) - 1:
+        raise ValueError(
+            f"GPFA2Q: {name} has one input: each output is one product of an int{weight_bits} weight and a "
+            f"{input_bits}-bit input, up to {largest}, beyond a {accumulator_bits}-bit accumulator; AXE needs two inputs "
+            f"or more to constrain. Raise accumulator_bit_width to {largest.bit_length() + 1}, or exclude the layer"
         )
+    logger.info(
+        "GPFA2Q: %s has one input: its int%d x %d-bit product fits the %d-bit accumulator; rounded by GPFQ",
+        name, weight_bits, input_bits, accumulator_bits,
+    )  # fmt: skip
 
 
 class _Frozen:

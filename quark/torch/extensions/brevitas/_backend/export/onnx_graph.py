@@ -194,3 +194,10 @@ def _evaluate(node: Any, constants: dict[str, np.ndarray]) -> list[np.ndarray] |
         return list(evaluator.run(None, {name: constants[name] for name in node.input if name}))
     except Exception:  # noqa: BLE001 - an op the reference does not run stays unfolded
         return None
+
+
+def printable(path: str) -> str:
+    """The graph of the ONNX file at ``path`` as text (``onnx.helper.printable_graph``)."""
+    import onnx
+
+    return onnx.helper.printable_graph(onnx.load(path).graph)

@@ -8,6 +8,11 @@ Quantizing the output again with the scale and zero point of the DequantizeLinea
 exact (the values are already on that grid, inside its range) and gives the DequantizeLinear ->
 op -> QuantizeLinear pattern ONNX Runtime's QDQ rules expect. Written here because ONNX
 Runtime's propagation lives inside its own quantizer, which cannot run on a quantized graph.
+
+A weight that the exporter transposes after dequantizing it (a ``Linear`` on a tensor of more than
+two dimensions becomes ``DequantizeLinear(W) -> Transpose -> MatMul``) leaves the MatMul a float
+operand too; :func:`fold_weight_transposes` transposes the integer initializer instead (exact: a
+permutation of integers, the per-axis scales following their axis).
 """
 
 from __future__ import annotations
@@ -52,6 +57,49 @@ def wide_domain(model: onnx.ModelProto) -> onnx.ModelProto:
             moved = True
     if moved and not any(o.domain == CONTRIB for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(CONTRIB, 1))
+    return model
+
+
+def fold_weight_transposes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``DequantizeLinear(constant) -> Transpose`` as ``DequantizeLinear(transposed constant)``, where the
+    DequantizeLinear's scale and zero point are constants and the Transpose is its only consumer (in
+    place; returned for chaining). A per-axis quantizer's axis moves with the permutation."""
+    graph = model.graph
+    initializers = {i.name: i for i in graph.initializer}
+    producer = {out: node for node in graph.node for out in node.output}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    folded: set[int] = set()
+    for node in graph.node:
+        dq = producer.get(node.input[0]) if node.op_type == "Transpose" else None
+        if (
+            dq is None
+            or dq.op_type != "DequantizeLinear"
+            or not all(name in initializers for name in dq.input)
+            or len(consumers.get(dq.output[0], [])) != 1
+        ):
+            continue
+        values = numpy_helper.to_array(initializers[dq.input[0]])
+        perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), list(range(values.ndim))[::-1])
+        transposed = numpy_helper.from_array(np.ascontiguousarray(values.transpose(perm)), f"{dq.input[0]}_transposed")
+        graph.initializer.append(transposed)
+        axis = _axis(dq)
+        if "axis" in axis or numpy_helper.to_array(initializers[dq.input[1]]).size > 1:
+            axis = {"axis": perm.index(axis.get("axis", 1) % values.ndim)}
+        replacement = helper.make_node(
+            "DequantizeLinear", [transposed.name, *dq.input[1:]], [node.output[0]], name=f"{dq.name}_transposed", domain=dq.domain, **axis
+        )  # fmt: skip
+        node.CopyFrom(replacement)
+        folded.add(id(dq))
+    kept = [n for n in graph.node if id(n) not in folded]
+    del graph.node[:]
+    graph.node.extend(kept)
+    used = {name for n in graph.node for name in n.input}
+    unused = [i for i in graph.initializer if i.name not in used]
+    for initializer in unused:
+        graph.initializer.remove(initializer)
     return model
 
 

@@ -255,10 +255,16 @@ class ExportReport:
     optimized_runtime_diff: float | None = None
     #: the ONNX Runtime optimizer disabled to measure it, and why (:data:`ORT_OPTIMIZER_BUGS`), or None
     optimized_runtime_workaround: str | None = None
+    #: the quantizer-by-quantizer comparison (float operations between quantizers, rounded differently by
+    #: torch and ONNX Runtime: ``replay.py``): quantizers replayed (0: none), (values one LSB apart, values),
+    #: the largest quantizer difference in its LSBs (at most 1 to pass)
+    replayed_quantizers: int = 0
+    replay_flips: tuple[int, int] = (0, 0)
+    replay_worst_lsb: float = 0.0
 
     @property
     def passed(self) -> bool:
-        return self.verified and all(o.passed for o in self.outputs)
+        return self.verified and all(o.passed for o in self.outputs) and self.replay_worst_lsb <= 1
 
     @property
     def max_abs_diff(self) -> float:
@@ -280,6 +286,14 @@ class ExportReport:
             *("  " + o.describe() for o in self.outputs),
             *("  " + c for c in self.target_checks),
         ]
+        if self.replayed_quantizers:
+            flipped, values = self.replay_flips
+            lines.append(
+                f"  compared quantizer by quantizer (float operations between quantizers round differently in torch and "
+                f"ONNX Runtime): {self.replayed_quantizers} activation quantizers fed the graph's inputs gave its values "
+                f"within {self.replay_worst_lsb:g} LSB ({flipped:,} of {values:,} one LSB apart), each segment between "
+                "them compared on the graph's integers"
+            )
         if self.optimized_runtime_diff is not None:
             lines.append(
                 f"  ONNX Runtime with its default optimizations: max |diff| {self.optimized_runtime_diff:.3g} "

@@ -23,6 +23,7 @@ from brevitas.graph.standardize import DuplicateSharedStatelessModule
 from torch import fx, nn
 from torch.fx.operator_schemas import normalize_function
 
+from quark.torch.extensions.brevitas._backend.rewrite import exported
 from quark.torch.extensions.brevitas.graph import Add, Cat, QuantPoint
 from quark.torch.quantization.plan import layer_type
 
@@ -36,9 +37,10 @@ LEAVES: tuple[type[nn.Module], ...] = (QuantPoint,)
 
 
 def trace(model: nn.Module) -> fx.GraphModule:
-    """``model`` as a ``GraphModule`` (a ``GraphModule`` is taken as it is)."""
+    """``model`` as a ``GraphModule`` (a ``GraphModule`` is taken as it is; one from ``torch.export``
+    gets its layers back, :mod:`.exported`)."""
     if isinstance(model, fx.GraphModule):
-        return model
+        return exported.as_layers(model) if exported.is_exported(model) else model
     tracer = _Tracer()
     try:
         graph = tracer.trace(model)

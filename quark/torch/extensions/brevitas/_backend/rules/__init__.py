@@ -26,13 +26,15 @@ Found = str | tuple[str, str]
 class Rule:
     """A row: ``refuses`` (the table's description), ``check`` (the problems of one subject),
     ``allowed`` (what to use instead), ``reason`` (why), ``scope`` (the contexts it applies in,
-    e.g. ``{"format": {qcdq}}``; empty: everywhere)."""
+    e.g. ``{"format": {qcdq}}``; empty: everywhere), ``notes`` (what a report says of a subject that
+    passed, beyond ``allowed``: e.g. what a target runs elsewhere)."""
 
     refuses: str
     check: Callable[[Any], Iterable[Found]]
     allowed: str
     reason: str
     scope: Mapping[str, frozenset] = field(default_factory=dict)
+    notes: Callable[[Any], list[str]] | None = None
 
     def applies(self, context: Mapping[str, Any]) -> bool:
         return all(context[key] in values for key, values in self.scope.items() if key in context)
@@ -63,8 +65,14 @@ def problems(
 
 
 def passed(rules: Iterable[Rule], subject: Any, label: str) -> list[str]:
-    """The rules ``subject`` meets, as ``<label>: <allowed>`` (what a report lists as checked)."""
-    return [f"{label}: {rule.allowed}" for rule in rules if not any(True for _ in rule.check(subject))]
+    """The rules ``subject`` meets, as ``<label>: <allowed>`` (what a report lists as checked), each with
+    its notes on the subject."""
+    lines = []
+    for rule in rules:
+        if not any(True for _ in rule.check(subject)):
+            lines.append(f"{label}: {rule.allowed}")
+            lines += [f"{label}: {note}" for note in (rule.notes(subject) if rule.notes else [])]
+    return lines
 
 
 def markdown(rules: Sequence[Rule], columns: Mapping[str, Callable[[Rule], str]] | None = None) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 from torch import nn
 
 from quark.torch.extensions.brevitas._backend.accumulator import l1_bound, narrowest_useful
+from quark.torch.extensions.brevitas._backend.block_axes import allowed_axes, block_axis
 from quark.torch.extensions.brevitas._backend.mapping import OUTPUT_CHANNEL_AXIS, weight_axis, weights
 from quark.torch.extensions.brevitas._backend.rules import Found, Rule
 from quark.torch.extensions.brevitas._backend.rules import markdown as rules_markdown
@@ -137,21 +138,14 @@ def _blocks_divide_channels(plan: LayerPlan, module: nn.Module) -> Iterable[Foun
             )
 
 
-def _act_block_axis(module: nn.Module) -> int:
-    """The axis an activation's blocks run along: features (last) for Linear-like layers, channels (1) for convolutions."""
-    return 1 if isinstance(module, nn.modules.conv._ConvNd) else -1
-
-
 def _blocks_along_channels(plan: LayerPlan, module: nn.Module) -> Iterable[Found]:
     for role in _CHANNELS:
         spec = plan.specs[role]
-        if spec is not None and spec.format.block and spec.ch_axis not in (None, _act_block_axis(module)):
+        if spec is not None and spec.format.block and spec.ch_axis not in allowed_axes(module):
+            written = "ch_axis=1" if block_axis(module) == 1 else "ch_axis=-1 (or 1, the features of a 2-D tensor)"
             yield (
                 f"{role} {spec.dtype_name} blocks along ch_axis={spec.ch_axis}",
-                (
-                    f"blocks along the layer's channels, ch_axis={_act_block_axis(module)} for a {type(module).__name__} "
-                    "(or None)"
-                ),
+                f"blocks along the layer's channels, {written} for a {type(module).__name__} (or None)",
             )
 
 

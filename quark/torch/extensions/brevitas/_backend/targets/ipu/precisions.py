@@ -42,7 +42,9 @@ from quark.torch.extensions.brevitas._backend.rules import (
 )
 from quark.torch.extensions.brevitas._backend.targets.ipu import rules as ipu
 from quark.torch.extensions.brevitas._backend.targets.target import Target
-from quark.torch.quantization.config.type import Dtype, QSchemeType, RoundType, ScaleType
+from quark.torch.extensions.brevitas.config import Backend
+from quark.torch.quantization.config.type import Dtype, QSchemeType, QuantizationMode, RoundType, ScaleType
+from quark.torch.quantization.plan import CONFIG_ATTRIBUTE, config_view
 from quark.torch.quantization.tensor_quant import Format
 
 
@@ -288,9 +290,19 @@ def _unclaimed(lines: list[str]) -> Rule:
     )
 
 
+def layerwise(model: nn.Module) -> bool:
+    """Whether ``model`` was quantized layerwise (its recorded config's mode): only its layers' inputs,
+    weights and biases are quantized, not the tensors between them."""
+    config = getattr(model, CONFIG_ATTRIBUTE, None)
+    return config is not None and config_view(config).mode in (QuantizationMode.eager_mode, Backend.layerwise)
+
+
 def target_for(model: nn.Module, base: Target) -> Target:
     """The IPU target for ``model`` (``base``: XINT8's): the rules of the precisions its activation
-    quantizers are in."""
+    quantizers are in. A layerwise model's integer graphs are checked layer by layer
+    (``ipu.LAYER_COMPUTE``) and the float operations between its layers, which Ryzen AI runs on the CPU,
+    are named in a warning (``ipu.ON_THE_CPU``); a graph-mode model's must be integer-only
+    (``ipu.INTEGER_ONLY``, ``ipu.COMPUTE``)."""
     chosen, unclaimed = precisions_of(quantizers(model))
     if not chosen and not unclaimed:
         return base
@@ -309,6 +321,9 @@ def target_for(model: nn.Module, base: Target) -> Target:
     for precision in chosen:
         graph_rules += [r for r in precision.graph_rules if r not in graph_rules]
         layer_rules += [r for r in precision.layer_rules if r not in layer_rules]
+    if layerwise(model):
+        layer_by_layer = ((ipu.COMPUTE, ipu.LAYER_COMPUTE), (ipu.INTEGER_ONLY, ipu.ON_THE_CPU))
+        graph_rules = [next((new for old, new in layer_by_layer if rule is old), rule) for rule in graph_rules]
     site_rules = (_unclaimed(unclaimed),) if unclaimed else ()
     name = "IPU" if chosen in ([], [XINT8]) else f"IPU ({'+'.join(p.name for p in chosen)})"
     return replace(

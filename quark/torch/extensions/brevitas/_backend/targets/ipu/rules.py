@@ -6,7 +6,10 @@ operand runs on the CPU); on the written graph, opset 17 and static shapes. XINT
 int8 weights and activations, power-of-two scales, half-even rounding, static scales; int32 bias
 with scale = input scale x weight scale; on the graph, every Q/DQ scale an exact power of two, zero
 points 0, weights int8, biases int32 with scale = s_in * s_w, and every float operation between
-DequantizeLinear and QuantizeLinear (:func:`integer_only`).
+DequantizeLinear and QuantizeLinear (:func:`integer_only`). A layerwise model (its layers quantized,
+not the tensors between them) is checked layer by layer instead (:data:`LAYER_COMPUTE`), and what
+stays float between its layers, which Ryzen AI runs on the CPU, is named in a warning
+(:data:`ON_THE_CPU`); a graph-mode model's graph must be integer-only.
 """
 
 from __future__ import annotations
@@ -136,11 +139,22 @@ def _quantize_nodes(model: Any) -> Iterable[Found]:
             yield f"{where}: zero point dtype {zero_point.dtype}"
 
 
-def _compute_nodes(model: Any) -> Iterable[Found]:
+def _compute_nodes(model: Any, layers_only: bool = False) -> Iterable[Found]:
+    """Every Conv / Gemm / MatMul's problems; ``layers_only``: of those with a weight (a constant
+    operand, through its DequantizeLinear and data movement), the quantized layers."""
     graph = Graph(model)
     for node in model.graph.node:
-        if node.op_type in ("Conv", "Gemm", "MatMul"):
+        if node.op_type in ("Conv", "Gemm", "MatMul") and (not layers_only or _has_weight(graph, node)):
             yield from _compute_node(graph, node)
+
+
+def _has_weight(graph: Graph, node: Any) -> bool:
+    name = node.input[1] if len(node.input) > 1 else ""
+    producer = graph.producer.get(name)
+    while producer is not None and producer.op_type in MOVES | _QDQ:
+        name = producer.input[0]
+        producer = graph.producer.get(name)
+    return name in graph.constants
 
 
 def _compute_node(graph: Graph, node: Any) -> Iterable[Found]:
@@ -197,6 +211,38 @@ COMPUTE = Rule(
     lambda model: _compute_nodes(model),
     "weights int8, biases int32 with scale = s_in * s_w",
     "the NPU computes integer products and accumulates int32",
+)
+
+#: layerwise integer precisions: the quantized layers' Conv / Gemm / MatMul on dequantized integers
+LAYER_COMPUTE = Rule(
+    "quantized layers with float operands, weights other than int8, biases other than int32 of scale s_in * s_w",
+    lambda model: _compute_nodes(model, layers_only=True),
+    "each quantized layer's Conv / Gemm / MatMul on int8 weights and a dequantized input, biases int32 with scale "
+    "s_in * s_w",
+    "layerwise quantization quantizes the layers, not the tensors between them: the NPU computes the layers, Ryzen AI "
+    "runs what stays float on the CPU (graph mode quantizes every tensor: an integer-only graph)",
+)
+
+def _on_the_cpu(model: Any) -> list[str]:
+    """Layerwise: the float operations outside DequantizeLinear -> op -> QuantizeLinear and the products of
+    two activations, which run on the CPU (a note of the report, not a refusal)."""
+    graph = Graph(model)
+    compute = {f"{n.op_type} {n.name or n.output[0]!r}:": _has_weight(graph, n) for n in model.graph.node if n.op_type in ("Conv", "Gemm", "MatMul")}
+    products = [f"{where} a product of two activations" for where, weighted in compute.items() if not weighted]
+    found = products + [line for line in integer_only(model) if not line.startswith(tuple(compute))]
+    if not found:
+        return []
+    shown = "; ".join(found[:10]) + (f"; and {len(found) - 10} more" if len(found) > 10 else "")
+    return [f"{len(found)} float operations run on the CPU (layerwise: the tensors between layers are not quantized): {shown}"]
+
+
+#: layerwise integer precisions: what stays float between the layers runs on the CPU, named in the report
+ON_THE_CPU = Rule(
+    "(nothing: the report names the float operations between layers)",
+    lambda model: iter(()),
+    "every float operation between DequantizeLinear and QuantizeLinear, or named here as running on the CPU",
+    "layerwise quantization leaves the tensors between layers float; Ryzen AI runs those operations on the CPU",
+    notes=_on_the_cpu,
 )
 
 #: XINT8 on the written QDQ graph

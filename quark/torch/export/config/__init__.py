@@ -1,0 +1,1 @@
+"""AMD Quark's export configs (``quark.torch.export.config.config``)."""
