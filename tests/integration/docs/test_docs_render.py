@@ -22,7 +22,7 @@ DOCS = REPO / "docs"
 PAGES = ("index", "finn", "cli", "api")
 WINDOW = (1440, 900)
 #: names both config flavours define (the main API's and the Brevitas extension's), each documented once per flavour
-BOTH_FLAVOURS = {"Config", "QuantizationConfig", "QuantizationSpec"}
+BOTH_FLAVOURS = {"Config", "QuantizationConfig", "QuantizationSpec", "ModelExporter"}  # Quark's main API and the extension's
 PROBE = """<script>
 window.addEventListener('load', function () {
   var pres = [];

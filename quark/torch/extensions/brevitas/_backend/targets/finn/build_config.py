@@ -126,7 +126,7 @@ def _positive(name: str, value: Any, allow_none: bool = False) -> None:
 class FinnBuildConfig:
     """Everything a FINN build of the package takes.
 
-    Attributes:
+    Args:
         part: the FPGA part or a board FINN knows (``"Pynq-Z1"``, ``"ZCU104"``, ``"xczu3eg-sbva484-1-e"``).
         clock_mhz: the clock the layers are folded and estimated for.
         target_fps: frames per second to fold for (FINN's SetFolding); ``None``: every layer at
