@@ -24,7 +24,8 @@ __all__ = ["atomic_path", "check_writable", "write_text"]
 
 def check_writable(path: str | os.PathLike) -> str:
     """``path`` as a string, after checking it can become a file: not a directory, no file in the
-    way of its directory. Raises ``IsADirectoryError`` / ``NotADirectoryError`` naming the path."""
+    way of its directory, the nearest existing folder writable. Raises ``IsADirectoryError`` /
+    ``NotADirectoryError`` / ``PermissionError`` naming the path."""
     path = os.fspath(path)
     if os.path.isdir(path):
         raise IsADirectoryError(f"{path!r} is a directory; give the path of a file to write")
@@ -33,6 +34,8 @@ def check_writable(path: str | os.PathLike) -> str:
         if os.path.exists(parent):
             raise NotADirectoryError(f"cannot write {path!r}: {parent!r} is a file, not a directory")
         parent = os.path.dirname(parent)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(f"cannot write {path!r}: the folder {parent!r} is not writable")
     return path
 
 

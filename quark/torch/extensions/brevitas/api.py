@@ -22,6 +22,7 @@ from torch import nn
 import quark.torch.extensions.brevitas._backend  # noqa: F401  (the Brevitas version check, before any Brevitas import)
 from quark.torch.extensions.brevitas import config as ext
 from quark.torch.extensions.brevitas._backend.algorithms.check import halves, output_error
+from quark.torch.extensions.brevitas._backend.analysis import Analysis, QuantizerError, analyze
 from quark.torch.extensions.brevitas._backend.calibrate import (
     HOW_TO_CALIBRATE,
     UncalibratedModelError,
@@ -32,6 +33,7 @@ from quark.torch.extensions.brevitas._backend.calibrate import (
 )
 from quark.torch.extensions.brevitas._backend.calibrate import calibrate as run_calibration
 from quark.torch.extensions.brevitas._backend.data import BatchError, CalibrationData
+from quark.torch.extensions.brevitas._backend.evaluation import Accuracy, Evaluation, evaluate
 from quark.torch.extensions.brevitas._backend.export.errors import (
     ExportFailedError,
     ExportVerificationError,
@@ -51,8 +53,11 @@ from quark.torch.quantization.config.algorithms import Phase, implementation_of
 from quark.torch.quantization.quark013_api import QuarkFeatureRefused
 
 __all__ = [
+    "Accuracy",
     "AlgorithmCheck",
     "AlgorithmWorseWarning",
+    "Analysis",
+    "Evaluation",
     "ExportFailedError",
     "ExportFormat",
     "ExportVerificationError",
@@ -60,27 +65,36 @@ __all__ = [
     "ModelExporter",
     "ModelQuantizer",
     "QuantizationInterrupted",
+    "QuantizerError",
     "TargetCheckError",
     "UncalibratedModelError",
     "UncalibratedModelWarning",
     "UnsupportedExportError",
+    "analyze",
     "calibrate",
+    "evaluate",
     "finn_handoff",
+    "load_checkpoint",
 ]
 
 logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from quark.torch.extensions.brevitas._backend.targets.finn.dataflow import finn_handoff
+    from quark.torch.extensions.brevitas.checkpoint import load_checkpoint
 
 
 
 def __getattr__(name: str) -> Any:
-    """Public names whose modules import ONNX / qonnx, loaded when first used."""
+    """Public names whose modules import ONNX / qonnx (or this module), loaded when first used."""
     if name == "finn_handoff":
         from quark.torch.extensions.brevitas._backend.targets.finn.dataflow import finn_handoff
 
         return finn_handoff
+    if name == "load_checkpoint":
+        from quark.torch.extensions.brevitas.checkpoint import load_checkpoint
+
+        return load_checkpoint
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -220,7 +234,9 @@ class ModelQuantizer:
             inplace: modify ``model`` itself instead of a copy (an error raised after the
                 ``before_quantization`` algorithms leaves it pre-processed).
             calibrate: False builds the quantized model without calibrating (no data needed), to
-                load a quantized checkpoint into it; ``qat.uncalibrated_quantizers`` lists what
+                load a quantized checkpoint into it: the algorithms after quantization that need
+                data (which set values the checkpoint holds) do not run, only what they add to the
+                structure (``BiasCorrection``: a bias on every weighted layer); ``qat.uncalibrated_quantizers`` lists what
                 is still uncalibrated.
             check_algorithms: when the config has algorithms and data is given (a list or a
                 DataLoader), also quantize without them (structural ones such as ``MergeBatchNorm``
@@ -306,7 +322,7 @@ class ModelQuantizer:
 
     def _quantize(self, work, data, known_names, calibrate, stage) -> nn.Module:
         stage("before_quantization algorithms")
-        work = self._run_phase(Phase.before_quantization, work, data, stage)
+        work = self._run_phase(Phase.before_quantization, work, data, stage, calibrate)
         stage("resolving the plan")
         work = self.rewriter.prepare(work)
         sites = self.rewriter.sites(work)
@@ -331,21 +347,31 @@ class ModelQuantizer:
                     calibrate_on_first_call(work)
             else:
                 warnings.warn(_uncalibrated_message(uncalibrated(work)), UncalibratedModelWarning, stacklevel=3)
-        work = self._run_phase(Phase.after_calibration, work, data, stage)
-        work = self._run_phase(Phase.after_quantization, work, data, stage)
+        work = self._run_phase(Phase.after_calibration, work, data, stage, calibrate)
+        work = self._run_phase(Phase.after_quantization, work, data, stage, calibrate)
         logger.info("quantized %d of %d %s sites", sum(p.quantized for p in plans), len(sites), self.rewriter.name)
         return work.eval()
 
     def _require_no_data(self, specs: list[tuple[str, Any]], calibrate: bool) -> None:
         """Without data: no algorithm of the config may need data (static activations are left
         uncalibrated, with a warning)."""
-        hungry = [type(algo).__name__ for algo, impl in self.algorithms if impl.needs_data]
+        hungry = [type(algo).__name__ for algo, impl in self.algorithms if impl.needs_data and self._runs(impl, calibrate)]
         if hungry:
             raise ValueError(f"quantize_model: {', '.join(hungry)} needs calibration data; pass calib_loader")
 
-    def _run_phase(self, phase: Phase, model: nn.Module, data: CalibrationData | None, stage: Stage) -> nn.Module:
+    @staticmethod
+    def _runs(impl: Any, calibrate: bool) -> bool:
+        """Whether an algorithm runs: without calibration, those after quantization that need data
+        do not (they set values only, which the checkpoint loaded next holds)."""
+        return calibrate or not impl.needs_data or impl.phase is Phase.before_quantization
+
+    def _run_phase(self, phase: Phase, model: nn.Module, data: CalibrationData | None, stage: Stage, calibrate: bool) -> nn.Module:
         for algo, impl in self.algorithms:
-            if impl.phase is phase:
+            if impl.phase is not phase:
+                continue
+            if not self._runs(impl, calibrate):
+                model = model if impl.shape is None else impl.shape(model)
+            else:
                 stage(f"{type(algo).__name__} ({phase.value})", edits_float_model=phase is Phase.before_quantization)
                 logger.info("applying %s (%s)", type(algo).__name__, phase.value)
                 extra = {"plans": self._float_plans(model)} if impl.wants_plans else {}

@@ -139,6 +139,22 @@ class FoldedBatchNorm:
         mul, add = self._factors()
         return add if self.bias is None else self.bias * mul + add
 
+    @torch.no_grad()
+    def shift_output(self, shift: torch.Tensor) -> bool:
+        """Add ``shift`` (one value per output channel) to the output of the frozen or eval-mode
+        forward, through the parameter :meth:`folded_bias` reads; False where none holds it (a
+        batch norm without affine parameters after a layer without a bias)."""
+        if self.absorbed:
+            target = self.bn.bias if self.bias is None else self.bias
+        elif self.bn.affine:
+            target = self.bn.bias  # beta enters the folded bias as it is
+        elif self.bias is not None:
+            target, shift = self.bias, shift / self._factors()[0]  # b enters it times s
+        else:
+            return False
+        target.add_(shift.to(target))
+        return True
+
     @property
     def absorbed(self) -> bool:
         return bool(self.batch_norm_absorbed)

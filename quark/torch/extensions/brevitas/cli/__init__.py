@@ -2,6 +2,8 @@
 
     quark-brevitas init     --preset finn --bits 4 > cfg.yaml
     quark-brevitas quantize --config cfg.yaml --model model.py:build --data calib.npz -o q.pt
+    quark-brevitas evaluate --checkpoint q.pt --data test.npz
+    quark-brevitas analyze  --checkpoint q.pt --data test.npz
     quark-brevitas train    --checkpoint q.pt --data-module model.py:loaders --epochs 5 -o qat.pt
     quark-brevitas export   --checkpoint qat.pt --format finn --data test.npz -o finn_out
     quark-brevitas verify   --checkpoint qat.pt --onnx model.onnx --data test.npz
@@ -40,7 +42,7 @@ from quark.torch.extensions.brevitas.cli.errors import (
 EPILOG = """exit status: 0 done, 1 verification failed, 2 usage or input error, 3 unexpected error
 (rerun with --debug), 130 interrupted"""
 #: subcommand -> its function in .commands
-COMMANDS = ("init", "quantize", "train", "export", "verify", "mix", "search", "support")
+COMMANDS = ("init", "quantize", "evaluate", "analyze", "train", "export", "verify", "mix", "search", "support")
 #: preset names of `init` (cli/configs.PRESETS; listed here so that --help imports nothing)
 PRESET_NAMES = ("finn", "xint8", "w8a8", "w4a8", "w8", "w4")
 
@@ -129,12 +131,42 @@ def parser() -> argparse.ArgumentParser:
         required=True,
         help="module:function or file.py:function returning (train_batches, eval_batches) of (inputs, labels)",
     )
-    t.add_argument("--epochs", type=int, default=1, help="passes over the training batches")
-    t.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate")
+    t.add_argument("--epochs", type=int, help="passes over the training batches (default: 1)")
+    t.add_argument("--lr", type=float, help="AdamW's peak learning rate (default: 0.001)")
+    t.add_argument(
+        "--schedule",
+        choices=["cosine", "constant"],
+        help="the learning rate after the warm-up: cosine decays it to 0 at the last step (default: cosine)",
+    )
+    t.add_argument("--warmup-epochs", type=float, help="epochs of linear warm-up from 0 to --lr (default: 0)")
+    t.add_argument("--weight-decay", type=float, help="AdamW's decay of the layers' weights, not of scales or biases (default: 0)")
+    t.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on from the epoch --checkpoint (written by an interrupted train) holds, with its recipe and optimizer",
+    )
     t.add_argument("--freeze", action="store_true", help="fix every quantization parameter at the end (for deployment)")
     t.add_argument("-o", "--output", required=True, help="checkpoint to write (.pt)")
     _rebuild(t)
     _common(t, batch_size=False, device=True)
+
+    for name, help_text in (
+        ("evaluate", "accuracy of a checkpoint and of its float model side by side (top-1/top-5), or how far their outputs agree"),
+        ("analyze", "each quantizer's error (SQNR, alone and accumulated), the worst first, in the model's module names"),
+    ):
+        a = _add(sub, name, help_text)
+        a.add_argument("--checkpoint", required=True, help="checkpoint from quantize or train")
+        a.add_argument(
+            "--data",
+            help="a .npz with arrays x (inputs) and y (integer labels), or inputs alone (.npz, .pt, a folder of images)",
+        )
+        a.add_argument(
+            "--data-module",
+            help="module:function or file.py:function returning (train_batches, eval_batches): the eval batches are used",
+        )
+        a.add_argument("--num-batches", type=int, help="use at most this many batches")
+        _rebuild(a)
+        _common(a, device=True)
 
     e = _add(sub, "export", "export a checkpoint (QONNX, QDQ or a FINN dataflow directory), verified")
     e.add_argument("--checkpoint", required=True, help="checkpoint from quantize or train")

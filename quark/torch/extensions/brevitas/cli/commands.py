@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from torch import nn
 from quark.torch.extensions.brevitas.cli.errors import FAILED, OK, Failed, UsageError, one_line
 from quark.torch.extensions.brevitas.cli.inputs import (
     check_model_spec,
+    float_model_of,
     import_object,
     load_checkpoint,
     load_config,
@@ -39,6 +41,8 @@ from quark.torch.extensions.brevitas.cli.inputs import (
 logger = logging.getLogger(__name__)
 
 Result = tuple[int, dict[str, Any]]
+#: the flags of `train` that set its recipe (``_backend.training.Recipe``'s fields)
+RECIPE_FLAGS = ("epochs", "lr", "schedule", "warmup_epochs", "weight_decay")
 
 
 def say(args: argparse.Namespace, text: str) -> None:
@@ -69,7 +73,7 @@ def _checkpoint_path(path: str, option: str = "-o") -> None:
 
     try:
         check_writable(path)
-    except (IsADirectoryError, NotADirectoryError) as error:
+    except (IsADirectoryError, NotADirectoryError, PermissionError) as error:
         raise UsageError(f"{option} {path}: {one_line(error)}") from error
 
 
@@ -154,18 +158,99 @@ def quantize(args: argparse.Namespace) -> Result:
 # -- train -----------------------------------------------------------------------------------------
 
 
+def _recipe(args: argparse.Namespace, resumed: dict[str, Any] | None) -> Any:
+    """The training recipe: the flags' (their defaults where not given), or the resumed run's."""
+    from quark.torch.extensions.brevitas._backend.training import Recipe, Schedule
+
+    given = {k: getattr(args, k) for k in RECIPE_FLAGS if getattr(args, k) is not None}
+    if resumed is None:
+        if "schedule" in given:
+            given["schedule"] = Schedule(given["schedule"])
+        recipe = Recipe(**({"epochs": 1} | given))
+        for name in ("epochs", "lr"):
+            if not getattr(recipe, name) > 0:
+                raise UsageError(f"--{name} {getattr(recipe, name):g}: must be > 0")
+        for name in ("warmup_epochs", "weight_decay"):
+            if getattr(recipe, name) < 0:
+                raise UsageError(f"--{name.replace('_', '-')} {getattr(recipe, name):g}: must be >= 0")
+        return recipe
+    recorded = Recipe.from_dict(resumed["recipe"])
+    changed = [f"--{k.replace('_', '-')} {v}" for k, v in given.items() if v != recorded.to_dict()[k]]
+    if changed:
+        raise UsageError(
+            f"{', '.join(changed)}: --resume goes on with the recipe the checkpoint records "
+            f"({', '.join(f'{k}={v}' for k, v in recorded.to_dict().items())}); drop {'it' if len(changed) == 1 else 'them'}, "
+            "or start a new run from this checkpoint without --resume"
+        )
+    return recorded
+
+
 def train(args: argparse.Namespace) -> Result:
-    """Quantization-aware training of a checkpoint in a plain loop (Adam, cross-entropy)."""
+    """Quantization-aware training of a checkpoint: the recipe of ``_backend.training``, a checkpoint
+    after every epoch (``--resume`` goes on from it; Ctrl-C keeps the last finished epoch)."""
     from quark.torch.extensions.brevitas import qat
-    from quark.torch.extensions.brevitas._backend.data import batches as progress_batches
-    from quark.torch.extensions.brevitas._backend.data import device_dtype, move
+    from quark.torch.extensions.brevitas._backend.evaluation import evaluate
+    from quark.torch.extensions.brevitas._backend.training import BadBatch, optimizer_for, train_epoch
 
     _checkpoint_path(args.output)
-    _positive(args, "epochs", "lr")
     device = _device(args)
     if args.model:
         check_model_spec(args.model)
     state = read_checkpoint(args.checkpoint)
+    resumed = state.get("training") if args.resume else None
+    if args.resume and resumed is None:
+        raise UsageError(
+            f"--resume: {args.checkpoint} holds no training state (written by quantize, or by a train run that "
+            "finished); give it without --resume to start a new run"
+        )
+    recipe = _recipe(args, resumed)
+    start = resumed["epoch"] + 1 if resumed else 1
+    train_batches, eval_batches = _loaders(args)
+    qmodel, config, spec = load_checkpoint(args.checkpoint, args.model, state)
+    qmodel.to(device)
+    optimizer = optimizer_for(qmodel, recipe)
+    if resumed:
+        optimizer.load_state_dict(resumed["optimizer"])
+    origin = origin_of(args.model) if args.model else state.get("model_origin")
+    accuracies: list[float | None] = list(resumed["accuracies"]) if resumed else []
+    finished = start - 1
+    try:
+        for epoch in range(start, recipe.epochs + 1):
+            try:
+                loss = train_epoch(qmodel, train_batches, optimizer, recipe, epoch, progress=not args.quiet)
+            except BadBatch as error:
+                raise UsageError(f"--data-module {args.data_module}: {error}") from error
+            scored = evaluate(qmodel, eval_batches, progress=False).quantized
+            accuracies.append(None if scored is None else scored.top1)
+            held_out = "no labels to score" if scored is None else f"held-out accuracy {scored.top1:.2f}%"
+            say(args, f"epoch {epoch}/{recipe.epochs}: loss {loss:.4f}, {held_out}")
+            finished = epoch
+            if epoch < recipe.epochs:  # where training stands, for --resume and Ctrl-C
+                training = {"epoch": epoch, "recipe": recipe.to_dict(), "optimizer": optimizer.state_dict(), "accuracies": accuracies}
+                save_checkpoint(args.output, spec, config, qmodel, origin, training=training)
+    except KeyboardInterrupt:
+        if finished >= start:
+            print(
+                f"interrupted: {args.output} holds epoch {finished} of {recipe.epochs}; go on with "
+                f"`quark-brevitas train --checkpoint {args.output} --resume` (and the same --data-module, -o)",
+                file=sys.stderr,
+            )
+        raise
+    if args.freeze:
+        qat.freeze(qmodel)
+    save_checkpoint(args.output, spec, config, qmodel, origin)
+    say(args, f"wrote {args.output}")
+    return OK, {
+        "checkpoint": args.output,
+        "epochs": recipe.epochs,
+        "recipe": recipe.to_dict(),
+        "held_out_accuracy": accuracies,
+        "frozen": args.freeze,
+    }
+
+
+def _loaders(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(train, eval) batches from ``--data-module``."""
     loaders_fn = import_object(args.data_module, "--data-module")
     try:
         loaders = loaders_fn()
@@ -173,42 +258,68 @@ def train(args: argparse.Namespace) -> Result:
         raise UsageError(f"--data-module {args.data_module}: calling it failed: {type(error).__name__}: {one_line(error)}") from error
     if not (isinstance(loaders, (tuple, list)) and len(loaders) == 2):
         raise UsageError(f"--data-module {args.data_module}: must return (train_batches, eval_batches) of (inputs, labels)")
-    train_batches, eval_batches = loaders
-    qmodel, config, spec = load_checkpoint(args.checkpoint, args.model, state)
-    qmodel.to(device)
-    optimizer = torch.optim.Adam(qmodel.parameters(), lr=args.lr)
-    device, dtype = device_dtype(qmodel)
-    accuracies = []
-    for epoch in range(1, args.epochs + 1):
-        qmodel.train()
-        for batch in progress_batches(train_batches, progress=not args.quiet, desc=f"epoch {epoch}"):
-            if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
-                raise UsageError(f"--data-module {args.data_module}: a training batch must be (inputs, labels)")
-            x, y = batch
-            x, y = move(x, device, dtype), y.to(device)
-            optimizer.zero_grad()
-            nn.functional.cross_entropy(qmodel(x), y).backward()
-            optimizer.step()
-        accuracies.append(_accuracy(qmodel, eval_batches))
-        say(args, f"epoch {epoch}: held-out accuracy {accuracies[-1]:.2f}%")
-    if args.freeze:
-        qat.freeze(qmodel)
-    save_checkpoint(args.output, spec, config, qmodel, origin_of(args.model) if args.model else state.get("model_origin"))
-    say(args, f"wrote {args.output}")
-    return OK, {"checkpoint": args.output, "epochs": args.epochs, "held_out_accuracy": accuracies, "frozen": args.freeze}
+    return loaders[0], loaders[1]
 
 
-@torch.no_grad()
-def _accuracy(model: nn.Module, batches: Any) -> float:
-    from quark.torch.extensions.brevitas._backend.data import device_dtype, move
+# -- evaluate, analyze ------------------------------------------------------------------------------
 
-    model.eval()
-    device, dtype = device_dtype(model)
-    correct = total = 0
-    for x, y in batches:
-        correct += int((model(move(x, device, dtype)).argmax(-1).cpu() == y.cpu()).sum())
-        total += len(y)
-    return 100.0 * correct / max(total, 1)
+
+def _models_and_batches(args: argparse.Namespace) -> tuple[nn.Module, nn.Module, list[Any] | Any]:
+    """(quantized model, float model, batches) of ``evaluate`` / ``analyze``: --data or the eval
+    batches of --data-module; the float model built again by the checkpoint's factory (--model)."""
+    from quark.torch.extensions.brevitas._backend.evaluation import split_labels
+
+    if (args.data is None) == (args.data_module is None):
+        raise UsageError("give --data (a .npz with x and y, or inputs alone) or --data-module (its eval batches), one of them")
+    if args.num_batches is not None and args.num_batches <= 0:
+        raise UsageError(f"--num-batches {args.num_batches}: must be a positive integer")
+    if args.model:
+        check_model_spec(args.model)
+    state = read_checkpoint(args.checkpoint)
+    option = f"--data {args.data}" if args.data else f"--data-module {args.data_module}"
+    batches = _batches(args.data, args.batch_size) if args.data else _loaders(args)[1]
+    first = next(iter(batches), None)
+    if first is None:
+        raise UsageError(f"{option}: no batch")
+    qmodel, _, _ = load_checkpoint(args.checkpoint, args.model, state)
+    float_model = float_model_of(args.checkpoint, args.model, state)
+    device = _device(args)
+    qmodel.to(device), float_model.to(device)
+    _check_accepts(qmodel, split_labels(first)[0], option)
+    return qmodel, float_model, batches
+
+
+def _batches(path: str, batch_size: int) -> list[Any]:
+    """Labelled batches from a .npz holding x and y; the inputs alone from any other --data."""
+    import numpy as np
+
+    if path.endswith(".npz") and os.path.isfile(path):
+        with contextlib.suppress(ValueError, OSError), np.load(path, allow_pickle=False) as arrays:
+            if {"x", "y"} <= set(arrays.files):
+                return _labelled(path, "--data", batch_size)
+    return load_data(path, batch_size)
+
+
+def evaluate(args: argparse.Namespace) -> Result:
+    """Quantized and float model on the same batches: accuracy where labelled, output agreement."""
+    from quark.torch.extensions.brevitas._backend.evaluation import evaluate as run
+
+    qmodel, float_model, batches = _models_and_batches(args)
+    result = run(qmodel, batches, float_model, num_batches=args.num_batches, progress=not args.quiet)
+    say(args, result.report())
+    return OK, result.to_dict()
+
+
+def analyze(args: argparse.Namespace) -> Result:
+    """Each quantizer's error, the worst first (``_backend.analysis``)."""
+    from quark.torch.extensions.brevitas._backend.analysis import analyze as run
+    from quark.torch.extensions.brevitas._backend.evaluation import split_labels
+
+    qmodel, float_model, batches = _models_and_batches(args)
+    inputs = (split_labels(batch)[0] for batch in batches)
+    result = run(qmodel, inputs, float_model, num_batches=args.num_batches, progress=not args.quiet)
+    say(args, result.table())
+    return OK, result.to_dict()
 
 
 # -- export ----------------------------------------------------------------------------------------

@@ -20,14 +20,16 @@ import torch
 from torch import nn
 
 from quark.torch.examples.compat import declare_missing_torchvision_ops
+from quark.torch.extensions.brevitas import checkpoint as checkpoints
+from quark.torch.extensions.brevitas.checkpoint import write_checkpoint
 from quark.torch.extensions.brevitas.cli.configs import FLAVOURS, build, load_config
 from quark.torch.extensions.brevitas.cli.errors import UsageError, one_line
-from quark.torch.quantization.files import atomic_path
 
 __all__ = [
     "FLAVOURS",
     "UsageError",
     "check_model_spec",
+    "float_model_of",
     "import_object",
     "load_checkpoint",
     "load_config",
@@ -37,8 +39,6 @@ __all__ = [
     "save_checkpoint",
 ]
 
-#: checkpoint format written by ``quantize`` / ``train`` and read by ``train`` / ``export`` / ``verify``
-CHECKPOINT_FORMAT = "quark-brevitas-checkpoint/1"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff")
 EXAMPLE_SPEC = "model.py:build (a file) or quark.torch.examples.digits:pretrained_cnn (a module)"
 
@@ -316,26 +316,19 @@ def load_onnx(path: str, option: str = "--onnx") -> Any:
 # -- checkpoints ----------------------------------------------------------------------------------
 
 
-def save_checkpoint(path: str, model_spec: str, config: Any, qmodel: nn.Module, origin: dict[str, Any] | None = None) -> None:
+def save_checkpoint(
+    path: str, model_spec: str, config: Any, qmodel: nn.Module, origin: dict[str, Any] | None = None, **training: Any
+) -> None:
     """The config, the model's origin and the quantized state: enough to rebuild the model, from
-    any directory (the origin records the file the factory came from)."""
-    flavour = next(name for name, cls in FLAVOURS.items() if isinstance(config, cls))
-    state = {
-        "format": CHECKPOINT_FORMAT,
-        "model": model_spec,
-        "model_origin": origin or origin_of(model_spec),
-        "flavour": flavour,
-        "config": config.to_dict(),
-        "state_dict": {k: v.detach().cpu() for k, v in qmodel.state_dict().items()},
-    }
-    with atomic_path(path) as temporary:  # a failed save never leaves a truncated checkpoint
-        torch.save(state, temporary)
+    any directory (the origin records the file the factory came from); ``training``: where
+    ``train`` stands (for ``--resume``)."""
+    write_checkpoint(path, config, qmodel, model=model_spec, model_origin=origin or origin_of(model_spec), **training)
 
 
 def read_checkpoint(path: str) -> dict[str, Any]:
     """The checkpoint's contents, checked to be one."""
     state = _read(path, "--checkpoint", lambda f: _torch_load(f, "--checkpoint"))
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+    if not isinstance(state, dict) or state.get("format") != checkpoints.CHECKPOINT_FORMAT:
         raise UsageError(f"--checkpoint {path}: not a checkpoint written by quark-brevitas quantize / train")
     return state
 
@@ -343,32 +336,24 @@ def read_checkpoint(path: str) -> dict[str, Any]:
 def load_checkpoint(path: str, model: str | None = None, state: dict[str, Any] | None = None) -> tuple[nn.Module, Any, str]:
     """The quantized model rebuilt from a checkpoint: (model, config, model spec). ``model``
     overrides the factory the checkpoint names (``--model``)."""
-    import logging
-    import warnings
-
-    from quark.torch.extensions.brevitas.api import ModelQuantizer
-
     state = state or read_checkpoint(path)
     config = build(FLAVOURS[state["flavour"]], state["config"], f"--checkpoint {path}")
     origin = origin_of(model) if model else state.get("model_origin") or origin_of(state["model"])
     float_model = load_model(model) if model else _rebuild_model(origin, path)
-    quark_logger = logging.getLogger("quark")
-    level = quark_logger.level
-    quark_logger.setLevel(logging.ERROR)  # what the rebuild warns about, quantize said already
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            qmodel = ModelQuantizer(config).quantize_model(float_model, calibrate=False, progress=False)
-    finally:
-        quark_logger.setLevel(level)
-    try:
-        qmodel.load_state_dict(state["state_dict"])
+        qmodel = checkpoints.load_checkpoint(state, float_model, config)
     except RuntimeError as error:
         raise UsageError(
             f"--checkpoint {path}: its state does not fit the model {origin['spec']} builds now (was the factory "
             f"changed?): {one_line(error)[:300]}"
         ) from error
-    return qmodel.eval(), config, origin["spec"]
+    return qmodel, config, origin["spec"]
+
+
+def float_model_of(path: str, model: str | None, state: dict[str, Any]) -> nn.Module:
+    """The float model a checkpoint was quantized from, built again by its factory (``--model``)."""
+    origin = origin_of(model) if model else state.get("model_origin") or origin_of(state["model"])
+    return (load_model(model) if model else _rebuild_model(origin, path)).eval()
 
 
 @contextlib.contextmanager

@@ -151,6 +151,11 @@ class Implementation:
     model's layers, as the layerwise backend sees them), to fit what it does to the quantizers
     that will follow. ``structural``: it makes the model what the target needs (batch norm
     folded) rather than more accurate: ``quantize_model``'s algorithm check keeps it on both sides.
+    ``shape(model) -> model``: what the algorithm adds to the model's structure (e.g. a bias where a
+    layer had none), done instead of ``run`` when the model is built without calibration to load a
+    checkpoint into (``quantize_model(calibrate=False)``), so that the checkpoint's keys fit.
+    ``folded_batch_norm``: an algorithm on the quantized model that also takes layers with batch
+    norm folded in during QAT (the others would edit a layer's own weight, not the folded one).
     """
 
     phase: Phase
@@ -159,6 +164,8 @@ class Implementation:
     check: Callable[[Any, Any, Any], Any] | None = None
     wants_plans: bool = False
     structural: bool = False
+    shape: Callable[[Any], Any] | None = None
+    folded_batch_norm: bool = False
 
 
 #: implementations registered one by one (a user's own, with :func:`register_implementation`)

@@ -90,7 +90,9 @@ _TABLE: dict[type[AlgoConfig], Implementation] = {
         CALIBRATED, gpfq.qronos_config, needs_data=True, check=_no_a2q(gpfq.check_qronos_config)
     ),
     # last
-    BiasCorrection: Implementation(LAST, corrections.bias_correction, needs_data=True),
+    BiasCorrection: Implementation(
+        LAST, corrections.bias_correction, needs_data=True, shape=corrections.add_biases, folded_batch_norm=True
+    ),
     CalibrateBatchNorm: Implementation(LAST, corrections.calibrate_batch_norm, needs_data=True),
 }
 

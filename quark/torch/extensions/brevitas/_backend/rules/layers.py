@@ -318,7 +318,11 @@ def folding_problems(plans: Sequence[LayerPlan], algorithms: Iterable[tuple[Any,
     """Algorithms that run on the quantized model with batch norm folded into layers during QAT:
     they would edit (or re-estimate) a layer's float weight and bias, not the folded ones it quantizes."""
     folded = [f"{p.name} + {p.batch_norm}" for p in plans if p.batch_norm]
-    late = [type(algo).__name__ for algo, impl in algorithms if impl.phase is not Phase.before_quantization]
+    late = [
+        type(algo).__name__
+        for algo, impl in algorithms
+        if impl.phase is not Phase.before_quantization and not impl.folded_batch_norm
+    ]
     if not folded or not late:
         return []
     return [
