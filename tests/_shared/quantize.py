@@ -29,6 +29,19 @@ def quantize_with(config, model: nn.Module, data=None, **options) -> tuple[Model
     return quantizer, quantizer.quantize_model(model, data, **{"progress": False, "check_algorithms": False, **options})
 
 
+def without_target(config):
+    """A copy of ``config`` with no ``target_device`` at any level: quantized so, a model meets the
+    target's rules only when exported with ``target_device=`` (``quantize_model`` checks a config's
+    own target before calibrating)."""
+    import copy
+
+    config = copy.deepcopy(config)
+    levels = [config.global_quant_config, *config.layer_quant_config.values(), *config.layer_type_quant_config.values()]
+    for level in levels:
+        level.target_device = None
+    return config
+
+
 def quantized_mlp(config=W8A8, seed: int = 0) -> nn.Module:
     """``mlp()`` (seeded) quantized with ``config`` on ``batches(seed=seed)``."""
     torch.manual_seed(seed)

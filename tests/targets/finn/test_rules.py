@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 from _shared import REPO
-from _shared.models import unit_batches
-from _shared.quantize import quantized_on_unit_batches
+from _shared.models import mlp, unit_batches
+from _shared.quantize import assert_unchanged, quantized_on_unit_batches, snapshot, without_target
 from torch import nn
 
 from quark.torch.extensions.brevitas._backend.rules import FROM_A_SPEC
@@ -17,6 +17,7 @@ from quark.torch.extensions.brevitas._backend.targets.finn import TARGET as FINN
 from quark.torch.extensions.brevitas._backend.targets.finn import rules as finn_rules
 from quark.torch.extensions.brevitas.api import (
     ModelExporter,
+    ModelQuantizer,
     TargetCheckError,
     UnsupportedExportError,
 )
@@ -104,11 +105,36 @@ def test_every_requirement_row_has_a_case():
 @pytest.mark.parametrize("row", CASES)
 def test_each_requirement_is_refused_before_export_with_the_fix(tmp_path, row):
     config, message = CASES[row]
-    model = quantized_on_unit_batches(config)
+    model = quantized_on_unit_batches(without_target(config))
     path = tmp_path / "model.onnx"
     with pytest.raises(TargetCheckError, match=message):
-        ModelExporter(path).export_qonnx_model(model, unit_batches(1)[0])
+        ModelExporter(path).export_qonnx_model(model, unit_batches(1)[0], target_device=DeviceType.FINN)
     assert not path.exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize("row", CASES)
+def test_a_config_with_the_finn_target_is_refused_at_quantize_time(row):
+    """The config's own target_device: its rules run before calibration, not after training at export."""
+    config, message = CASES[row]
+    model = mlp((8, 8, 3)).eval()
+    before = snapshot(model)
+    calibrated = []
+    with pytest.raises(TargetCheckError, match=message):
+        ModelQuantizer(config).quantize_model(model, _Counted(unit_batches(), calibrated), progress=False)
+    assert not calibrated
+    assert_unchanged(before, model)
+
+
+class _Counted(list):
+    """Batches that record each pass over them."""
+
+    def __init__(self, batches, passes):
+        super().__init__(batches)
+        self.passes = passes
+
+    def __iter__(self):
+        self.passes.append(1)
+        return super().__iter__()
 
 
 def test_the_preset_passes_and_the_graph_checks_run(tmp_path):

@@ -11,7 +11,7 @@ import onnx
 import pytest
 import torch
 from _shared.configs import W8A8
-from _shared.quantize import quantize
+from _shared.quantize import quantize, without_target
 from _shared.zoo import ZOO, calibration
 from onnx import numpy_helper
 
@@ -113,10 +113,24 @@ def test_layers_with_float_operands_are_named(onnx_path):
 
 
 def _config_with(**changes) -> object:
+    """XINT8 with roles changed, without its target_device (a config with it is refused by
+    quantize_model already: test_a_config_with_the_ipu_target_is_refused_at_quantize_time); the
+    tests export it with ``target_device=DeviceType.IPU``."""
+    return without_target(_targeted_config_with(**changes))
+
+
+def _targeted_config_with(**changes) -> object:
     config = xint8()
     for role, spec in changes.items():
         setattr(config.global_quant_config, role, spec)
     return config
+
+
+def test_a_config_with_the_ipu_target_is_refused_at_quantize_time():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4))
+    with pytest.raises(TargetCheckError, match=r"quantizer '0.input_quant' \(activation\): dtype=uint8; IPU allows int8"):
+        ModelQuantizer(_targeted_config_with(input_tensors=U8_POF2)).quantize_model(model, [torch.randn(4, 8)], progress=False)
 
 
 A8_FLOAT = QuantizationSpec(dtype=Dtype.int8, observer_cls=PerTensorMinMaxObserver)

@@ -98,6 +98,18 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _check_target(model: nn.Module, plans: list[planning.LayerPlan]) -> None:
+    """The rules of the config's ``target_device`` on the quantized model, before calibration (the
+    exporter checks them again): :class:`TargetCheckError` names everything the target refuses."""
+    from quark.torch.extensions.brevitas._backend.targets import TARGETS
+
+    devices = {p.target_device for p in plans if p.target_device is not None}
+    for device in devices:
+        target = TARGETS.get(device)
+        if target is not None:
+            target.for_model(model).check_config(model, [p for p in plans if p.target_device in (device, None)])
+
+
 class UncalibratedModelWarning(UserWarning):
     """``quantize_model`` returned a model whose static activation quantizers await calibration."""
 
@@ -338,6 +350,7 @@ class ModelQuantizer:
         self.plans = plans
         setattr(work, PLANS_ATTRIBUTE, plans)  # the exporter reads target_device from them
         setattr(work, planning.CONFIG_ATTRIBUTE, self.config)  # Quark's save / export functions write it beside the tensors
+        _check_target(work, plans)
 
         add_calibrated_flags(work)
         if calibrate and static_act_proxies(work):
