@@ -18,7 +18,9 @@ $PY mycnn.py                      # the user's side: mycnn_float.pt (trained), c
 # FPGA (FINN): W4A4, thresholds trained for two epochs, then QONNX and a dataflow directory
 $QB init --preset finn --bits 4 --tqt > finn.yaml
 $QB quantize --config finn.yaml --model mycnn.py:build --data calib.npz -o finn_q.pt
+$QB evaluate --checkpoint finn_q.pt --data-module mycnn.py:loaders   # PTQ beside float, held out
 $QB train --checkpoint finn_q.pt --data-module mycnn.py:loaders --epochs 2 --freeze -o finn_qat.pt
+$QB evaluate --checkpoint finn_qat.pt --data-module mycnn.py:loaders
 $QB export --checkpoint finn_qat.pt --format qonnx --data test.npz -o out/mycnn.qonnx.onnx
 $QB export --checkpoint finn_qat.pt --format finn --data test.npz --batch-size 512 -o out/finn \
            --part Pynq-Z1 --target-fps 10000 --integer-input

@@ -38,8 +38,8 @@ def test_accuracies_agreement_and_sqnr_follow_their_definitions():
     top1 = lambda logits: 100.0 * float((logits.argmax(-1) == labels).sum()) / len(labels)
     top_k = lambda logits: 100.0 * sum(int(label in row.topk(TOP_K).indices) for row, label in zip(logits, labels)) / len(labels)
     assert result.samples == len(labels)
-    assert result.quantized.top1 == pytest.approx(top1(noisy)) and result.float.top1 == pytest.approx(top1(reference))
-    assert result.quantized.top_k == pytest.approx(top_k(noisy)) and result.float.top_k == pytest.approx(top_k(reference))
+    assert result.quantized_accuracy.top1 == pytest.approx(top1(noisy)) and result.float_accuracy.top1 == pytest.approx(top1(reference))
+    assert result.quantized_accuracy.top_k == pytest.approx(top_k(noisy)) and result.float_accuracy.top_k == pytest.approx(top_k(reference))
     assert result.agreement == pytest.approx(float((noisy.argmax(-1) == reference.argmax(-1)).float().mean()))
     sqnr = 10 * math.log10(float(reference.double().square().sum() / (noisy.double() - reference.double()).square().sum()))
     assert result.output_db == pytest.approx(sqnr)
@@ -48,10 +48,10 @@ def test_accuracies_agreement_and_sqnr_follow_their_definitions():
 
 def test_few_classes_have_no_top_k_and_unlabelled_data_no_accuracy():
     float_model, qmodel, _, _, _, batches = _data(classes=TOP_K)
-    assert evaluate(qmodel, batches, float_model, progress=False).quantized.top_k is None
+    assert evaluate(qmodel, batches, float_model, progress=False).quantized_accuracy.top_k is None
     unlabelled = [index for index, _ in batches]
     result = evaluate(qmodel, unlabelled, float_model, progress=False)
-    assert result.quantized is None and result.float is None and result.agreement is not None
+    assert result.quantized_accuracy is None and result.float_accuracy is None and result.agreement is not None
     assert "no labels" in result.report()
     with pytest.raises(ValueError, match="carry no labels"):
         accuracy(qmodel, unlabelled)

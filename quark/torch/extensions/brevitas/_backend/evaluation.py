@@ -40,20 +40,20 @@ class Evaluation:
     """What :func:`evaluate` measured on ``samples`` samples."""
 
     samples: int
-    quantized: Accuracy | None
-    float: Accuracy | None
+    quantized_accuracy: Accuracy | None
+    float_accuracy: Accuracy | None
     agreement: float | None
     output_db: float | None
 
     def report(self) -> str:
         lines = []
-        if self.float is not None:
-            lines.append(f"float     {self.float}")
-        if self.quantized is not None:
-            lines.append(f"quantized {self.quantized}")
+        if self.float_accuracy is not None:
+            lines.append(f"float     {self.float_accuracy}")
+        if self.quantized_accuracy is not None:
+            lines.append(f"quantized {self.quantized_accuracy}")
         if self.agreement is not None:
             lines.append(f"top-1 agreement {100 * self.agreement:.2f} %, output SQNR {self.output_db:.1f} dB")
-        lines.append(f"on {self.samples} samples" + ("" if self.quantized else " (no labels: outputs compared only)"))
+        lines.append(f"on {self.samples} samples" + ("" if self.quantized_accuracy else " (no labels: outputs compared only)"))
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -62,8 +62,8 @@ class Evaluation:
 
         return {
             "samples": self.samples,
-            "quantized": accuracy(self.quantized),
-            "float": accuracy(self.float),
+            "quantized": accuracy(self.quantized_accuracy),
+            "float": accuracy(self.float_accuracy),
             "agreement": self.agreement,
             "output_db": self.output_db,
         }
@@ -176,8 +176,8 @@ def evaluate(
     compared = float_model is not None
     return Evaluation(
         samples=samples,
-        quantized=counters["quantized"].accuracy() if labelled else None,
-        float=counters["float"].accuracy() if labelled and compared else None,
+        quantized_accuracy=counters["quantized"].accuracy() if labelled else None,
+        float_accuracy=counters["float"].accuracy() if labelled and compared else None,
         agreement=agree / samples if compared else None,
         output_db=energy.db if compared else None,
     )
@@ -186,6 +186,6 @@ def evaluate(
 def accuracy(model: nn.Module, data: Iterable[Any]) -> float:
     """Top-1 accuracy in percent of one model on labelled batches."""
     result = evaluate(model, data, progress=False)
-    if result.quantized is None:
+    if result.quantized_accuracy is None:
         raise ValueError("accuracy: the batches carry no labels; expected (inputs, integer labels)")
-    return result.quantized.top1
+    return result.quantized_accuracy.top1

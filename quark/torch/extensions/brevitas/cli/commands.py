@@ -220,7 +220,7 @@ def train(args: argparse.Namespace) -> Result:
                 loss = train_epoch(qmodel, train_batches, optimizer, recipe, epoch, progress=not args.quiet)
             except BadBatch as error:
                 raise UsageError(f"--data-module {args.data_module}: {error}") from error
-            scored = evaluate(qmodel, eval_batches, progress=False).quantized
+            scored = evaluate(qmodel, eval_batches, progress=False).quantized_accuracy
             accuracies.append(None if scored is None else scored.top1)
             held_out = "no labels to score" if scored is None else f"held-out accuracy {scored.top1:.2f}%"
             say(args, f"epoch {epoch}/{recipe.epochs}: loss {loss:.4f}, {held_out}")
