@@ -15,8 +15,8 @@ from torch import nn
 from quark.torch.examples import digits, mnist
 from quark.torch.extensions.brevitas import presets
 from quark.torch.extensions.brevitas._backend.analysis import analyze
-from quark.torch.extensions.brevitas.api import ModelQuantizer
-from quark.torch.extensions.brevitas.checkpoint import load_checkpoint, write_checkpoint
+from quark.torch.extensions.brevitas.api import ModelQuantizer, load_checkpoint
+from quark.torch.extensions.brevitas.checkpoint import write_checkpoint
 
 
 def block(i: int, o: int) -> list[nn.Module]:

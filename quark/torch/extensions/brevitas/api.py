@@ -47,6 +47,7 @@ from quark.torch.extensions.brevitas._backend.rewrite import rewriter_for
 from quark.torch.extensions.brevitas._backend.rewrite.exported import copy_model
 from quark.torch.extensions.brevitas._backend.rules import layers as rules
 from quark.torch.extensions.brevitas._backend.targets.finn.errors import FinnError
+from quark.torch.extensions.brevitas.checkpoint import checkpoint_config, read_checkpoint
 from quark.torch.quantization import plan as planning
 from quark.torch.quantization.config import config as main
 from quark.torch.quantization.config.algorithms import Phase, implementation_of
@@ -81,26 +82,22 @@ logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from quark.torch.extensions.brevitas._backend.targets.finn.dataflow import finn_handoff
-    from quark.torch.extensions.brevitas.checkpoint import load_checkpoint
 
 
 
 def __getattr__(name: str) -> Any:
-    """Public names whose modules import ONNX / qonnx (or this module), loaded when first used."""
+    """Public names whose modules import ONNX / qonnx, loaded when first used."""
     if name == "finn_handoff":
         from quark.torch.extensions.brevitas._backend.targets.finn.dataflow import finn_handoff
 
         return finn_handoff
-    if name == "load_checkpoint":
-        from quark.torch.extensions.brevitas.checkpoint import load_checkpoint
-
-        return load_checkpoint
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _check_target(model: nn.Module, plans: list[planning.LayerPlan]) -> None:
-    """The rules of the config's ``target_device`` on the quantized model, before calibration (the
-    exporter checks them again): :class:`TargetCheckError` names everything the target refuses."""
+    """The rules of the config's ``target_device`` on the calibrated model, before the algorithms
+    and any training (the exporter checks them again): :class:`TargetCheckError` names everything
+    the target refuses. Not on uncalibrated quantizers: reading them would initialise them."""
     from quark.torch.extensions.brevitas._backend.targets import TARGETS
 
     devices = {p.target_device for p in plans if p.target_device is not None}
@@ -350,7 +347,6 @@ class ModelQuantizer:
         self.plans = plans
         setattr(work, PLANS_ATTRIBUTE, plans)  # the exporter reads target_device from them
         setattr(work, planning.CONFIG_ATTRIBUTE, self.config)  # Quark's save / export functions write it beside the tensors
-        _check_target(work, plans)
 
         add_calibrated_flags(work)
         if calibrate and static_act_proxies(work):
@@ -360,6 +356,8 @@ class ModelQuantizer:
                     calibrate_on_first_call(work)
             else:
                 warnings.warn(_uncalibrated_message(uncalibrated(work)), UncalibratedModelWarning, stacklevel=3)
+        if calibrate and data is not None and not uncalibrated(work):
+            _check_target(work, plans)
         work = self._run_phase(Phase.after_calibration, work, data, stage, calibrate)
         work = self._run_phase(Phase.after_quantization, work, data, stage, calibrate)
         logger.info("quantized %d of %d %s sites", sum(p.quantized for p in plans), len(sites), self.rewriter.name)
@@ -370,7 +368,10 @@ class ModelQuantizer:
         uncalibrated, with a warning)."""
         hungry = [type(algo).__name__ for algo, impl in self.algorithms if impl.needs_data and self._runs(impl, calibrate)]
         if hungry:
-            raise ValueError(f"quantize_model: {', '.join(hungry)} needs calibration data; pass calib_loader")
+            raise ValueError(
+                f"quantize_model: {', '.join(hungry)} needs calibration data; pass calib_loader, or calibrate=False to "
+                "build the model to load a checkpoint into (presets.finn(bias_correction=False) leaves BiasCorrection out)"
+            )
 
     @staticmethod
     def _runs(impl: Any, calibrate: bool) -> bool:
@@ -562,3 +563,22 @@ def _nothing_quantized(model: nn.Module, sites: list, plans: list, supported: tu
         f"{', '.join(f'{name} ({count})' for name, count in sorted(seen.items())) or 'none'}; quantizable types: "
         f"{', '.join(sorted(t.__name__ for t in supported))}. Layers of other types stay float."
     )
+
+
+def load_checkpoint(path: str | dict[str, Any], model: nn.Module, config: Any = None) -> nn.Module:
+    """The quantized model of checkpoint ``path`` (or of its contents), rebuilt on the float
+    ``model`` (which it takes over, as ``quantize_model`` does), in eval mode. ``config``: the
+    checkpoint's own, decoded already."""
+    state = read_checkpoint(path) if isinstance(path, str) else path
+    config = checkpoint_config(state) if config is None else config
+    quark_logger = logging.getLogger("quark")
+    level = quark_logger.level
+    quark_logger.setLevel(logging.ERROR)  # what the rebuild warns about, quantize said already
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            qmodel = ModelQuantizer(config).quantize_model(model, calibrate=False, progress=False)
+    finally:
+        quark_logger.setLevel(level)
+    qmodel.load_state_dict(state["state_dict"])
+    return qmodel.eval()

@@ -4,15 +4,15 @@ A checkpoint holds the config (either flavour, as ``to_dict`` writes it), where 
 factory is, the quantized ``state_dict`` and, from ``train``, where training stands (epoch,
 optimizer and schedule, for ``--resume``)::
 
-    from quark.torch.extensions.brevitas.checkpoint import load_checkpoint
+    from quark.torch.extensions.brevitas.api import load_checkpoint
 
     qmodel = load_checkpoint("q.pt", build())   # build(): the float model, as --model gave it
+
+(``load_checkpoint`` is in ``api``: it quantizes ``build()`` with the checkpoint's config.)
 """
 
 from __future__ import annotations
 
-import logging
-import warnings
 import zipfile
 from typing import Any
 
@@ -22,7 +22,7 @@ from torch import nn
 from quark.torch.extensions.brevitas.cli.configs import FLAVOURS
 from quark.torch.quantization.files import atomic_path
 
-__all__ = ["CHECKPOINT_FORMAT", "FLAVOURS", "load_checkpoint", "read_checkpoint", "write_checkpoint"]
+__all__ = ["CHECKPOINT_FORMAT", "FLAVOURS", "checkpoint_config", "read_checkpoint", "write_checkpoint"]
 
 CHECKPOINT_FORMAT = "quark-brevitas-checkpoint/1"
 
@@ -57,24 +57,3 @@ def read_checkpoint(path: str) -> dict[str, Any]:
 def checkpoint_config(state: dict[str, Any]) -> Any:
     """The config a checkpoint's contents record."""
     return FLAVOURS[state["flavour"]].from_dict(state["config"])
-
-
-def load_checkpoint(path: str | dict[str, Any], model: nn.Module, config: Any = None) -> nn.Module:
-    """The quantized model of checkpoint ``path`` (or of its contents), rebuilt on the float
-    ``model`` (which it takes over, as ``quantize_model`` does), in eval mode. ``config``: the
-    checkpoint's own, decoded already."""
-    from quark.torch.extensions.brevitas.api import ModelQuantizer
-
-    state = read_checkpoint(path) if isinstance(path, str) else path
-    config = checkpoint_config(state) if config is None else config
-    quark_logger = logging.getLogger("quark")
-    level = quark_logger.level
-    quark_logger.setLevel(logging.ERROR)  # what the rebuild warns about, quantize said already
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            qmodel = ModelQuantizer(config).quantize_model(model, calibrate=False, progress=False)
-    finally:
-        quark_logger.setLevel(level)
-    qmodel.load_state_dict(state["state_dict"])
-    return qmodel.eval()

@@ -351,8 +351,8 @@ def _integer(weight: int, act: int | None) -> Callable[..., Any]:
 #: name -> preset, in the order --help lists them
 PRESETS: dict[str, Preset] = {
     "finn": Preset(
-        "FINN on FPGAs: graph mode, power-of-two scales, uint8 input, unsigned after ReLU, ties rounded up "
-        "(--bits, default 4; --tqt trains the thresholds)",
+        "FINN on FPGAs: graph mode, power-of-two scales, uint8 input, unsigned after ReLU, ties rounded up, "
+        "bias correction (--bits, default 4; --tqt trains the thresholds)",
         _finn,
         bits=True,
         graph=False,
@@ -377,7 +377,7 @@ NOTES = {
     "layer_quant_config": "per module name (wildcards allowed); overrides the levels above",
     "exclude": "module names left float",
     "pre_quant_opt_config": "run on the float model first",
-    "algo_config": "run on the quantized model (GPTQ, AWQ, ...)",
+    "algo_config": "run after calibration (bias correction, GPTQ, ...)",
     "GraphInput": "the network input",
     "ReLU": "ReLU outputs are never negative: an unsigned grid",
     "Add": "residual additions",

@@ -341,7 +341,9 @@ def load_checkpoint(path: str, model: str | None = None, state: dict[str, Any] |
     origin = origin_of(model) if model else state.get("model_origin") or origin_of(state["model"])
     float_model = load_model(model) if model else _rebuild_model(origin, path)
     try:
-        qmodel = checkpoints.load_checkpoint(state, float_model, config)
+        from quark.torch.extensions.brevitas.api import load_checkpoint as rebuild
+
+        qmodel = rebuild(state, float_model, config)
     except RuntimeError as error:
         raise UsageError(
             f"--checkpoint {path}: its state does not fit the model {origin['spec']} builds now (was the factory "
