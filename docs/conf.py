@@ -15,7 +15,7 @@ def _version() -> str:
 
 project = "quark-brevitas"
 author = "quark-brevitas contributors"
-copyright = "2026, quark-brevitas contributors"  # noqa: A001  Sphinx's name
+copyright = "2026, quark-brevitas contributors"
 release = version = _version()
 extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon"]
 source_suffix = {".md": "markdown"}
