@@ -43,3 +43,9 @@ def outlier_mlp() -> nn.Module:
         model[1].weight[0] *= 100
         model[1].bias[0] = 50
     return model
+
+
+def generator_loaders():
+    """``loaders`` as one-shot generators (a data module that yields its batches)."""
+    train, test = loaders()
+    return (b for b in train), (b for b in test)

@@ -79,6 +79,12 @@ def test_evaluate_from_a_data_module_and_one_source_only(checkpoint, capsys):
     assert run("evaluate", "--checkpoint", checkpoint, "--data-module", LOADERS, "--data", checkpoint.parent / "test.npz") == 2
 
 
+def test_evaluate_takes_every_batch_of_a_generator(checkpoint, capsys):
+    capsys.readouterr()
+    assert run("evaluate", "--checkpoint", checkpoint, "--data-module", "integration.cli.cli_models:generator_loaders", "--json", "-q") == 0
+    assert json.loads(capsys.readouterr().out)["samples"] == 32  # both eval batches, the first too
+
+
 def test_analyze_lists_every_quantizer_in_the_models_names(checkpoint, capsys):
     capsys.readouterr()
     assert run("analyze", "--checkpoint", checkpoint, "--data", checkpoint.parent / "test.npz", "--json", "-q") == 0

@@ -31,7 +31,7 @@ from torch import nn
 
 from quark.torch.extensions.brevitas._backend.data import batches as progress_batches
 from quark.torch.extensions.brevitas._backend.data import device_dtype, model_inputs, move
-from quark.torch.extensions.brevitas._backend.evaluation import Energy, output_tensor, plain
+from quark.torch.extensions.brevitas._backend.evaluation import Energy, in_eval, output_tensor, plain
 from quark.torch.extensions.brevitas._backend.switches import ROLES, only, quantizers
 
 #: child names graph mode gives the quantizer it wraps around an activation, pool or addition
@@ -151,11 +151,6 @@ def analyze(
     every = quantizers(qmodel)
     if not every:
         raise ValueError("analyze: the model has no quantizer that is on (was it quantized with ModelQuantizer?)")
-    was_training = qmodel.training
-    qmodel.eval()
-    if float_model is not None:
-        float_training = float_model.training
-        float_model.eval()
     device, dtype = device_dtype(qmodel)
     local: dict[str, Energy] = defaultdict(Energy)
     accumulated: dict[str, Energy] = defaultdict(Energy)
@@ -163,40 +158,41 @@ def analyze(
     output, against_float = Energy(), Energy()
     agree = samples = 0
     seen: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = defaultdict(list)
+    recording = [True]  # off in the one-quantizer passes, which compare outputs only
 
     def record(name: str):
-        return lambda _m, args, out: seen[name].append((plain(args[0]), plain(out)))
+        return lambda _m, args, out: seen[name].append((plain(args[0]), plain(out))) if recording[0] else None
 
     hooks = [proxy.register_forward_hook(record(name)) for name, proxy in every.items()]
     try:
-        for batch in progress_batches(data, num_batches, progress=progress, desc="analyze"):
-            args, kwargs = model_inputs(qmodel, move(batch, device, dtype))
-            seen.clear()
-            with only(qmodel, set(), every, biases=False):
-                reference = output_tensor(qmodel(*args, **kwargs))
-            float_sites = dict(seen)
-            seen.clear()
-            quantized = output_tensor(qmodel(*args, **kwargs))
-            for name, calls in seen.items():
-                for (given, result), (_, float_result) in zip(calls, float_sites.get(name, [])):
-                    local[name].add(given, result)
-                    if not isinstance(every[name], WeightQuantProxyFromInjectorBase):
-                        accumulated[name].add(float_result, result)
-            for name in every:
-                with only(qmodel, {name}, every, biases=False):
-                    alone[name].add(reference, output_tensor(qmodel(*args, **kwargs)))
-            output.add(reference, quantized)
-            if float_model is not None:
-                against_float.add(output_tensor(float_model(*args, **kwargs)), quantized)
-            if reference.dim() >= 2:
-                agree += int((reference.argmax(-1) == quantized.argmax(-1)).sum())
-                samples += reference.shape[0]
+        with in_eval(qmodel, float_model):
+            for batch in progress_batches(data, num_batches, progress=progress, desc="analyze"):
+                args, kwargs = model_inputs(qmodel, move(batch, device, dtype))
+                seen.clear()
+                recording[0] = True
+                with only(qmodel, set(), every, biases=False):
+                    reference = output_tensor(qmodel(*args, **kwargs))
+                float_sites = dict(seen)
+                seen.clear()
+                quantized = output_tensor(qmodel(*args, **kwargs))
+                for name, calls in seen.items():
+                    for (given, result), (_, float_result) in zip(calls, float_sites.get(name, [])):
+                        local[name].add(given, result)
+                        if not isinstance(every[name], WeightQuantProxyFromInjectorBase):
+                            accumulated[name].add(float_result, result)
+                recording[0] = False
+                for name in every:
+                    with only(qmodel, {name}, every, biases=False):
+                        alone[name].add(reference, output_tensor(qmodel(*args, **kwargs)))
+                output.add(reference, quantized)
+                if float_model is not None:
+                    against_float.add(output_tensor(float_model(*args, **kwargs)), quantized)
+                if reference.dim() >= 2:
+                    agree += int((reference.argmax(-1) == quantized.argmax(-1)).sum())
+                    samples += reference.shape[0]
     finally:
         for hook in hooks:
             hook.remove()
-        qmodel.train(was_training)
-        if float_model is not None:
-            float_model.train(float_training)
     if not output.signal and not output.noise:
         raise ValueError("analyze: data gave no batch")
     errors = []

@@ -3,13 +3,14 @@ batches carry labels, and always how far the quantized outputs are from the floa
 
 A batch is labelled when it is ``(inputs, labels)`` with ``labels`` a 1-D integer tensor, one per
 sample (a classifier's DataLoader); any other batch (a tensor, a dict of keyword inputs) is
-compared without labels. The accuracy loop of ``quark-brevitas train`` and ``search`` is this one.
+compared without labels. The accuracy loop of ``quark-brevitas train`` and ``evaluate`` is this one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +89,20 @@ class Energy:
         return 10.0 * math.log10(max(self.signal, 1e-300) / self.noise)
 
 
+@contextlib.contextmanager
+def in_eval(*models: nn.Module | None) -> Iterator[None]:
+    """The given models (None skipped) in eval mode, each back in its own mode afterwards."""
+    present = [m for m in models if m is not None]
+    modes = [m.training for m in present]
+    for m in present:
+        m.eval()
+    try:
+        yield
+    finally:
+        for m, mode in zip(present, modes):
+            m.train(mode)
+
+
 def plain(tensor: Any) -> torch.Tensor:
     """A QuantTensor's value; any other object as it is."""
     return tensor.value if isinstance(tensor, QuantTensor) else tensor
@@ -145,12 +160,9 @@ def evaluate(
 ) -> Evaluation:
     """``qmodel`` (and ``float_model``) on ``data``: accuracies where labelled, output agreement."""
     models = [m for m in (qmodel, float_model) if m is not None]
-    modes = [m.training for m in models]
-    for m in models:
-        m.eval()
     counters = {"quantized": _Counter(), "float": _Counter()}
     energy, agree, samples, labelled = Energy(), 0, 0, False
-    try:
+    with in_eval(*models):
         for batch in progress_batches(data, num_batches, progress=progress, desc="evaluate"):
             inputs, labels = split_labels(batch)
             outputs = {}
@@ -168,9 +180,6 @@ def evaluate(
                 energy.add(outputs["float"], quantized)
                 if quantized.dim() >= 2:
                     agree += int((outputs["float"].argmax(-1) == quantized.argmax(-1)).sum())
-    finally:
-        for m, mode in zip(models, modes):
-            m.train(mode)
     if not samples:
         raise ValueError("evaluate: data gave no batch")
     compared = float_model is not None

@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -278,13 +279,16 @@ def _models_and_batches(args: argparse.Namespace) -> tuple[nn.Module, nn.Module,
     state = read_checkpoint(args.checkpoint)
     option = f"--data {args.data}" if args.data else f"--data-module {args.data_module}"
     batches = _batches(args.data, args.batch_size) if args.data else _loaders(args)[1]
+    if isinstance(batches, Iterator):  # a generator from the data module: one pass only, and the check below takes a batch
+        batches = list(batches)
     first = next(iter(batches), None)
     if first is None:
         raise UsageError(f"{option}: no batch")
     qmodel, _, _ = load_checkpoint(args.checkpoint, args.model, state)
     float_model = float_model_of(args.checkpoint, args.model, state)
     device = _device(args)
-    qmodel.to(device), float_model.to(device)
+    qmodel.to(device)
+    float_model.to(device)
     _check_accepts(qmodel, split_labels(first)[0], option)
     return qmodel, float_model, batches
 

@@ -22,7 +22,7 @@ from brevitas.nn.quant_layer import QuantWeightBiasInputOutputLayer
 from torch import nn
 
 from quark.torch.extensions.brevitas._backend.data import CalibrationData, calibration_data, run_batch
-from quark.torch.extensions.brevitas._backend.evaluation import plain
+from quark.torch.extensions.brevitas._backend.evaluation import in_eval, plain
 from quark.torch.extensions.brevitas._backend.switches import off
 from quark.torch.quantization.config.algorithms import (
     BiasCorrection,
@@ -108,23 +108,20 @@ def bias_correction(config: BiasCorrection, model: nn.Module, data: Any) -> nn.M
     folded in during QAT, its beta takes it: ``FoldedBatchNorm.shift_output``)."""
     _single_process("BiasCorrection")
     data = calibration_data(data)
-    was_training = model.training
-    model.eval()
     layers = _weighted_layers(model)
-    with off(model):
-        reference = _means(model, layers, data, "BiasCorrection: float reference")
-    for name in reference.order:  # the order the layers run in
-        layer = layers[name]
-        quantized = _means(model, {name: layer}, data, f"BiasCorrection: {name}")
-        _shift(layer, reference.mean(name) - quantized.mean(name))
-    return model.train(was_training)
+    with in_eval(model):
+        with off(model):
+            reference = _means(model, layers, data, "BiasCorrection: float reference")
+        for name in reference.order:  # the order the layers run in
+            layer = layers[name]
+            quantized = _means(model, {name: layer}, data, f"BiasCorrection: {name}")
+            _shift(layer, reference.mean(name) - quantized.mean(name))
+    return model
 
 
 def calibrate_batch_norm(config: CalibrateBatchNorm, model: nn.Module, data: Any) -> nn.Module:
     _single_process("CalibrateBatchNorm")
-    was_training = model.training
-    model.eval()
-    with torch.no_grad(), norm_correction_mode(model):
+    with in_eval(model), torch.no_grad(), norm_correction_mode(model):
         for batch in calibration_data(data).passes("CalibrateBatchNorm"):
             run_batch(model, batch)
-    return model.train(was_training)
+    return model
