@@ -479,3 +479,24 @@ def test_tqt_model_after_qat_steps_matches_its_export(onnx_path, method):
         optimizer.step()
     report = getattr(ModelExporter(onnx_path), method)(model.eval(), torch.randn(32, 16))
     assert report.passed and report.max_diff_lsb <= 1
+
+
+def test_wide_bias_integers_are_recovered_in_float64():
+    """An int32 bias near 3e6 on a 2.7e-8 grid (as A16W8's attention output on MiniLM): float32's
+    value / scale is off by more than Brevitas' 0.2 tolerance, float64's gives the integers back."""
+    from brevitas.quant_tensor import IntQuantTensor
+
+    from quark.torch.extensions.brevitas._backend.export.handlers import bias_integers
+
+    q = torch.cat([torch.arange(3_000_000.0, 3_001_000.0), -torch.arange(2_000_000.0, 2_000_100.0), torch.arange(-8.0, 8.0)])
+    q = q.double()
+    scale = torch.tensor(2.7e-8, dtype=torch.float32)
+    value = (q * scale.double()).float()  # the bias as torch holds it: float32's nearest to q * scale
+    quant = IntQuantTensor(value, scale, torch.tensor(0.0), torch.tensor(32.0), signed=True, training=False)
+    with pytest.raises(RuntimeError, match="not valid"):
+        quant.int()  # Brevitas' float32 quotient
+    got = bias_integers(quant)
+    assert got.dtype == torch.int32 and torch.equal(got.double(), q)
+    off_grid = IntQuantTensor(value + scale / 2, scale, torch.tensor(0.0), torch.tensor(32.0), signed=True, training=False)
+    with pytest.raises(RuntimeError, match="32-bit bias is not on its grid"):
+        bias_integers(off_grid)

@@ -215,3 +215,21 @@ def test_a_known_onnxruntime_optimizer_bug_is_worked_around_and_named():
     q = lambda x, s: np.clip(np.rint(x / s), -128, 127) * s  # QuantizeLinear -> DequantizeLinear
     expected = q(q(q(a, 0.05), 0.1) + q(b, 0.1), 0.2).astype(np.float32)
     assert np.max(np.abs(produced - expected)) <= 0.2 + 1e-6  # the fused integer kernels: within one output LSB
+
+
+def _cpu_flags() -> set[str] | None:
+    try:
+        with open("/proc/cpuinfo") as info:
+            return next((set(line.split(":", 1)[1].split()) for line in info if line.startswith("flags")), None)
+    except OSError:
+        return None
+
+
+def test_saturating_int8_kernels_are_found_where_the_cpu_lacks_vnni():
+    """ONNX Runtime's x86 int8 kernels sum product pairs in saturating 16 bits (``vpmaddubsw``) unless
+    the CPU has VNNI: the probe must agree with the CPU's flags (x86 Linux only)."""
+    flags = _cpu_flags()
+    if not flags or "avx2" not in flags:
+        pytest.skip("needs an x86 CPU's flags in /proc/cpuinfo")
+    vnni = bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
+    assert verify.integer_kernels_saturate() is (not vnni)

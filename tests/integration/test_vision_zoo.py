@@ -129,7 +129,9 @@ def test_torchvision_network_reaches_one_finn_partition(name, tmp_path):
 @pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2", "mobilenetv4_conv_small"])
 def test_xint8_graph_mode_exports_a_verified_npu_graph(name, tmp_path):
     """Graph mode + XINT8: the QDQ graph passes the IPU checks and equals torch in ONNX Runtime,
-    also with ONNX Runtime's default optimizations."""
+    also with ONNX Runtime's default optimizations where this machine's int8 kernels do not saturate
+    (x86 without VNNI saturates them: then the report must say that the difference is the machine's)."""
+    from quark.torch.extensions.brevitas._backend.export.verify import integer_kernels_saturate
     from quark.torch.extensions.brevitas.api import ModelExporter, ModelQuantizer
     from quark.torch.extensions.brevitas.presets import xint8
 
@@ -139,4 +141,7 @@ def test_xint8_graph_mode_exports_a_verified_npu_graph(name, tmp_path):
     report = ModelExporter(tmp_path / "model.onnx").export_onnx_model(qmodel, entry.sample(batch=4, seed=2), plans=quantizer.plans)
     assert report.passed and report.max_abs_diff == 0.0
     assert len(report.target_checks) >= 4
-    assert report.optimized_runtime_diff == 0.0
+    if integer_kernels_saturate():
+        assert report.optimized_runtime_saturates and "saturate 16-bit sums" in str(report)
+    else:
+        assert report.optimized_runtime_diff == 0.0 and not report.optimized_runtime_saturates

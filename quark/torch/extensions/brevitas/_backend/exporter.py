@@ -386,10 +386,10 @@ class ModelExporter:
             replayed = replay(model, inputs.run, onnx_model, feeds, checks.RUNNERS[fmt], flatten_outputs)
             if replayed is not None:
                 outputs = checks.compare(graph, produced, replayed.expected, names, exact, tolerance_lsb)
-        deployed, workaround = (
+        deployed, workaround, saturates = (
             _optimized_runtime_diff(checks, onnx_model, feeds, expected, outputs)
             if fmt is ExportFormat.qcdq
-            else (None, None)
+            else (None, None, False)
         )
         report = checks.ExportReport(
             verified=True,
@@ -398,6 +398,7 @@ class ModelExporter:
             outputs=outputs,
             optimized_runtime_diff=deployed,
             optimized_runtime_workaround=workaround,
+            optimized_runtime_saturates=saturates,
             replayed_quantizers=replayed.quantizers if replayed else 0,
             replay_flips=(replayed.flipped, replayed.values) if replayed else (0, 0),
             replay_worst_lsb=replayed.worst_lsb if replayed else 0.0,
@@ -413,14 +414,16 @@ class ModelExporter:
         return report
 
 
-def _optimized_runtime_diff(checks, onnx_model, feeds, expected, outputs) -> tuple[float | None, str | None]:
-    """Largest difference (LSBs where quantized) with ONNX Runtime's default optimizations, and the optimizer
-    disabled to work around a known ONNX Runtime bug (or None); warns beyond 1 LSB and on a workaround."""
+def _optimized_runtime_diff(checks, onnx_model, feeds, expected, outputs) -> tuple[float | None, str | None, bool]:
+    """Largest difference (LSBs where quantized) with ONNX Runtime's default optimizations, the optimizer
+    disabled to work around a known ONNX Runtime bug (or None), and whether a difference may be this
+    machine's saturating int8 kernels (:func:`~.verify.integer_kernels_saturate`); warns beyond 1 LSB
+    and on a workaround."""
     try:
         produced, bug = checks.run_onnxruntime_optimized(onnx_model, feeds)
     except Exception as error:  # noqa: BLE001  informative only: the graph was verified as written
         logger.warning("ONNX Runtime with its default optimizations could not run the graph: %s", error)
-        return None, None
+        return None, None, False
     if bug is not None:
         logger.warning(
             "%s; the graph as written runs. Deploy with InferenceSession(..., disabled_optimizers=[%r]) or a "
@@ -433,14 +436,18 @@ def _optimized_runtime_diff(checks, onnx_model, feeds, expected, outputs) -> tup
         diff = float(abs(got.astype("float64") - ref.astype("float64")).max()) if ref.size else 0.0
         diffs.append(diff / out.lsb if out.lsb else diff)
     worst = max(diffs, default=0.0)
+    saturates = worst > 0 and checks.integer_kernels_saturate()
     if any(o.lsb for o in outputs) and worst > 1:
         logger.warning(
             "ONNX Runtime with its default graph optimizations differs from the torch model by %.3g LSB (the graph "
-            "as written matches); its Q/DQ fusion into integer kernels changes the numbers, measured large for "
-            "sub-8-bit Clip patterns. Deploy with SessionOptions.graph_optimization_level=ORT_DISABLE_ALL or 8-bit QDQ.",
+            "as written matches); %s",
             worst,
+            checks.SATURATION_HINT
+            if saturates
+            else "its Q/DQ fusion into integer kernels changes the numbers, measured large for sub-8-bit Clip "
+            "patterns. Deploy with SessionOptions.graph_optimization_level=ORT_DISABLE_ALL or 8-bit QDQ.",
         )
-    return worst, None if bug is None else str(bug)
+    return worst, None if bug is None else str(bug), saturates
 
 
 def _names(field: str, given: Sequence[str] | None, default: list[str]) -> list[str]:

@@ -41,6 +41,10 @@ how the scale is computed. Three things do not survive unchanged, measured with 
   Brevitas' A2Q proxy; Brevitas looks handlers up by exact class, so it has its own QONNX handler
   (the weight as torch quantized it, rounded toward zero, as for every weight above; Brevitas'
   handler feeds the float weight with ROUND) and QCDQ handler (Brevitas' for the stock proxy).
+- **Wide integer biases** (QCDQ). Brevitas recovers a bias's integers as value / scale in float32
+  and refuses them ("QuantTensor not valid") when that is more than 0.2 from an integer: an int32
+  bias of A16W8 near 3e6 on a 3e-8 grid is (float32's relative error times 3e6).
+  :class:`QCDQBiasHandler` divides in float64, where the same integers are within 2e-7 of exact.
 - **Frozen weight quantizers**. GPTQ / GPFQ freeze a layer's weight statistics by giving its proxy
   a subclass (``algorithms/frozen.py``); Brevitas looks handlers up by the proxy's exact class, so
   these proxies had none and the export failed (``'NoneType' object is not callable``). The
@@ -78,6 +82,7 @@ from brevitas.export.onnx.qonnx.handler import (
 from brevitas.export.onnx.qonnx.manager import QONNXDynamoManager, QONNXManager
 from brevitas.export.onnx.standard.function import CastOp, DequantizeLinearOp, IntClipOp, QuantizeLinearOp
 from brevitas.export.onnx.standard.qcdq.handler import (
+    StdCDQCastONNXBiasQuantProxyHandler,
     StdFloatQCDQCastONNXActQuantProxyHandler,
     StdFloatQCDQCastONNXWeightQuantProxyHandler,
     StdQCDQCastONNXActQuantProxyHandler,
@@ -487,6 +492,41 @@ class QCDQWideActHandler(StdQCDQCastONNXActQuantProxyHandler):
         return {"min_val": torch.tensor(low, dtype=torch.int16), "max_val": torch.tensor(high, dtype=torch.int16)}
 
 
+class QCDQBiasHandler(StdCDQCastONNXBiasQuantProxyHandler):
+    """Brevitas' bias handler with the integers recovered in float64 (:func:`bias_integers`)."""
+
+    def prepare_for_export(self, module):
+        if not module.is_quant_enabled:
+            self.symbolic_kwargs = None
+            return
+        self.validate(module)
+        self.symbolic_kwargs = {
+            "int_biases": {tm.bias.data_ptr(): bias_integers(tm.quant_bias()) for tm in module.tracked_module_list},
+            "scale": module.scale(),
+            "zero_point": module.zero_point(),
+            "bit_width": module.bit_width(),
+        }
+
+
+def bias_integers(quant) -> Tensor:
+    """A quantized bias's integers, ``value / scale + zero_point`` computed in float64: the value is
+    float32's nearest to ``q * scale``, so the quotient is within ``|q| * 2^-24`` of ``q`` (under a
+    quarter step while ``|q| < 2^22``), where rounding the float32 quotient adds up to half its spacing (0.125 at 3e6) (Brevitas'
+    ``IntQuantTensor.int`` fails beyond 0.2). Off-grid values and integers outside the bit width are
+    refused."""
+    exact = quant.value.double() / quant.scale.double() + quant.zero_point.double()
+    integers = torch.round(exact)
+    bits = int(quant.bit_width)
+    low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    off = float((exact - integers).abs().max()) if exact.numel() else 0.0
+    if off > 0.25 or exact.numel() and not (low <= float(integers.min()) and float(integers.max()) <= high):
+        raise RuntimeError(
+            f"bias export: the {bits}-bit bias is not on its grid (off by {off:.3g} of a step, integers "
+            f"{float(integers.min()):g}..{float(integers.max()):g}, allowed {low}..{high})"
+        )
+    return integers.to(torch.int8 if bits <= 8 else torch.int32)
+
+
 def _is_cast(module) -> bool:
     spec = spec_of(module)
     return spec is not None and spec.format is Format.cast
@@ -639,6 +679,7 @@ class QONNXDynamoExportManager(FrozenProxyLookup, QONNXDynamoManager):
 
 
 _QCDQ_HANDLERS = [
+    QCDQBiasHandler,
     QCDQAccumulatorAwareWeightHandler,
     QCDQGroupwiseWeightHandler,
     QCDQWideActHandler,

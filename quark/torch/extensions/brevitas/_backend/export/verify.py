@@ -17,6 +17,7 @@ float summation order moves across a rounding boundary), float outputs within
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -161,6 +162,41 @@ def run_onnxruntime_optimized(
         return _run_onnxruntime(model, inputs, optimized=True, disabled=[bug.optimizer]), bug
 
 
+@functools.cache
+def integer_kernels_saturate() -> bool:
+    """Whether this machine's ONNX Runtime computes int8 convolutions with saturating 16-bit sums of
+    product pairs (x86 CPUs with AVX2 but no VNNI: ``vpmaddubsw``; onnxruntime's quantization guide
+    recommends ``reduce_range`` there). Measured, not read from CPU flags: a one-layer QDQ Conv whose
+    pair sums (2 * 127 * 127) exceed int16, run with and without the graph optimizations that fuse it."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    channels = 64
+    constants = {
+        "one": np.array(1.0, np.float32),
+        "zero": np.array(0, np.int8),
+        "w": np.full((1, channels, 1, 1), 127, np.int8),
+        "out_scale": np.array(2.0**14, np.float32),  # 64 * 127 * 127 / 2^14 = 63: within int8
+    }
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "one", "zero"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "one", "zero"], ["xd"]),
+        helper.make_node("DequantizeLinear", ["w", "one", "zero"], ["wd"]),
+        helper.make_node("Conv", ["xd", "wd"], ["c"]),
+        helper.make_node("QuantizeLinear", ["c", "out_scale", "zero"], ["cq"]),
+        helper.make_node("DequantizeLinear", ["cq", "out_scale", "zero"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "saturation_probe",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in constants.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+    x = [np.full((1, channels, 4, 4), 127, np.float32)]
+    return not np.array_equal(_run_onnxruntime(model, x)[0], _run_onnxruntime(model, x, optimized=True)[0])
+
+
 def is_exact(model: onnx.ModelProto) -> bool:
     """Whether every graph output is computed identically by any float32 runtime.
 
@@ -255,6 +291,9 @@ class ExportReport:
     optimized_runtime_diff: float | None = None
     #: the ONNX Runtime optimizer disabled to measure it, and why (:data:`ORT_OPTIMIZER_BUGS`), or None
     optimized_runtime_workaround: str | None = None
+    #: this machine's ONNX Runtime saturates int8 products' pair sums (:func:`integer_kernels_saturate`), so a
+    #: difference under its default optimizations is this machine's, not the graph's
+    optimized_runtime_saturates: bool = False
     #: the quantizer-by-quantizer comparison (float operations between quantizers, rounded differently by
     #: torch and ONNX Runtime: ``replay.py``): quantizers replayed (0: none), (values one LSB apart, values),
     #: the largest quantizer difference in its LSBs (at most 1 to pass)
@@ -299,10 +338,17 @@ class ExportReport:
                 f"  ONNX Runtime with its default optimizations: max |diff| {self.optimized_runtime_diff:.3g} "
                 f"{'LSB' if any(o.lsb for o in self.outputs) else '(float output)'}"
                 + (f"; {OPTIMIZED_RUNTIME_HINT}" if self.optimized_runtime_diff > 0 else "")
+                + (f"; {SATURATION_HINT}" if self.optimized_runtime_saturates else "")
                 + (f"; measured with {self.optimized_runtime_workaround}" if self.optimized_runtime_workaround else "")
             )
         return "\n".join(lines)
 
+
+#: beside that difference where this machine's ONNX Runtime saturates (:func:`integer_kernels_saturate`)
+SATURATION_HINT = (
+    "on this machine ONNX Runtime's int8 kernels saturate 16-bit sums of product pairs (an x86 CPU without "
+    "VNNI), so this difference is the machine's; a CPU with VNNI or the NPU computes the fused graph without it"
+)
 
 #: beside a difference under ONNX Runtime's default optimizations: why, and the option that removes it
 OPTIMIZED_RUNTIME_HINT = (
