@@ -497,6 +497,10 @@ def test_wide_bias_integers_are_recovered_in_float64():
         quant.int()  # Brevitas' float32 quotient
     got = bias_integers(quant)
     assert got.dtype == torch.int32 and torch.equal(got.double(), q)
+    # near 2^31 (a min-max int32 bias grid) float32's quotient is already integral: Brevitas' integers kept
+    top = torch.tensor([2**31 - 128.0, -(2.0**31), 1_973_869_952.0, 2.0**31])  # float32's 2^31 - 1 is 2^31
+    wide = IntQuantTensor((top * scale).float(), scale, torch.tensor(0.0), torch.tensor(32.0), signed=True, training=False)
+    assert bias_integers(wide).tolist() == [2**31 - 128, -(2**31), 1_973_869_952, 2**31 - 1]
     off_grid = IntQuantTensor(value + scale / 2, scale, torch.tensor(0.0), torch.tensor(32.0), signed=True, training=False)
-    with pytest.raises(RuntimeError, match="32-bit bias is not on its grid"):
+    with pytest.raises(RuntimeError, match="values of the 32-bit bias are not on its grid"):
         bias_integers(off_grid)

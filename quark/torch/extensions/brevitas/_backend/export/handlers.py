@@ -44,7 +44,8 @@ how the scale is computed. Three things do not survive unchanged, measured with 
 - **Wide integer biases** (QCDQ). Brevitas recovers a bias's integers as value / scale in float32
   and refuses them ("QuantTensor not valid") when that is more than 0.2 from an integer: an int32
   bias of A16W8 near 3e6 on a 3e-8 grid is (float32's relative error times 3e6).
-  :class:`QCDQBiasHandler` divides in float64, where the same integers are within 2e-7 of exact.
+  :class:`QCDQBiasHandler` takes the integers DequantizeLinear maps back to the bias, from the
+  float64 quotient where float32's misses (:func:`bias_integers`).
 - **Frozen weight quantizers**. GPTQ / GPFQ freeze a layer's weight statistics by giving its proxy
   a subclass (``algorithms/frozen.py``); Brevitas looks handlers up by the proxy's exact class, so
   these proxies had none and the export failed (``'NoneType' object is not callable``). The
@@ -493,7 +494,7 @@ class QCDQWideActHandler(StdQCDQCastONNXActQuantProxyHandler):
 
 
 class QCDQBiasHandler(StdCDQCastONNXBiasQuantProxyHandler):
-    """Brevitas' bias handler with the integers recovered in float64 (:func:`bias_integers`)."""
+    """Brevitas' bias handler with integers that dequantize to the bias exactly (:func:`bias_integers`)."""
 
     def prepare_for_export(self, module):
         if not module.is_quant_enabled:
@@ -509,20 +510,30 @@ class QCDQBiasHandler(StdCDQCastONNXBiasQuantProxyHandler):
 
 
 def bias_integers(quant) -> Tensor:
-    """A quantized bias's integers, ``value / scale + zero_point`` computed in float64: the value is
-    float32's nearest to ``q * scale``, so the quotient is within ``|q| * 2^-24`` of ``q`` (under a
-    quarter step while ``|q| < 2^22``), where rounding the float32 quotient adds up to half its spacing (0.125 at 3e6) (Brevitas'
-    ``IntQuantTensor.int`` fails beyond 0.2). Off-grid values and integers outside the bit width are
-    refused."""
-    exact = quant.value.double() / quant.scale.double() + quant.zero_point.double()
-    integers = torch.round(exact)
+    """A quantized bias's integers: for each value, the integer whose DequantizeLinear (``float32(q -
+    zero_point) * scale``, as ONNX Runtime computes it) gives the value back, from Brevitas' float32
+    quotient ``value / scale`` or else the float64 one. Brevitas' alone fails where float32's spacing
+    at the quotient is a quarter step or more (an int32 bias near 3e6 on a 3e-8 grid: "QuantTensor not
+    valid"), where the float64 quotient is within ``|q| * 2^-24`` of the integer; near 2^31 float32's
+    quotient is the integer Brevitas exported, and the float64 one may be a float32 step away. A value
+    that no integer of the bit width gives back is refused."""
+    value, scale, zero_point = quant.value, quant.scale, quant.zero_point
     bits = int(quant.bit_width)
     low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
-    off = float((exact - integers).abs().max()) if exact.numel() else 0.0
-    if off > 0.25 or exact.numel() and not (low <= float(integers.min()) and float(integers.max()) <= high):
+    candidates = [  # clamped: float32's 2^31 is 2^31 - 1 as well
+        torch.round(value / scale + zero_point).double().clamp(low, high),
+        torch.round(value.double() / scale.double() + zero_point.double()).clamp(low, high),
+    ]
+
+    def dequantized(integers: Tensor) -> Tensor:
+        return (integers - zero_point.double()).float() * scale.float()
+
+    integers = torch.where(dequantized(candidates[0]) == value, *candidates)
+    missed = int((dequantized(integers) != value).sum())
+    if missed:
         raise RuntimeError(
-            f"bias export: the {bits}-bit bias is not on its grid (off by {off:.3g} of a step, integers "
-            f"{float(integers.min()):g}..{float(integers.max()):g}, allowed {low}..{high})"
+            f"bias export: {missed} of {integers.numel()} values of the {bits}-bit bias are not on its grid "
+            f"of {low}..{high} steps (the nearest integers dequantize to other values)"
         )
     return integers.to(torch.int8 if bits <= 8 else torch.int32)
 
