@@ -448,14 +448,10 @@ def name_of(widths: Mapping[str, int], space: Sequence[Variable]) -> str:
 
 
 def accuracy(model: nn.Module, data: Iterable) -> float:
-    """Top-1 accuracy in percent over (inputs, labels) batches."""
-    model.eval()
-    correct = total = 0
-    with torch.no_grad():
-        for x, y in data:
-            correct += int((model(x).argmax(1) == y).sum())
-            total += len(y)
-    return 100.0 * correct / total
+    """Top-1 accuracy in percent over (inputs, labels) batches (``api.evaluate``'s)."""
+    from quark.torch.extensions.brevitas.api import evaluate
+
+    return evaluate(model, data, progress=False).quantized_accuracy.top1
 
 
 def qat(qmodel: nn.Module, train: Iterable, epochs: int, lr: float = QAT_LR, seed: int = 0) -> nn.Module:
