@@ -15,7 +15,8 @@ and biases past concatenations, additions, multiplications) look every input of 
 ``find_producer``, a scan of the graph, on every call, mostly to find that nothing moves: DenseNet-121's
 58 concatenations of up to 25 inputs each, in every round of the layout and residual groups.
 :class:`JoinMoveWhereMovable` looks the producers up once, in a dict, and calls FINN's pass only when
-some join passes the tests FINN's pass makes before it changes anything.
+some join passes the tests FINN's pass makes before it changes anything; :class:`ForkMoveWhereMovable`
+does the same for its moves past forks (``MoveOpPastFork``: a consumer scan per node).
 """
 
 from __future__ import annotations
@@ -171,6 +172,45 @@ class JoinMoveWhereMovable(Transformation):
         return producers[0].op_type in self.move.ops_to_move and bool(self.move.are_producers_identical(model, producers))
 
 
+class ForkMoveWhereMovable(Transformation):
+    """FINN's ``move`` (a ``MoveOpPastFork``), called only where it would change the graph (or fail
+    as it fails): some node of ``move``'s operation types that is a fork and not a join, as qonnx's
+    ``is_fork_node`` / ``is_join_node`` say, whose consumers are not all one node; otherwise only the
+    shape inference FINN's pass ends with. Producers and consumers are looked up as qonnx's
+    ``find_producer`` / ``find_consumers`` do, from two dicts."""
+
+    def __init__(self, move: reorder.MoveOpPastFork):
+        super().__init__()
+        self.move = move
+
+    def apply(self, model):
+        producer: dict[str, object] = {}
+        consumers: dict[str, list] = {}
+        for node in model.graph.node:
+            for tensor in node.output:
+                producer.setdefault(tensor, node)
+            for tensor in node.input:
+                consumers.setdefault(tensor, []).append(node)
+        graph_inputs = {vi.name for vi in model.graph.input}
+        graph_outputs = {vi.name for vi in model.graph.output}
+        for node in model.graph.node:
+            if node.op_type not in self.move.ops_to_move:
+                continue
+            successors = sum(len(consumers.get(t, ())) for t in node.output)
+            if successors <= (0 if node.output[0] in graph_outputs else 1):
+                continue  # not a fork
+            predecessors = sum(producer.get(t) is not None for t in node.input)
+            if predecessors > (0 if node.input[0] in graph_inputs else 1):
+                continue  # a join
+            first = consumers.get(node.output[0], [])
+            if len(first) < 2 or any(c != first[0] for c in first[1:]):
+                return self.move.apply(model)
+        return model.transform(InferShapes()), False  # what FINN's pass ends with, moved or not
+
+
+#: FINN's moves past forks that the FINN target's streamlining runs
+FORK_MOVES = (reorder.MoveAddPastFork, reorder.MoveMulPastFork, reorder.MoveLinearPastFork, reorder.MoveTransposePastFork)
+
 #: FINN's moves past joins that the FINN target's streamlining runs
 JOIN_MOVES = (
     reorder.MoveTransposePastJoinAdd,
@@ -195,4 +235,5 @@ class FinnModelWrapper(FastModelWrapper):
         MoveTransposePastEltwise: lambda t: TransposesPastEltwiseInOneSweep(),
         RoundAndClipThresholds: lambda t: RoundThresholdsInOneSweep(),
         **dict.fromkeys(JOIN_MOVES, JoinMoveWhereMovable),
+        **dict.fromkeys(FORK_MOVES, ForkMoveWhereMovable),
     }
