@@ -136,12 +136,24 @@ class RoundThresholdsInOneSweep(RoundAndClipThresholds):
         return super().apply(model)
 
 
+def _lookups(model) -> tuple[dict[str, object], dict[str, list]]:
+    """tensor -> its producer (the first node writing it, as qonnx's ``find_producer`` answers) and
+    tensor -> its consumers (in node order, a node once per input it reads it at, as ``find_consumers``)."""
+    producer: dict[str, object] = {}
+    consumers: dict[str, list] = {}
+    for node in model.graph.node:
+        for tensor in node.output:
+            producer.setdefault(tensor, node)
+        for tensor in node.input:
+            consumers.setdefault(tensor, []).append(node)
+    return producer, consumers
+
+
 class JoinMoveWhereMovable(Transformation):
     """FINN's ``move`` (a ``MoveIdenticalOpPastJoinOp``), called only where it would change the graph:
     some join node (of ``move``'s join types, with more than one producer, or one with its first input
     a graph input) whose first producer is of ``move``'s operation types and whose producers ``move``
-    calls identical; nothing else changes the graph in FINN's ``apply``. Producers are looked up as
-    ``find_producer`` does (the first node writing the tensor), from one dict."""
+    calls identical; nothing else changes the graph in FINN's ``apply``. Producers from :func:`_lookups`."""
 
     def __init__(self, move: reorder.MoveIdenticalOpPastJoinOp):
         super().__init__()
@@ -153,10 +165,7 @@ class JoinMoveWhereMovable(Transformation):
         return model, False
 
     def _joins(self, model):
-        producer: dict[str, object] = {}
-        for node in model.graph.node:
-            for tensor in node.output:
-                producer.setdefault(tensor, node)
+        producer, _ = _lookups(model)
         graph_inputs = {vi.name for vi in model.graph.input}
         for node in model.graph.node:
             if node.op_type not in self.move.join_node_op:
@@ -176,21 +185,14 @@ class ForkMoveWhereMovable(Transformation):
     """FINN's ``move`` (a ``MoveOpPastFork``), called only where it would change the graph (or fail
     as it fails): some node of ``move``'s operation types that is a fork and not a join, as qonnx's
     ``is_fork_node`` / ``is_join_node`` say, whose consumers are not all one node; otherwise only the
-    shape inference FINN's pass ends with. Producers and consumers are looked up as qonnx's
-    ``find_producer`` / ``find_consumers`` do, from two dicts."""
+    shape inference FINN's pass ends with. Producers and consumers from :func:`_lookups`."""
 
     def __init__(self, move: reorder.MoveOpPastFork):
         super().__init__()
         self.move = move
 
     def apply(self, model):
-        producer: dict[str, object] = {}
-        consumers: dict[str, list] = {}
-        for node in model.graph.node:
-            for tensor in node.output:
-                producer.setdefault(tensor, node)
-            for tensor in node.input:
-                consumers.setdefault(tensor, []).append(node)
+        producer, consumers = _lookups(model)
         graph_inputs = {vi.name for vi in model.graph.input}
         graph_outputs = {vi.name for vi in model.graph.output}
         for node in model.graph.node:
