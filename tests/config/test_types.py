@@ -62,7 +62,7 @@ EXPECTED = {
         "float8_e8m0fnu": "float8_e8m0fnu",
     },
     RoundType: {"round": 2, "floor": 3, "half_even": 8, "half_up": 9, "toward_zero": 10},
-    DeviceType: {"CPU": "cpu", "IPU": "ipu", "FINN": "finn"},
+    DeviceType: {"CPU": "cpu", "IPU": "ipu", "FINN": "finn", "HLS4ML": "hls4ml"},
 }
 
 

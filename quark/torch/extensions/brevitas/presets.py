@@ -19,6 +19,10 @@ neither Brevitas nor ONNX.
   MultiThreshold), ``target_device=DeviceType.FINN``. Export with
   ``ModelExporter(path).export_qonnx_model(qmodel, x)``: the exporter checks the config before and
   the QONNX graph after export.
+- :func:`hls4ml`: hls4ml's fixed-point firmware on FPGAs: graph mode, power-of-two scales per
+  tensor, zero points 0, half-even rounding (hls4ml's ``AP_RND_CONV``), integer biases on the
+  product of the input and weight scales, batch norm merged, ``target_device=DeviceType.HLS4ML``.
+  Export with ``ModelExporter(directory).export_hls4ml_project(qmodel, x)``.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from quark.torch.quantization.observer import (
     UnitScaleObserver,
 )
 
-__all__ = ["a8w8", "a16w8", "bf16", "bfp16", "finn", "xint8"]
+__all__ = ["a8w8", "a16w8", "bf16", "bfp16", "finn", "hls4ml", "xint8"]
 
 
 def xint8(exclude: list[str] | None = None, *, graph: bool = False, merge_batch_norm: bool = True) -> Config:
@@ -407,5 +411,80 @@ def finn(
         layer_type_quant_config=per_type | {name: non_negative for name in unsigned},
         exclude=list(exclude or []),
         algo_config=[BiasCorrection()] if bias_correction else None,
+        quant_mode=QuantizationMode.fx_graph_mode,
+    )
+
+
+#: the widths :func:`hls4ml` takes -> (signed, unsigned) dtype
+_HLS4ML_INTEGERS: dict[int, tuple[Dtype, Dtype]] = {
+    bits: dtypes for bits, dtypes in (*_INTEGERS.items(), (16, (Dtype.int16, Dtype.uint16))) if bits > 1
+}
+
+
+def hls4ml(
+    weight_bits: int = 8,
+    act_bits: int = 8,
+    input_bits: int = 8,
+    *,
+    input_signed: bool = False,
+    bias_bits: int = 32,
+    unsigned: tuple[str, ...] = ("ReLU",),
+    qat_spec: QATSpec | None = None,
+    exclude: list[str] | None = None,
+) -> Config:
+    """hls4ml's fixed-point firmware (graph mode): every tensor between layers quantized, so that each
+    is an ``ap_fixed`` type and the compiled C++ equals the model exactly.
+
+    Weights: ``int{weight_bits}`` symmetric, one power-of-two scale per tensor (hls4ml folds a weight's
+    Quant node into its type only so). Activations (the network input, activations, additions,
+    concatenations): ``int{act_bits}``, power-of-two scales, ``RoundType.half_even`` (hls4ml rounds a
+    Quant node ``ROUND`` as ``AP_RND_CONV``, half to even); the outputs of the activation types in
+    ``unsigned`` take ``uint{act_bits}``. The network input: ``uint{input_bits}`` (``int`` with
+    ``input_signed``). Biases: ``int{bias_bits}`` on the product of the input and weight scales (added to
+    the integer sum exactly). Batch norm is merged into the layer before it first (``MergeBatchNorm``).
+    ``qat_spec`` (e.g. ``TQTSpec(TQTThresholdInitMeth._3SD)``) trains the power-of-two thresholds.
+
+    Args:
+        weight_bits, act_bits, input_bits: 2, 3, 4, 8 or 16.
+        input_signed: the network input can be negative.
+        bias_bits: 16 or 32.
+        unsigned: activation types (class names) whose outputs are non-negative; each must occur in
+            the model, as ``layer_type_quant_config`` requires.
+        qat_spec: quantization-aware training of the weight and activation scales.
+        exclude: module name patterns left float (the hls4ml target refuses a float layer's output
+            between quantized ones).
+    """
+    widths = {"weight_bits": weight_bits, "act_bits": act_bits, "input_bits": input_bits}
+    for name, bits in widths.items():
+        if bits not in _HLS4ML_INTEGERS:
+            raise ValueError(f"hls4ml({name}={bits!r}): allowed {sorted(_HLS4ML_INTEGERS)}")
+    biases = {16: Dtype.int16, 32: Dtype.int32}
+    if bias_bits not in biases:
+        raise ValueError(f"hls4ml(bias_bits={bias_bits!r}): allowed {sorted(biases)}")
+
+    def pof2(dtype: Dtype, qat: QATSpec | None) -> QuantizationSpec:
+        return QuantizationSpec(
+            dtype=dtype,
+            observer_cls=PerTensorMinMaxObserver,
+            symmetric=True,
+            scale_type=ScaleType.pof2,
+            round_method=RoundType.half_even,
+            qat_spec=qat,
+        )
+
+    bias = QuantizationSpec(dtype=biases[bias_bits], round_method=RoundType.half_even)  # no observer: s_in * s_w
+    network_input = pof2(_HLS4ML_INTEGERS[input_bits][0 if input_signed else 1], qat_spec)
+    non_negative = QuantizationConfig(output_tensors=pof2(_HLS4ML_INTEGERS[act_bits][1], qat_spec))
+    return Config(
+        global_quant_config=QuantizationConfig(
+            input_tensors=pof2(_HLS4ML_INTEGERS[act_bits][0], qat_spec),
+            weight=pof2(_HLS4ML_INTEGERS[weight_bits][0], qat_spec),
+            bias=bias,
+            target_device=DeviceType.HLS4ML,
+        ),
+        layer_type_quant_config={"GraphInput": QuantizationConfig(input_tensors=network_input)}
+        | {name: non_negative for name in unsigned},
+        exclude=list(exclude or []),
+        pre_quant_opt_config=[MergeBatchNorm()],
         quant_mode=QuantizationMode.fx_graph_mode,
     )

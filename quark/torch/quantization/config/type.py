@@ -197,11 +197,14 @@ class DeviceType(Enum):
     - ``CPU``, ``IPU``: as Quark (the IPU is checked at QDQ export).
     - ``FINN``: FPGA dataflow accelerators built by FINN from a QONNX export (checked at QONNX
       export). Beyond Quark's enum.
+    - ``HLS4ML``: FPGA firmware written by hls4ml from a QONNX export (HLS C++ in fixed point,
+      compiled and checked against torch). Beyond Quark's enum.
     """
 
     CPU = "cpu"
     IPU = "ipu"
     FINN = "finn"  # beyond Quark's enum
+    HLS4ML = "hls4ml"  # beyond Quark's enum
 
 
 class QuantizationMode(Enum):

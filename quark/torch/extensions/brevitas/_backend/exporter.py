@@ -234,6 +234,43 @@ class ModelExporter:
             accumulators=promises(model),
         )
 
+    def export_hls4ml_project(self, model: nn.Module, example: torch.Tensor, config: Any = None, **settings: Any):
+        """Take the model into an hls4ml project: ``export_path`` is the output directory.
+
+        Exports QONNX (verified against torch, every activation quantizer a Quant node) to
+        ``model.qonnx.onnx`` in the directory, checked against the hls4ml target's rules (before the
+        export: quantizers, layers, graph-mode sites; after: the nodes hls4ml maps), then has hls4ml
+        write its HLS C++ project with every layer's accumulator and result type computed exactly from
+        the quantizers, compiles it with g++ and runs it on every sample of ``example`` (a batch of
+        inputs: pass a whole test set), fed the network input quantizer's values. ``config``: an
+        ``Hls4mlBuildConfig`` (io type, strategy, reuse factor, part, clock), or its fields as keywords.
+        Returns an ``Hls4mlProject`` (needs hls4ml). The model is unchanged.
+
+        Raises:
+            TargetCheckError: the config or the graph cannot meet the hls4ml target (each named, with the fix).
+            Hls4mlError: hls4ml refused the graph, its C++ did not compile, or the firmware differs from torch.
+        """
+        from quark.torch.extensions.brevitas._backend.targets import TARGETS
+        from quark.torch.extensions.brevitas._backend.targets.hls4ml.build_config import Hls4mlBuildConfig
+        from quark.torch.extensions.brevitas._backend.targets.hls4ml.project import (
+            FILES,
+            as_inputs,
+            require_hls4ml,
+        )
+
+        if config is not None and not isinstance(config, Hls4mlBuildConfig):
+            raise TypeError(f"config: expected an Hls4mlBuildConfig or None, got {type(config).__name__}")
+        config = (config or Hls4mlBuildConfig()).replace(**settings)  # a bad setting fails before the export
+        inputs = as_inputs(example, "example")
+        require_hls4ml()
+        path = os.path.join(self.export_path, FILES["qonnx"])
+        ModelExporter(path, dynamo=self.dynamo).export_qonnx_model(
+            model, example[:1], target_device=DeviceType.HLS4ML
+        )
+        expected = self._reference(model, ExampleInputs.of(model, example))[0]
+        build = TARGETS[DeviceType.HLS4ML].build()  # the hls4ml target's build: project.build
+        return build(path, inputs, self.export_path, config, expected=expected)
+
     # -- the flow ---------------------------------------------------------------------------------
 
     def _export(
@@ -289,7 +326,8 @@ class ModelExporter:
         # written next to export_path and moved there once checked: a failed or interrupted export
         # leaves no partial file and keeps the previous one
         with atomic_path(self.export_path) as written:
-            onnx_model = self._write(exported, inputs, fmt, opset, outputs, written)
+            thresholds = target.thresholds if target is not None else True
+            onnx_model = self._write(exported, inputs, fmt, opset, outputs, written, thresholds)
             try:
                 target_checks = target.check_graph(onnx_model) if target is not None else []
                 report = self._verify(
@@ -311,15 +349,24 @@ class ModelExporter:
             model.train(training)
 
     def _write(
-        self, model: nn.Module, inputs: ExampleInputs, fmt: ExportFormat, opset: int, outputs: list[str], path: str
+        self,
+        model: nn.Module,
+        inputs: ExampleInputs,
+        fmt: ExportFormat,
+        opset: int,
+        outputs: list[str],
+        path: str,
+        thresholds: bool = True,
     ):
+        """Export ``model`` to ``path``; ``thresholds``: see ``Target.thresholds`` (QONNX only)."""
         import onnx
 
         from quark.torch.extensions.brevitas._backend.export import qdq
-        from quark.torch.extensions.brevitas._backend.export.handlers import MANAGERS
+        from quark.torch.extensions.brevitas._backend.export.handlers import MANAGERS, QUANT_NODE_MANAGERS
         from quark.torch.extensions.brevitas._backend.export.session import export_session
 
-        manager = MANAGERS[(fmt, self.dynamo)]
+        quant_nodes = fmt is ExportFormat.qonnx and not thresholds
+        manager = QUANT_NODE_MANAGERS[self.dynamo] if quant_nodes else MANAGERS[(fmt, self.dynamo)]
         module, args = inputs.module_and_args(model)
         kwargs = {
             "dynamo": self.dynamo,

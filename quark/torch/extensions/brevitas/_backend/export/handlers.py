@@ -337,6 +337,13 @@ class QONNXActHandler(_SpecRounding, BrevitasActQuantProxyHandler):
         return self._quant(x, scale, zero_point, bit_width, **kwargs), scale, zero_point, bit_width
 
 
+class QONNXQuantActHandler(QONNXActHandler):
+    """An activation quantizer always as a Quant node, its rounding mode as written (for readers of
+    QONNX other than FINN: hls4ml maps Quant nodes only, and rounds ROUND / FLOOR as they say)."""
+
+    thresholded = False
+
+
 class QONNXBiasHandler(_SpecRounding, BrevitasBiasQuantProxyHandler):
     def symbolic_execution(self, x: Tensor, input_scale=None, input_bit_width=None):
         kwargs = copy(self.symbolic_kwargs)  # the proxy may be shared
@@ -689,6 +696,17 @@ class QONNXDynamoExportManager(FrozenProxyLookup, QONNXDynamoManager):
     handlers = [*_QONNX_HANDLERS, *QONNXDynamoManager.handlers]
 
 
+_QUANT_NODE_HANDLERS = [QONNXQuantActHandler, *_QONNX_HANDLERS[1:]]
+
+
+class QONNXQuantNodeExportManager(FrozenProxyLookup, QONNXManager):
+    handlers = [*_QUANT_NODE_HANDLERS, *QONNXManager.handlers]
+
+
+class QONNXQuantNodeDynamoExportManager(FrozenProxyLookup, QONNXDynamoManager):
+    handlers = [*_QUANT_NODE_HANDLERS, *QONNXDynamoManager.handlers]
+
+
 _QCDQ_HANDLERS = [
     QCDQBiasHandler,
     QCDQAccumulatorAwareWeightHandler,
@@ -708,6 +726,10 @@ class QCDQExportManager(FrozenProxyLookup, StdQCDQONNXManager):
 class QCDQDynamoExportManager(FrozenProxyLookup, StdQCDQONNXDynamoManager):
     handlers = [QCDQGroupwiseWeightHandler, *StdQCDQONNXDynamoManager.handlers]
 
+
+#: dynamo -> the QONNX export manager writing every activation quantizer as a Quant node
+#: (``Target.thresholds`` False: a target whose reader rounds as QONNX says, not FINN)
+QUANT_NODE_MANAGERS = {False: QONNXQuantNodeExportManager, True: QONNXQuantNodeDynamoExportManager}
 
 #: (format, dynamo) -> Brevitas export manager
 MANAGERS = {

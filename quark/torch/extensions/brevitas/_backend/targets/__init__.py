@@ -4,19 +4,19 @@ A target says which export format it takes (and at which opset), what it refuses
 (rules on quantizers, layers and graph-mode sites, checked before export), what it refuses in the
 written graph (checked after), and the build that takes the graph further (FINN's: named steps
 from the QONNX file to a dataflow directory; none for the IPU, whose compiler is the user's). Each target is a package
-here: :mod:`.ipu`, :mod:`.finn`. A new target is a package and a row.
+here: :mod:`.ipu`, :mod:`.finn`, :mod:`.hls4ml`. A new target is a package and a row.
 """
 
 from __future__ import annotations
 
-from quark.torch.extensions.brevitas._backend.targets import finn, ipu
+from quark.torch.extensions.brevitas._backend.targets import finn, hls4ml, ipu
 from quark.torch.extensions.brevitas._backend.targets.target import AveragePooling, Target
 from quark.torch.quantization.config.type import DeviceType
 
 __all__ = ["TARGETS", "AveragePooling", "Target", "activation_input_quantized", "average_pooling"]
 
 #: device -> its target (CPU has none)
-TARGETS: dict[DeviceType, Target] = {target.device: target for target in (ipu.TARGET, finn.TARGET)}
+TARGETS: dict[DeviceType, Target] = {target.device: target for target in (ipu.TARGET, finn.TARGET, hls4ml.TARGET)}
 
 
 def average_pooling(device: DeviceType | None, windowed: bool) -> AveragePooling:

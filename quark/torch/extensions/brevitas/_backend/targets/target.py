@@ -38,7 +38,9 @@ class Target:
     function that takes the exported file further (FINN's: the build of a dataflow directory from
     the QONNX file, run by ``ModelExporter.export_finn_dataflow``; None where the target's compiler is
     the user's, as the IPU's); ``advice(plans)`` what to warn about before export (what the target will
-    leave float, say).
+    leave float, say); ``thresholds`` whether a QONNX export writes the activation quantizers FINN's
+    conversion would round otherwise as exact MultiThreshold nodes (as without a target), or every one
+    as a Quant node (a reader that rounds as the node says and knows no MultiThreshold: hls4ml).
     """
 
     name: str
@@ -54,6 +56,7 @@ class Target:
     build: Callable[[], Callable[..., Any]] | None = None  # loads the build (and its libraries) when called
     advice: Callable[[Sequence[Any]], str | None] | None = None  # a warning on the plans, said before export
     variant: Callable[[nn.Module], Target] | None = None  # the target for this model (rules that follow the preset)
+    thresholds: bool = True
 
     def for_model(self, model: nn.Module) -> Target:
         """The target whose rules apply to ``model``: a target with precisions (the IPU's XINT8, A8W8,

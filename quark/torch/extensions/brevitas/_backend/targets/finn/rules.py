@@ -55,12 +55,12 @@ QUANTIZER_RULES: tuple[Rule, ...] = (
 )
 
 
-def _not_graph_mode(plans: Sequence[Any]) -> Iterable[Found]:
+def not_graph_mode(plans: Sequence[Any]) -> Iterable[Found]:
     if plans and not any(p.module_type is GraphInput for p in plans):
         yield "site 'model': quantized layer by layer: the tensors between layers stay float"
 
 
-def _input_float(plans: Sequence[Any]) -> Iterable[Found]:
+def input_float(plans: Sequence[Any]) -> Iterable[Found]:
     for p in plans:
         if p.module_type is GraphInput and p.specs["input_tensors"] is None:
             yield f"site {p.name!r}: network input not quantized"
@@ -81,13 +81,13 @@ def _signed_after_relu(plans: Sequence[Any]) -> Iterable[Found]:
 SITE_RULES: tuple[Rule, ...] = (
     Rule(
         "a model quantized layer by layer",
-        _not_graph_mode,
+        not_graph_mode,
         "Config.quant_mode=QuantizationMode.fx_graph_mode (main API) or Config.backend=Backend.fx",
         "FINN streamlines a graph into integers only where every tensor between layers is quantized",
     ),
     Rule(
         "a float network input",
-        _input_float,
+        input_float,
         "input_tensors of layer_type_quant_config['GraphInput'] (or global)",
         "FINN's dataflow takes integers: the input quantizer becomes the input's integer type",
     ),

@@ -1,0 +1,231 @@
+"""The fixed-point type of every tensor of a QONNX graph, so that hls4ml's C++ computes it exactly.
+
+hls4ml gives each layer's accumulator and result a configured ``ap_fixed`` type (``fixed<16,6>`` by
+default); a sum that needs more bits wraps or loses its low bits, and the firmware silently differs
+from the model. hls4ml's own inference of ``auto`` types did not terminate on a three-layer CNN
+(hls4ml 1.3.0, measured), so the types are computed here from the quantizers, as interval
+arithmetic on integers: a tensor is ``integer x 2^-frac`` with the integer in ``[lo, hi]``. A Quant
+node gives its grid (``scale = 2^-frac``) and range; a convolution or matrix product the bound of its
+dot products over the actual integer weights, per output channel, plus the bias; an addition aligns
+the fractional bits; ReLU, max pooling and the shape operations keep the grid. Every type is wide
+enough for every value the graph can compute on quantized inputs, so no sum wraps and nothing is
+rounded before a Quant node rounds it as the model does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """Values ``integer x 2^-frac``, the integer within ``[lo, hi]``."""
+
+    frac: int
+    lo: int
+    hi: int
+
+    @property
+    def signed(self) -> bool:
+        return self.lo < 0
+
+    @property
+    def width(self) -> int:
+        """Bits of the narrowest two's-complement (or unsigned) integer holding [lo, hi]."""
+        if self.signed:
+            return max(self.hi.bit_length(), (-self.lo - 1).bit_length()) + 1
+        return max(self.hi.bit_length(), 1)
+
+    def hls(self) -> str:
+        """hls4ml's spelling: ``fixed<W,I>`` / ``ufixed<W,I>`` (I integer bits, sign included)."""
+        return f"{'fixed' if self.signed else 'ufixed'}<{self.width},{self.width - self.frac}>"
+
+    def aligned(self, frac: int) -> Fixed:
+        """The same values on a grid of ``frac`` fractional bits (``frac >= self.frac``)."""
+        shift = 2 ** (frac - self.frac)
+        return Fixed(frac, self.lo * shift, self.hi * shift)
+
+    def union(self, other: Fixed) -> Fixed:
+        frac = max(self.frac, other.frac)
+        a, b = self.aligned(frac), other.aligned(frac)
+        return Fixed(frac, min(a.lo, b.lo), max(a.hi, b.hi))
+
+
+class PrecisionError(ValueError):
+    """A tensor of the graph has no exact fixed-point type (a scale that is no power of two, say)."""
+
+
+def frac_of(scale: np.ndarray, where: str) -> int:
+    """The fractional bits of a power-of-two ``scale`` (one value per tensor)."""
+    values = np.unique(np.asarray(scale, dtype=np.float64))
+    if values.size != 1:
+        raise PrecisionError(f"{where}: scales {values.tolist()[:4]} differ within the tensor (one scale per tensor)")
+    mantissa, exponent = np.frexp(values[0])
+    if mantissa != 0.5:
+        raise PrecisionError(f"{where}: scale {values[0]!r} is not a power of two")
+    return 1 - int(exponent)
+
+
+def quant_range(bits: int, signed: bool, narrow: bool) -> tuple[int, int]:
+    if signed:
+        return -(2 ** (bits - 1)) + int(narrow), 2 ** (bits - 1) - 1
+    return 0, 2**bits - 1 - int(narrow)
+
+
+def _dot_bound(x: Fixed, rows: np.ndarray) -> tuple[int, int]:
+    """The least and greatest dot product of a row of integer weights ``rows`` (output, summed) with
+    inputs in [x.lo, x.hi] (zero included: padding), over all rows; Python integers (no overflow)."""
+    lo_in, hi_in = min(x.lo, 0), max(x.hi, 0)
+    positive = np.clip(rows, 0, None).astype(object).sum(axis=1)
+    negative = np.clip(rows, None, 0).astype(object).sum(axis=1)
+    return int(min(positive * lo_in + negative * hi_in)), int(max(positive * hi_in + negative * lo_in))
+
+
+class Precisions:
+    """The :class:`Fixed` type of every tensor of a (cleaned, channels-last) QONNX ``ModelWrapper``,
+    the graph input taking its quantizer's grid (the firmware is fed the quantized input)."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self.types: dict[str, Fixed] = {}
+        self.constants: dict[str, tuple[np.ndarray, int]] = {}  # quantized constant -> (integers, frac)
+        self._infer()
+
+    def _infer(self) -> None:
+        for node in self.model.graph.node:
+            rule = _RULES.get(node.op_type)
+            if rule is None:
+                raise PrecisionError(f"node {node.name} ({node.op_type}): no fixed-point type rule")
+            result = rule(self, node)
+            if result is not None:
+                self.types[node.output[0]] = result
+
+    def of(self, tensor: str, node) -> Fixed:
+        if tensor in self.types:
+            return self.types[tensor]
+        raise PrecisionError(f"node {node.name} ({node.op_type}): input {tensor!r} has no fixed-point type")
+
+    def constant(self, tensor: str) -> tuple[np.ndarray, int] | None:
+        return self.constants.get(tensor)
+
+    # -- one method per op type ---------------------------------------------------------------
+
+    def _quant(self, node) -> Fixed | None:
+        init = self.model.get_initializer
+        scale, zero, bits = (init(name) for name in node.input[1:4])
+        where = f"Quant node {node.name}"
+        if scale is None or zero is None or bits is None:
+            raise PrecisionError(f"{where}: scale, zero point and bit width must be constants")
+        if np.any(zero != 0):
+            raise PrecisionError(f"{where}: zero point {np.unique(zero).tolist()[:4]} (hls4ml maps zero point 0)")
+        attrs = {a.name: a.i for a in node.attribute if a.name in ("signed", "narrow")}
+        frac = frac_of(scale, where)
+        lo, hi = quant_range(int(np.asarray(bits).item()), bool(attrs.get("signed", 1)), bool(attrs.get("narrow", 0)))
+        value = init(node.input[0])
+        if value is not None:  # a weight or bias: its integers, exactly
+            quantized = np.clip(np.round(np.asarray(value, np.float64) * 2.0**frac), lo, hi)
+            self.constants[node.output[0]] = (quantized.astype(np.int64), frac)
+            return Fixed(frac, int(quantized.min()), int(quantized.max()))
+        return Fixed(frac, lo, hi)
+
+    def _weighted(self, node, rows: Callable[[np.ndarray], np.ndarray]) -> Fixed:
+        """A sum of products with a quantized constant weight (``rows``: its (output, summed) matrix)
+        and an optional bias (Conv's third input)."""
+        x = self.of(node.input[0], node)
+        weight = self.constant(node.input[1])
+        if weight is None:
+            raise PrecisionError(f"node {node.name} ({node.op_type}): its weight is not a quantized constant")
+        integers, frac = weight
+        lo, hi = _dot_bound(x, rows(integers))
+        result = Fixed(x.frac + frac, lo, hi)
+        if len(node.input) > 2 and node.input[2]:
+            result = _plus_constant(result, self.constant(node.input[2]), node)
+        return result
+
+    def _conv(self, node) -> Fixed:
+        return self._weighted(node, lambda w: w.reshape(w.shape[0], -1))  # (out, in / group, kh, kw)
+
+    def _matmul(self, node) -> Fixed:
+        return self._weighted(node, lambda w: w.T)  # (in, out)
+
+    def _add(self, node) -> Fixed:
+        a = self.of(node.input[0], node)
+        constant = self.constant(node.input[1])
+        if constant is not None:
+            return _plus_constant(a, constant, node)
+        b = self.of(node.input[1], node)
+        frac = max(a.frac, b.frac)
+        a, b = a.aligned(frac), b.aligned(frac)
+        return Fixed(frac, a.lo + b.lo, a.hi + b.hi)
+
+    def _relu(self, node) -> Fixed:
+        x = self.of(node.input[0], node)
+        return Fixed(x.frac, max(x.lo, 0), max(x.hi, 0))
+
+    def _same(self, node) -> Fixed:
+        return self.of(node.input[0], node)
+
+    def _concat(self, node) -> Fixed:
+        types = [self.of(name, node) for name in node.input]
+        result = types[0]
+        for other in types[1:]:
+            result = result.union(other)
+        return result
+
+
+def _plus_constant(x: Fixed, constant: tuple[np.ndarray, int] | None, node) -> Fixed:
+    if constant is None:
+        raise PrecisionError(f"node {node.name} ({node.op_type}): its bias is not a quantized constant")
+    integers, frac = constant
+    if frac > x.frac:
+        raise PrecisionError(
+            f"node {node.name} ({node.op_type}): a bias on a finer grid (2^-{frac}) than the sum (2^-{x.frac})"
+        )
+    shift = 2 ** (x.frac - frac)
+    return Fixed(x.frac, x.lo + int(integers.min()) * shift, x.hi + int(integers.max()) * shift)
+
+
+#: op type -> how its output's type follows from its inputs'
+_RULES: dict[str, Callable[[Precisions, object], Fixed | None]] = {
+    "Quant": Precisions._quant,
+    "Conv": Precisions._conv,
+    "MatMul": Precisions._matmul,
+    "Gemm": Precisions._matmul,
+    "Add": Precisions._add,
+    "Relu": Precisions._relu,
+    "MaxPool": Precisions._same,
+    "Flatten": Precisions._same,
+    "Reshape": Precisions._same,
+    "Transpose": Precisions._same,
+    "Identity": Precisions._same,
+    "Dropout": Precisions._same,
+    "Concat": Precisions._concat,
+}
+
+#: op types with a type rule (the graph rule of the hls4ml target refuses the others)
+TYPED_OPS = frozenset(_RULES)
+
+
+def layer_precisions(model, precisions: Precisions) -> dict[str, dict[str, str]]:
+    """hls4ml's ``LayerName`` precision entries: every non-Quant node's ``result`` (and ``accum``
+    where it sums) set to its output's exact type; a product whose only consumer adds its bias gets
+    the type of the sum too (hls4ml fuses the two into one Dense layer). The graph input takes its
+    quantizer's type."""
+    entries: dict[str, dict[str, str]] = {}
+    graph_input = model.graph.input[0].name
+    for consumer in model.find_consumers(graph_input) or []:
+        if consumer.op_type == "Quant":
+            entries[graph_input] = {"result": precisions.types[consumer.output[0]].hls()}
+    for node in model.graph.node:
+        if node.op_type == "Quant" or node.output[0] not in precisions.types:
+            continue
+        fixed = precisions.types[node.output[0]]
+        consumers = model.find_consumers(node.output[0]) or []
+        if node.op_type in ("MatMul", "Gemm") and len(consumers) == 1 and consumers[0].op_type == "Add":
+            fixed = fixed.union(precisions.types[consumers[0].output[0]])
+        entries[node.name] = {"result": fixed.hls(), "accum": fixed.hls()}
+    return entries
+

@@ -1,0 +1,259 @@
+"""An hls4ml project from the package's QONNX file, compiled and checked against torch.
+
+The QONNX graph is prepared as hls4ml's own QONNX tests prepare it (qonnx's cleanup, channels last,
+Gemm to MatMul), every layer's accumulator and result types are set exactly (:mod:`.precision`),
+hls4ml's frontend writes the HLS C++ project, ``compile()`` builds it with g++ and ``predict()`` runs
+it on every input given; the outputs are compared with torch's. The firmware takes the network
+input's quantized values (the input quantizer's grid, ``ap_ufixed<8,0>`` for pixels in [0, 1) at
+8 bits): a float input converted to a fixed-point type is truncated, not rounded as the quantizer
+rounds, so the host quantizes (:attr:`Hls4mlProject.input_type` says to which grid).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from quark.torch.extensions.brevitas._backend.targets.hls4ml.build_config import Hls4mlBuildConfig, IOType
+from quark.torch.extensions.brevitas._backend.targets.hls4ml.precision import (
+    PrecisionError,
+    Precisions,
+    layer_precisions,
+)
+
+logger = logging.getLogger(__name__)
+
+#: the files of a project directory
+FILES = {
+    "qonnx": "model.qonnx.onnx",  # the package's QONNX export, verified against torch
+    "prepared": "model.hls4ml.onnx",  # what hls4ml's frontend reads (channels last, MatMul)
+    "config": "hls4ml_config.json",  # the hls_config given to hls4ml, precisions included
+    "project": "hls4ml_prj",  # hls4ml's HLS C++ project
+    "input": "input.npy",  # the quantized inputs (channels last) the firmware was run on
+    "expected": "expected_output.npy",  # torch's outputs on them
+    "readme": "README.md",
+}
+
+
+class Hls4mlError(RuntimeError):
+    """hls4ml refused the graph, its C++ did not compile, or the firmware differs from torch."""
+
+
+@dataclass
+class Hls4mlProject:
+    """What :func:`build` made: the directory, the firmware's agreement with torch and its timings."""
+
+    directory: str
+    input_type: str  # the fixed-point type the firmware takes (the network input's quantizer)
+    input_scale: float  # its grid: the host feeds round(x / input_scale) * input_scale
+    samples: int
+    max_abs_diff: float
+    agreement: float  # fraction of samples whose arg max equals torch's (classification outputs)
+    convert_s: float
+    compile_s: float
+    predict_s: float
+    precisions: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @property
+    def exact(self) -> bool:
+        return self.max_abs_diff == 0.0
+
+    def __str__(self) -> str:
+        return (
+            f"hls4ml project {self.directory}: {self.samples} samples, max |firmware - torch| {self.max_abs_diff:g}, "
+            f"arg max agreement {self.agreement:.2%}; input {self.input_type}; "
+            f"convert {self.convert_s:.1f} s, compile {self.compile_s:.1f} s, predict {self.predict_s:.1f} s"
+        )
+
+
+def require_hls4ml() -> None:
+    try:
+        import hls4ml  # noqa: F401
+    except ImportError as error:
+        raise Hls4mlError(
+            "the hls4ml target needs hls4ml (pip install hls4ml==1.3.0; `make` installs it): " f"{error}"
+        ) from error
+
+
+def prepare(qonnx_path: str):
+    """The QONNX graph as hls4ml's frontend reads it: cleaned, channels last, Gemm as MatMul."""
+    import warnings
+
+    from qonnx.core.modelwrapper import ModelWrapper
+    from qonnx.transformation.channels_last import ConvertToChannelsLastAndClean
+    from qonnx.transformation.gemm_to_matmul import GemmToMatMul
+    from qonnx.util.cleanup import cleanup_model
+
+    model = cleanup_model(ModelWrapper(qonnx_path))
+    model = model.transform(ConvertToChannelsLastAndClean(make_input_channels_last=True))
+    with warnings.catch_warnings():  # "only explicit support for version 9 of the Gemm node": opset 17's is alike
+        warnings.filterwarnings("ignore", message="The GemmToMatMul transformation", category=UserWarning)
+        model = model.transform(GemmToMatMul())
+    return cleanup_model(model)
+
+
+def hls_config(model, precisions: Precisions, config: Hls4mlBuildConfig) -> dict:
+    """hls4ml's ``hls_config`` for ``model``: its defaults per layer, the exact precisions on top."""
+    import hls4ml
+
+    with contextlib.redirect_stdout(io.StringIO()):  # hls4ml prints every layer it parses
+        settings = hls4ml.utils.config.config_from_onnx_model(
+            model, granularity="name", backend=config.backend, default_reuse_factor=config.reuse_factor
+        )
+    settings["Model"]["Strategy"] = config.strategy.value
+    for name, types in layer_precisions(model, precisions).items():
+        settings["LayerName"].setdefault(name, {}).setdefault("Precision", {}).update(types)
+    return settings
+
+
+def _input_quant(model):
+    graph_input = model.graph.input[0].name
+    quant = next((n for n in model.find_consumers(graph_input) or [] if n.op_type == "Quant"), None)
+    if quant is None:
+        raise Hls4mlError("the network input is not quantized: the hls4ml target needs input_tensors of GraphInput")
+    return quant
+
+
+def quantized_input(model, channels_last: np.ndarray) -> np.ndarray:
+    """What the firmware is fed: the inputs through the graph's input Quant node, as qonnx executes it."""
+    from qonnx.custom_op.general.quant import quant
+
+    node = _input_quant(model)
+    scale, zero, bits = (model.get_initializer(name) for name in node.input[1:4])
+    attrs = {a.name: (a.s.decode() if a.type == a.STRING else a.i) for a in node.attribute}
+    return quant(channels_last, scale, zero, bits, attrs.get("signed", 1), attrs.get("narrow", 0), attrs.get("rounding_mode", "ROUND"))
+
+
+def build(
+    qonnx_path: str,
+    inputs: np.ndarray,
+    output_dir: str,
+    config: Hls4mlBuildConfig,
+    *,
+    expected: np.ndarray,
+) -> Hls4mlProject:
+    """The hls4ml project of ``qonnx_path`` in ``output_dir``, compiled and run on ``inputs`` (network
+    inputs as torch takes them, channels first; fed through the input quantizer) against torch's
+    ``expected`` outputs on them."""
+    require_hls4ml()
+    import hls4ml
+
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    model = prepare(qonnx_path)
+    model.save(str(out / FILES["prepared"]))
+    try:
+        precisions = Precisions(model)
+    except PrecisionError as error:
+        raise Hls4mlError(f"{FILES['prepared']}: {error}") from error
+    input_type = precisions.types[_input_quant(model).output[0]]
+    settings = hls_config(model, precisions, config)
+    (out / FILES["config"]).write_text(json.dumps(settings, indent=1, default=str))
+    project_dir = out / FILES["project"]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            firmware = hls4ml.converters.convert_from_onnx_model(
+                model.model,
+                output_dir=str(project_dir),
+                project_name=config.project_name,
+                backend=config.backend,
+                io_type=config.io_type.value,
+                part=config.part,
+                clock_period=config.clock_period_ns,
+                hls_config=settings,
+            )
+    except Exception as error:  # hls4ml's own refusals are plain Exceptions
+        raise Hls4mlError(f"hls4ml's frontend refused {FILES['prepared']}: {type(error).__name__}: {error}") from error
+    converted = time.perf_counter()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            firmware.compile()
+    except Exception as error:
+        raise Hls4mlError(f"the HLS C++ in {project_dir} did not compile: {type(error).__name__}: {error}") from error
+    compiled = time.perf_counter()
+    channels_last = np.ascontiguousarray(np.moveaxis(inputs, 1, -1) if inputs.ndim > 2 else inputs)
+    channels_last = np.ascontiguousarray(quantized_input(model, channels_last).astype(np.float32))
+    produced = np.asarray(firmware.predict(channels_last)).reshape(expected.shape)
+    predicted = time.perf_counter()
+    np.save(out / FILES["input"], channels_last)
+    np.save(out / FILES["expected"], expected)
+    diff = float(np.max(np.abs(produced.astype(np.float64) - expected.astype(np.float64)))) if expected.size else 0.0
+    agreement = float(np.mean(produced.argmax(-1) == expected.argmax(-1))) if expected.ndim == 2 else float(diff == 0)
+    project = Hls4mlProject(
+        directory=str(out),
+        input_type=input_type.hls(),
+        input_scale=2.0**-input_type.frac,
+        samples=len(inputs),
+        max_abs_diff=diff,
+        agreement=agreement,
+        convert_s=converted - start,
+        compile_s=compiled - converted,
+        predict_s=predicted - compiled,
+        precisions=layer_precisions(model, precisions),
+    )
+    (out / FILES["readme"]).write_text(readme(project, config))
+    if not project.exact:
+        raise Hls4mlError(
+            f"the compiled firmware in {project_dir} differs from torch: max |diff| {diff:g} over {len(inputs)} "
+            f"samples (arg max agreement {agreement:.2%}); the precisions given to hls4ml are in {FILES['config']}"
+        )
+    logger.info("%s", project)
+    return project
+
+
+def readme(project: Hls4mlProject, config: Hls4mlBuildConfig) -> str:
+    rows = "\n".join(f"| {name} | {types.get('accum', '')} | {types['result']} |" for name, types in project.precisions.items())
+    stream = " (streams)" if config.io_type is IOType.io_stream else ""
+    return f"""# hls4ml project
+
+Written by quark-brevitas from `{FILES['qonnx']}` (the QONNX export, verified against torch).
+`{FILES['project']}/` is hls4ml's HLS C++ project ({config.backend} backend, `{config.io_type.value}`{stream},
+strategy {config.strategy.value}, reuse factor {config.reuse_factor}, part {config.part},
+{config.clock_period_ns} ns clock).
+
+## Checked here
+
+The C++ was compiled with g++ (hls4ml's `compile()`) and run (`predict()`) on the {project.samples}
+inputs in `{FILES['input']}`: max |firmware - torch| = {project.max_abs_diff:g} against
+`{FILES['expected']}` (torch's outputs), arg max agreement {project.agreement:.2%}.
+
+## The input
+
+The firmware takes the network input's quantized values, type `{project.input_type}` (grid
+{project.input_scale:g}): feed `round(x / {project.input_scale:g}) * {project.input_scale:g}`,
+clipped to the type's range, channels last. (A float converted to a fixed-point type is truncated,
+not rounded as the model's input quantizer rounds.)
+
+## Synthesis (needs Vitis HLS)
+
+```python
+import hls4ml
+model = hls4ml.converters.link_existing_project("{FILES['project']}")
+model.build(csim=False, synth=True)
+```
+
+or in `{FILES['project']}/`: write `build_opt.tcl` as hls4ml's `build()` does, then
+`vitis-run --tcl build_prj.tcl --mode hls`.
+
+## Precisions (from the quantizers, exact)
+
+| layer | accumulator | result |
+|---|---|---|
+{rows}
+"""
+
+
+def as_inputs(values, name: str) -> np.ndarray:
+    """A batch of inputs as a float32 array (from a tensor or array)."""
+    array = values.detach().cpu().numpy() if hasattr(values, "detach") else np.asarray(values)
+    if array.ndim < 2:
+        raise ValueError(f"{name}: a batch of inputs, batch first; got shape {tuple(array.shape)}")
+    return array.astype(np.float32)
