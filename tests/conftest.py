@@ -33,6 +33,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "backend": ("brevitas",),
     "export": _EXPORT,
     "targets": _EXPORT,
+    "targets/hls4ml": (*_EXPORT, "hls4ml"),
     "integration": _EXPORT,
 }
 #: package -> how to install it, for the skip's reason
@@ -41,6 +42,7 @@ INSTALL = {
     "onnx": "pip install 'quark-brevitas[export]'",
     "onnxruntime": "pip install 'quark-brevitas[export]'",
     "qonnx": "pip install 'quark-brevitas[export]'",
+    "hls4ml": "pip install 'quark-brevitas[hls4ml]'",
 }
 
 #: folders and files whose tests run on one intra-op thread: tiny tensors, where OpenMP's spinning

@@ -1,15 +1,16 @@
-"""The fixed-point type of every tensor of a QONNX graph, so that hls4ml's C++ computes it exactly.
+"""The fixed-point type of every tensor of a QONNX graph, so that hls4ml's C++ computes it exactly
+and no wider than it must.
 
-hls4ml gives each layer's accumulator and result a configured ``ap_fixed`` type (``fixed<16,6>`` by
-default); a sum that needs more bits wraps or loses its low bits, and the firmware silently differs
-from the model. hls4ml's own inference of ``auto`` types did not terminate on a three-layer CNN
-(hls4ml 1.3.0, measured), so the types are computed here from the quantizers, as interval
-arithmetic on integers: a tensor is ``integer x 2^-frac`` with the integer in ``[lo, hi]``. A Quant
-node gives its grid (``scale = 2^-frac``) and range; a convolution or matrix product the bound of its
-dot products over the actual integer weights, per output channel, plus the bias; an addition aligns
-the fractional bits; ReLU, max pooling and the shape operations keep the grid. Every type is wide
-enough for every value the graph can compute on quantized inputs, so no sum wraps and nothing is
-rounded before a Quant node rounds it as the model does.
+hls4ml infers an ``auto`` accumulator from the operands' bit widths: with an int32 bias every
+accumulator of the digits CNN became ``ap_fixed<33, ...>`` (hls4ml 1.3.0, measured), where 12 to 14
+bits hold every value; its default input type ``ap_fixed<16,6>`` truncates a float input; and
+``auto`` as the model's default did not terminate on a three-layer CNN. So the types are computed
+here from the quantizers, as interval arithmetic on integers: a tensor is ``integer x 2^-frac`` with
+the integer in ``[lo, hi]``. A Quant node gives its grid (``scale = 2^-frac``) and range; a
+convolution or matrix product the bound of its dot products over the actual integer weights, per
+output channel, plus the actual bias; an addition aligns the fractional bits; ReLU, max pooling and
+the shape operations keep the grid. Every type holds every value the graph can compute on quantized
+inputs, so no sum wraps and nothing is rounded before a Quant node rounds it as the model does.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def frac_of(scale: np.ndarray, where: str) -> int:
         raise PrecisionError(f"{where}: scales {values.tolist()[:4]} differ within the tensor (one scale per tensor)")
     mantissa, exponent = np.frexp(values[0])
     if mantissa != 0.5:
-        raise PrecisionError(f"{where}: scale {values[0]!r} is not a power of two")
+        raise PrecisionError(f"{where}: scale {float(values[0])!r} is not a power of two")
     return 1 - int(exponent)
 
 
@@ -210,22 +211,35 @@ TYPED_OPS = frozenset(_RULES)
 
 
 def layer_precisions(model, precisions: Precisions) -> dict[str, dict[str, str]]:
-    """hls4ml's ``LayerName`` precision entries: every non-Quant node's ``result`` (and ``accum``
-    where it sums) set to its output's exact type; a product whose only consumer adds its bias gets
-    the type of the sum too (hls4ml fuses the two into one Dense layer). The graph input takes its
-    quantizer's type."""
+    """The exact ``accum`` and ``result`` type of every non-Quant node, by node name (hls4ml's
+    ``LayerName`` entries); a product followed by its bias's addition takes the type of the sum
+    (:func:`fused_products`). The graph input takes its quantizer's type."""
     entries: dict[str, dict[str, str]] = {}
     graph_input = model.graph.input[0].name
     for consumer in model.find_consumers(graph_input) or []:
         if consumer.op_type == "Quant":
             entries[graph_input] = {"result": precisions.types[consumer.output[0]].hls()}
+    fused = fused_products(model, precisions)
     for node in model.graph.node:
         if node.op_type == "Quant" or node.output[0] not in precisions.types:
             continue
-        fixed = precisions.types[node.output[0]]
-        consumers = model.find_consumers(node.output[0]) or []
-        if node.op_type in ("MatMul", "Gemm") and len(consumers) == 1 and consumers[0].op_type == "Add":
-            fixed = fixed.union(precisions.types[consumers[0].output[0]])
-        entries[node.name] = {"result": fixed.hls(), "accum": fixed.hls()}
+        fixed = fused.get(node.name, precisions.types[node.output[0]])
+        entries[node.name] = {"accum": fixed.hls(), "result": fixed.hls()}
     return entries
 
+
+def fused_products(model, precisions: Precisions) -> dict[str, Fixed]:
+    """Products (MatMul) whose only consumer adds a quantized constant (the bias), by name -> the type
+    of both: hls4ml fuses each pair into one Dense layer, but only while the product's result type is
+    unset, so that type is set after the conversion."""
+    fused = {}
+    for node in model.graph.node:
+        consumers = model.find_consumers(node.output[0]) or []
+        if (
+            node.op_type in ("MatMul", "Gemm")
+            and len(consumers) == 1
+            and consumers[0].op_type == "Add"
+            and precisions.constant(consumers[0].input[1]) is not None
+        ):
+            fused[node.name] = precisions.types[node.output[0]].union(precisions.types[consumers[0].output[0]])
+    return fused

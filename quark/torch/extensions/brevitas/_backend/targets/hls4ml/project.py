@@ -23,8 +23,10 @@ import numpy as np
 
 from quark.torch.extensions.brevitas._backend.targets.hls4ml.build_config import Hls4mlBuildConfig, IOType
 from quark.torch.extensions.brevitas._backend.targets.hls4ml.precision import (
+    Fixed,
     PrecisionError,
     Precisions,
+    fused_products,
     layer_precisions,
 )
 
@@ -108,9 +110,26 @@ def hls_config(model, precisions: Precisions, config: Hls4mlBuildConfig) -> dict
             model, granularity="name", backend=config.backend, default_reuse_factor=config.reuse_factor
         )
     settings["Model"]["Strategy"] = config.strategy.value
+    fused = fused_products(model, precisions)
     for name, types in layer_precisions(model, precisions).items():
-        settings["LayerName"].setdefault(name, {}).setdefault("Precision", {}).update(types)
+        given = {"accum": types["accum"]} if name in fused else types  # a set result type stops the fusion
+        settings["LayerName"].setdefault(name, {}).setdefault("Precision", {}).update(given)
     return settings
+
+
+def _set_fused_results(firmware, fused: dict[str, Fixed]) -> None:
+    """The exact result type of each Dense layer hls4ml fused from a product and its bias (it infers
+    one from the bias's width otherwise: 33 bits for an int32 bias)."""
+    from hls4ml.backends.fpga.fpga_types import APTypeConverter
+    from hls4ml.model.types import FixedPrecisionType
+
+    for name, fixed in fused.items():
+        layer = firmware.graph.get(f"Dense_{name}")
+        if layer is None:
+            raise Hls4mlError(f"hls4ml did not make {name} and its bias one Dense layer (Dense_{name})")
+        output = layer.get_output_variable().type  # already in the backend's ap_ types: convert the new one too
+        output.precision = FixedPrecisionType(fixed.width, fixed.width - fixed.frac, fixed.signed)
+        output.convert_precision(APTypeConverter())
 
 
 def _input_quant(model):
@@ -172,6 +191,7 @@ def build(
             )
     except Exception as error:  # hls4ml's own refusals are plain Exceptions
         raise Hls4mlError(f"hls4ml's frontend refused {FILES['prepared']}: {type(error).__name__}: {error}") from error
+    _set_fused_results(firmware, fused_products(model, precisions))
     converted = time.perf_counter()
     try:
         with contextlib.redirect_stdout(io.StringIO()):

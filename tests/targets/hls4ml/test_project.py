@@ -1,0 +1,76 @@
+"""hls4ml projects of the digits networks, compiled with g++ and run on the whole held-out set: the
+firmware equals torch exactly (the precisions from the quantizers), the directory holds what its
+README says, the model is unchanged. Needs hls4ml and a C++ compiler."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from _shared.quantize import assert_unchanged, quantize, snapshot
+
+from quark.torch.examples import digits
+from quark.torch.extensions.brevitas import presets
+from quark.torch.extensions.brevitas._backend.targets.hls4ml.project import FILES, Hls4mlError
+from quark.torch.extensions.brevitas.api import ModelExporter
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("g++") is None, reason="hls4ml's compile() needs g++"),
+]
+
+
+@pytest.fixture(scope="module")
+def data():
+    return digits.load()
+
+
+def trained(model, data, epochs: int):
+    torch.manual_seed(0)
+    digits.train(model, data, epochs=epochs)
+    return model
+
+
+@pytest.mark.parametrize(
+    "network, bits, io_type",
+    [("cnn", 4, "io_parallel"), ("residual", 4, "io_stream"), ("cnn", 2, "io_parallel")],
+)
+def test_the_compiled_firmware_equals_torch_on_the_whole_test_set(tmp_path, data, network, bits, io_type):
+    torch.manual_seed(0)
+    model = trained(digits.cnn() if network == "cnn" else digits.ResidualCNN(), data, epochs=2)
+    qmodel = quantize(presets.hls4ml(bits, bits), model, data.loader("train"))
+    x = data.test.tensors[0]
+    before = snapshot(qmodel)
+    project = ModelExporter(tmp_path).export_hls4ml_project(qmodel, x, io_type=io_type)
+    assert_unchanged(before, qmodel)
+    assert project.exact and project.samples == len(x) and project.agreement == 1.0
+    assert project.input_type == "ufixed<8,0>" and project.input_scale == 2**-8
+    # what the firmware ran on is in the directory: the quantized inputs, torch's outputs
+    fed = np.load(tmp_path / FILES["input"])
+    assert np.array_equal(fed * 256, np.round(fed * 256)) and fed.shape == (len(x), 8, 8, 1)
+    with torch.no_grad():
+        assert np.array_equal(np.load(tmp_path / FILES["expected"]), qmodel(x).numpy())
+    settings = json.loads((tmp_path / FILES["config"]).read_text())
+    for name, types in project.precisions.items():  # given to hls4ml (a fused Dense's result: set after)
+        given = settings["LayerName"][name]["Precision"]
+        assert given.get("accum", types.get("accum")) == types.get("accum") and given["result"] in (types["result"], "auto")
+    readme = (tmp_path / FILES["readme"]).read_text()
+    assert "max |firmware - torch| = 0" in readme and "vitis-run --tcl build_prj.tcl" in readme
+    assert (tmp_path / FILES["project"] / "firmware").is_dir()
+
+
+def test_a_firmware_that_differs_from_torch_is_an_error(tmp_path, data, monkeypatch):
+    """The comparison can fail: every layer given a type too narrow for its sums (fixed<6,2>) makes
+    the firmware wrap, and the export says so, naming the config it gave hls4ml."""
+    from quark.torch.extensions.brevitas._backend.targets.hls4ml import project
+
+    exact = project.layer_precisions
+    narrow = {"accum": "fixed<6,2>", "result": "fixed<6,2>"}
+    monkeypatch.setattr(project, "layer_precisions", lambda m, p: {k: narrow for k in exact(m, p) if k != "global_in"})
+    torch.manual_seed(0)
+    qmodel = quantize(presets.hls4ml(8, 8), trained(digits.cnn(), data, epochs=2), data.loader("train"))
+    with pytest.raises(Hls4mlError, match=r"differs from torch: max \|diff\| .* over 359 samples .* hls4ml_config.json"):
+        ModelExporter(tmp_path).export_hls4ml_project(qmodel, data.test.tensors[0])
