@@ -209,3 +209,21 @@ def test_finn_preset_config_file_to_a_finn_dataflow_directory(files, capsys):
     assert run("export", "--checkpoint", ckpt, "--format", "finn", "--data", files / "calib.npz", "-o", files / "x",
                "--folding", files / "nope.json") == 2  # fmt: skip
     assert "--folding" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_hls4ml_preset_from_init_to_a_compiled_project(files, capsys):
+    """``init --preset hls4ml``, ``quantize``, ``export --format hls4ml``: a compiled project equal to
+    torch on every input of --data; its flags refused with other formats, before any work."""
+    pytest.importorskip("hls4ml", reason="hls4ml is not installed")
+    assert run("init", "--preset", "hls4ml", "--bits", 4) == 0
+    (files / "hls4ml.yaml").write_text(capsys.readouterr().out)
+    ckpt, out = files / "q.pt", files / "project"
+    assert run("quantize", "--config", files / "hls4ml.yaml", "--model", MODEL, "--data", files / "calib.npz", "-o", ckpt, "-q") == 0
+    capsys.readouterr()
+    args = ("export", "--checkpoint", ckpt, "--format", "hls4ml", "--data", files / "calib.npz", "-o", out)
+    assert run(*args, "--io-type", "io_stream", "--reuse-factor", 2) == 0, capsys.readouterr().err
+    assert "40 samples, max |firmware - torch| 0" in capsys.readouterr().out
+    assert {"hls4ml_prj", "hls4ml_config.json", "README.md", "model.qonnx.onnx"} <= {p.name for p in out.iterdir()}
+    assert run(*args[:-2], "-o", files / "m.onnx", "--format", "qonnx", "--reuse-factor", 2) == 2
+    assert "--reuse-factor: only --format hls4ml takes it" in capsys.readouterr().err

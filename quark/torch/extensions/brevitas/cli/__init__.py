@@ -44,7 +44,7 @@ EPILOG = """exit status: 0 done, 1 verification failed, 2 usage or input error, 
 #: subcommand -> its function in .commands
 COMMANDS = ("init", "quantize", "evaluate", "analyze", "train", "export", "verify", "mix", "search", "support")
 #: preset names of `init` (cli/configs.PRESETS; listed here so that --help imports nothing)
-PRESET_NAMES = ("finn", "xint8", "w8a8", "w4a8", "w8", "w4")
+PRESET_NAMES = ("finn", "hls4ml", "xint8", "w8a8", "w4a8", "w8", "w4")
 
 
 def version() -> str:
@@ -102,7 +102,7 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     i = _add(sub, "init", "write a commented starter config (YAML) from a preset")
-    i.add_argument("--preset", choices=PRESET_NAMES, required=True, help="finn: FPGAs; xint8: AMD NPUs; wNaM: integer")
+    i.add_argument("--preset", choices=PRESET_NAMES, required=True, help="finn, hls4ml: FPGAs; xint8: AMD NPUs; wNaM: integer")
     i.add_argument("--bits", type=int, help="finn: weight and activation bits (2, 3, 4, 8); default 4")
     i.add_argument("--weight-bits", type=int, help="finn: weight bits, over --bits")
     i.add_argument("--act-bits", type=int, help="finn: activation bits, over --bits")
@@ -168,20 +168,21 @@ def parser() -> argparse.ArgumentParser:
         _rebuild(a)
         _common(a, device=True)
 
-    e = _add(sub, "export", "export a checkpoint (QONNX, QDQ or a FINN dataflow directory), verified")
+    e = _add(sub, "export", "export a checkpoint (QONNX, QDQ, a FINN dataflow or an hls4ml project directory), verified")
     e.add_argument("--checkpoint", required=True, help="checkpoint from quantize or train")
     e.add_argument(
         "--format",
-        choices=["qonnx", "qdq", "finn"],
+        choices=["qonnx", "qdq", "finn", "hls4ml"],
         required=True,
-        help="qonnx: for FINN; qdq: ONNX Runtime / AMD NPU; finn: a FINN dataflow directory",
+        help="qonnx: for FINN; qdq: ONNX Runtime / AMD NPU; finn: a FINN dataflow directory; hls4ml: an hls4ml "
+        "project directory, its C++ compiled and run on every batch of --data",
     )
     e.add_argument(
         "--data",
         required=True,
         help="example inputs: the first batch is exported, every batch verified (finn: the hardware graph on all of them)",
     )
-    e.add_argument("-o", "--output", required=True, help=".onnx file (qonnx, qdq) or a new directory (finn)")
+    e.add_argument("-o", "--output", required=True, help=".onnx file (qonnx, qdq) or a new directory (finn, hls4ml)")
     e.add_argument("--part", help="finn: FPGA part or board, e.g. Pynq-Z1, ZCU104, xczu3eg (default: Pynq-Z1's xc7z020clg400-1)")
     e.add_argument("--target-fps", type=float, help="finn: frames per second to fold for (default: no folding, PE = SIMD = 1)")
     e.add_argument("--clock-mhz", type=float, help="finn: clock in MHz (default: 100)")
@@ -199,6 +200,9 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--mvau-wwidth-max", type=int, help="finn: FINN's bound on SIMD x weight bits of a layer when folding (default: 36)"
     )
+    e.add_argument("--io-type", choices=["io_parallel", "io_stream"], help="hls4ml: arrays or streams (default: io_parallel)")
+    e.add_argument("--strategy", choices=["latency", "resource"], help="hls4ml: Latency or Resource (default: latency)")
+    e.add_argument("--reuse-factor", type=int, help="hls4ml: times each multiplier is reused (default: 1)")
     _rebuild(e)
     _common(e)
 
@@ -249,7 +253,7 @@ def _classify(error: BaseException) -> tuple[int, str]:
     """(exit status, word) of a library error: a verification or FINN step that failed is 1, a
     refused input 2, anything else 3."""
     names = {cls.__name__ for cls in type(error).__mro__}
-    if names & {"ExportVerificationError", "FinnError"}:
+    if names & {"ExportVerificationError", "FinnError", "Hls4mlError"}:
         return FAILED, "failed"
     if names & {"UnsupportedExportError", "TargetCheckError", "BatchError", "UncalibratedModelError", "UnsafeGraphError"}:
         return USAGE, "error"

@@ -338,19 +338,38 @@ FINN_ONLY = {
     "folding": None,
     "mvau_wwidth_max": None,
 }
-#: a FINN directory this command wrote holds these files (an existing one may be replaced)
-FINN_MARKERS = ("estimate.json", "verification.json")
+#: options that only --format hls4ml takes: name -> default (each an Hls4mlBuildConfig field)
+HLS4ML_ONLY = {"io_type": None, "strategy": None, "reuse_factor": None}
+#: a directory format -> the options only it takes
+FORMAT_ONLY = {"finn": FINN_ONLY, "hls4ml": HLS4ML_ONLY}
+#: a directory this command wrote holds one of these files (an existing one may be replaced)
+DIRECTORY_MARKERS = {"finn": ("estimate.json", "verification.json"), "hls4ml": ("hls4ml_config.json",)}
 
 
 def _check_export_flags(args: argparse.Namespace) -> Any:
-    """Every flag of ``export`` checked before any work; the FINN build's settings (a ``FinnBuildConfig``;
-    ``None`` for the other formats)."""
-    if args.format != "finn":
-        given = [f"--{k.replace('_', '-')}" for k, default in FINN_ONLY.items() if getattr(args, k) != default]
-        if given:
-            raise UsageError(f"{', '.join(given)}: only --format finn takes {'it' if len(given) == 1 else 'them'}")
+    """Every flag of ``export`` checked before any work; the build's settings (a ``FinnBuildConfig`` or an
+    ``Hls4mlBuildConfig``; ``None`` for the file formats)."""
+    for fmt, options in FORMAT_ONLY.items():
+        given = [f"--{k.replace('_', '-')}" for k, default in options.items() if getattr(args, k) != default]
+        if args.format != fmt and given:
+            raise UsageError(f"{', '.join(given)}: only --format {fmt} takes {'it' if len(given) == 1 else 'them'}")
+    if args.format not in FORMAT_ONLY:
         _checkpoint_path(args.output)
         return None
+    config = _finn_config(args) if args.format == "finn" else _hls4ml_config(args)
+    out = args.output
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UsageError(f"-o {out}: a file; --format {args.format} writes a directory: give a new directory's path")
+    markers = DIRECTORY_MARKERS[args.format]
+    if os.path.isdir(out) and os.listdir(out) and not any(os.path.exists(os.path.join(out, m)) for m in markers):
+        raise UsageError(
+            f"-o {out}: a directory holding other files; --format {args.format} writes a new directory (or replaces "
+            "one it wrote)"
+        )
+    return config
+
+
+def _finn_config(args: argparse.Namespace) -> Any:
     _positive(args, "target_fps", "clock_mhz", "top_k", "mvau_wwidth_max")
     from quark.torch.extensions.brevitas._backend.targets.finn.front_end import require_finn
 
@@ -364,7 +383,7 @@ def _check_export_flags(args: argparse.Namespace) -> Any:
     if args.folding is not None and not os.path.isfile(args.folding):
         raise UsageError(f"--folding {args.folding}: no such file (a folding_config.json, as FINN writes it)")
     try:
-        config = FinnBuildConfig(**settings)
+        return FinnBuildConfig(**settings)
     except FinnConfigError as error:
         message = one_line(error)
         field = message.split("=", 1)[0].split("[", 1)[0]
@@ -372,14 +391,18 @@ def _check_export_flags(args: argparse.Namespace) -> Any:
         if flag == "--part":
             raise UsageError(f"--part {args.part}: {message.split(': ', 1)[-1]}") from error
         raise UsageError(f"{flag} {getattr(args, field)}: {message}" if flag else message) from error
-    out = args.output
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise UsageError(f"-o {out}: a file; --format finn writes a directory: give a new directory's path")
-    if os.path.isdir(out) and os.listdir(out) and not any(os.path.exists(os.path.join(out, m)) for m in FINN_MARKERS):
-        raise UsageError(
-            f"-o {out}: a directory holding other files; --format finn writes a new directory (or replaces one it wrote)"
-        )
-    return config
+
+
+def _hls4ml_config(args: argparse.Namespace) -> Any:
+    _positive(args, "reuse_factor")
+    from quark.torch.extensions.brevitas._backend.targets.hls4ml.build_config import Hls4mlBuildConfig
+    from quark.torch.extensions.brevitas._backend.targets.hls4ml.project import Hls4mlError, require_hls4ml
+
+    try:
+        require_hls4ml()
+    except Hls4mlError as error:
+        raise UsageError(f"--format hls4ml: {one_line(error)}") from error
+    return Hls4mlBuildConfig(**{k: getattr(args, k) for k, default in HLS4ML_ONLY.items() if getattr(args, k) != default})
 
 
 def export(args: argparse.Namespace) -> Result:
@@ -390,11 +413,17 @@ def export(args: argparse.Namespace) -> Result:
         check_model_spec(args.model)
     batches = load_data(args.data, args.batch_size)
     example = batches[0]
-    if args.format == "finn" and not isinstance(example, torch.Tensor):
-        raise UsageError(f"--data {args.data}: FINN's dataflow takes one input tensor; the file holds keyword inputs")
+    if args.format in FORMAT_ONLY and not isinstance(example, torch.Tensor):
+        raise UsageError(f"--data {args.data}: --format {args.format} takes one input tensor; the file holds keyword inputs")
     logger.info("rebuilding the quantized model from %s", args.checkpoint)
     qmodel, _, _ = load_checkpoint(args.checkpoint, args.model)
     _check_accepts(qmodel, example, f"--data {args.data}")
+    if args.format == "hls4ml":
+        with _cleaned(args, _created_root(args.output)):
+            logger.info("exporting QONNX, then hls4ml's project, compiled with g++ (about 30 s for a small CNN)")
+            project = ModelExporter(args.output).export_hls4ml_project(qmodel, torch.cat(batches), build)
+        say(args, str(project))
+        return OK, project.to_json()
     if args.format != "finn":
         method = {"qonnx": "export_qonnx_model", "qdq": "export_onnx_model"}[args.format]
         with _cleaned(args, _created_root(args.output)):  # the file, and the folders it needed

@@ -309,6 +309,12 @@ def _finn(weight_bits: int | None, act_bits: int | None, tqt: bool, graph: bool)
     return presets.finn(weight_bits=weight_bits or 4, act_bits=act_bits or 4, qat_spec=_tqt() if tqt else None)
 
 
+def _hls4ml(weight_bits: int | None, act_bits: int | None, tqt: bool, graph: bool) -> Any:
+    from quark.torch.extensions.brevitas import presets
+
+    return presets.hls4ml(weight_bits=weight_bits or 8, act_bits=act_bits or 8, qat_spec=_tqt() if tqt else None)
+
+
 def _xint8(weight_bits: int | None, act_bits: int | None, tqt: bool, graph: bool) -> Any:
     from quark.torch.extensions.brevitas import presets
 
@@ -354,6 +360,13 @@ PRESETS: dict[str, Preset] = {
         "FINN on FPGAs: graph mode, power-of-two scales, uint8 input, unsigned after ReLU, ties rounded up, "
         "bias correction (--bits, default 4; --tqt trains the thresholds)",
         _finn,
+        bits=True,
+        graph=False,
+    ),
+    "hls4ml": Preset(
+        "hls4ml firmware on FPGAs: graph mode, power-of-two scales per tensor, uint8 input, unsigned after ReLU, "
+        "half-even rounding, int32 bias, batch norm merged (--bits, default 8; --tqt trains the thresholds)",
+        _hls4ml,
         bits=True,
         graph=False,
     ),

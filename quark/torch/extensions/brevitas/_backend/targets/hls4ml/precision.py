@@ -85,6 +85,22 @@ def _dot_bound(x: Fixed, rows: np.ndarray) -> tuple[int, int]:
     return int(min(positive * lo_in + negative * hi_in)), int(max(positive * hi_in + negative * lo_in))
 
 
+#: ops that move or reshape values without computing (between the graph input and its quantizer, say)
+LAYOUT_OPS = ("Transpose", "Reshape", "Flatten", "Identity")
+
+
+def input_quant(model):
+    """The Quant node of the network input (past the layout ops channels-last conversion puts before
+    it), or None."""
+    tensor = model.graph.input[0].name
+    while True:
+        consumers = model.find_consumers(tensor) or []
+        quant = next((n for n in consumers if n.op_type == "Quant"), None)
+        if quant is not None or len(consumers) != 1 or consumers[0].op_type not in LAYOUT_OPS:
+            return quant
+        tensor = consumers[0].output[0]
+
+
 class Precisions:
     """The :class:`Fixed` type of every tensor of a (cleaned, channels-last) QONNX ``ModelWrapper``,
     the graph input taking its quantizer's grid (the firmware is fed the quantized input)."""
@@ -93,6 +109,9 @@ class Precisions:
         self.model = model
         self.types: dict[str, Fixed] = {}
         self.constants: dict[str, tuple[np.ndarray, int]] = {}  # quantized constant -> (integers, frac)
+        quant = input_quant(model)
+        if quant is not None:
+            self.types[model.graph.input[0].name] = self._quant(quant)
         self._infer()
 
     def _infer(self) -> None:
@@ -198,10 +217,7 @@ _RULES: dict[str, Callable[[Precisions, object], Fixed | None]] = {
     "Add": Precisions._add,
     "Relu": Precisions._relu,
     "MaxPool": Precisions._same,
-    "Flatten": Precisions._same,
-    "Reshape": Precisions._same,
-    "Transpose": Precisions._same,
-    "Identity": Precisions._same,
+    **dict.fromkeys(LAYOUT_OPS, Precisions._same),
     "Dropout": Precisions._same,
     "Concat": Precisions._concat,
 }
@@ -216,9 +232,8 @@ def layer_precisions(model, precisions: Precisions) -> dict[str, dict[str, str]]
     (:func:`fused_products`). The graph input takes its quantizer's type."""
     entries: dict[str, dict[str, str]] = {}
     graph_input = model.graph.input[0].name
-    for consumer in model.find_consumers(graph_input) or []:
-        if consumer.op_type == "Quant":
-            entries[graph_input] = {"result": precisions.types[consumer.output[0]].hls()}
+    if graph_input in precisions.types:
+        entries[graph_input] = {"result": precisions.types[graph_input].hls()}
     fused = fused_products(model, precisions)
     for node in model.graph.node:
         if node.op_type == "Quant" or node.output[0] not in precisions.types:

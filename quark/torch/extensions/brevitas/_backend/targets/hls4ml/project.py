@@ -16,7 +16,7 @@ import io
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +27,7 @@ from quark.torch.extensions.brevitas._backend.targets.hls4ml.precision import (
     PrecisionError,
     Precisions,
     fused_products,
+    input_quant,
     layer_precisions,
 )
 
@@ -66,6 +67,10 @@ class Hls4mlProject:
     @property
     def exact(self) -> bool:
         return self.max_abs_diff == 0.0
+
+    def to_json(self) -> dict:
+        """The command line's ``--json`` of an hls4ml export."""
+        return {**asdict(self), "exact": self.exact}
 
     def __str__(self) -> str:
         return (
@@ -133,8 +138,7 @@ def _set_fused_results(firmware, fused: dict[str, Fixed]) -> None:
 
 
 def _input_quant(model):
-    graph_input = model.graph.input[0].name
-    quant = next((n for n in model.find_consumers(graph_input) or [] if n.op_type == "Quant"), None)
+    quant = input_quant(model)
     if quant is None:
         raise Hls4mlError("the network input is not quantized: the hls4ml target needs input_tensors of GraphInput")
     return quant
@@ -173,7 +177,7 @@ def build(
         precisions = Precisions(model)
     except PrecisionError as error:
         raise Hls4mlError(f"{FILES['prepared']}: {error}") from error
-    input_type = precisions.types[_input_quant(model).output[0]]
+    input_type = precisions.types[_input_quant(model).output[0]]  # the graph input's, fed quantized
     settings = hls_config(model, precisions, config)
     (out / FILES["config"]).write_text(json.dumps(settings, indent=1, default=str))
     project_dir = out / FILES["project"]
