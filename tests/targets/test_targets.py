@@ -1,4 +1,4 @@
-"""The targets' table (``_backend/targets/TARGETS``): one Target per device (IPU, FINN), each with the
+"""The targets' table (``_backend/targets/TARGETS``): one Target per device (IPU, FINN, hls4ml), each with the
 format it takes, its rules before export and its checks on the written graph; what every target
 refuses (a quantizer not built from a Quark spec) is refused by each."""
 
@@ -12,11 +12,13 @@ from torch import nn
 
 from quark.torch.extensions.brevitas._backend.targets import TARGETS
 from quark.torch.extensions.brevitas.api import ExportFormat, ModelExporter, UnsupportedExportError
-from quark.torch.extensions.brevitas.presets import finn, xint8
+from quark.torch.extensions.brevitas.presets import finn, hls4ml, xint8
 from quark.torch.quantization.config.type import DeviceType
 
 
-@pytest.mark.parametrize("target, method", [("IPU", "export_onnx_model"), ("FINN", "export_qonnx_model")])
+@pytest.mark.parametrize(
+    "target, method", [("IPU", "export_onnx_model"), ("FINN", "export_qonnx_model"), ("hls4ml", "export_qonnx_model")]
+)
 def test_targets_need_quantizers_built_from_quark_specs(onnx_path, target, method):
     import brevitas.nn as qnn
 
@@ -35,6 +37,7 @@ def test_targets_need_quantizers_built_from_quark_specs(onnx_path, target, metho
 TARGET_CASES = {
     DeviceType.IPU: (xint8, "export_onnx_model", "export_qonnx_model"),
     DeviceType.FINN: (finn, "export_qonnx_model", "export_onnx_model"),
+    DeviceType.HLS4ML: (hls4ml, "export_qonnx_model", "export_onnx_model"),
 }
 METHOD_FORMAT = {"export_onnx_model": ExportFormat.qcdq, "export_qonnx_model": ExportFormat.qonnx}
 

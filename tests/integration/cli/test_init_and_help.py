@@ -61,9 +61,11 @@ def test_init_bits_and_tqt_reach_every_spec(capsys):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--preset", "finn", "--bits", "5"], "--bits 5: allowed 2, 3, 4 or 8"),
+        (["--preset", "finn", "--bits", "5"], "--bits 5: the finn preset allows 2, 3, 4 or 8"),
+        (["--preset", "finn", "--bits", "16"], "--bits 16: the finn preset allows 2, 3, 4 or 8"),
+        (["--preset", "hls4ml", "--act-bits", "5"], "--act-bits 5: the hls4ml preset allows 2, 3, 4, 8 or 16"),
         (["--preset", "w8a8", "--bits", "4"], "--bits: the w8a8 preset has its bit widths in its name"),
-        (["--preset", "xint8", "--tqt"], "--tqt: trained power-of-two thresholds are part of the finn preset"),
+        (["--preset", "xint8", "--tqt"], "--tqt: trained power-of-two thresholds are part of the finn and hls4ml presets"),
         (["--preset", "finn", "-o", "cfg.txt"], "-o cfg.txt: init writes YAML"),
     ],
 )

@@ -712,15 +712,18 @@ def init(args: argparse.Namespace) -> Result:
     preset = PRESETS[args.preset]
     bits = {"--bits": args.bits, "--weight-bits": args.weight_bits, "--act-bits": args.act_bits}
     given = [flag for flag, value in bits.items() if value is not None]
-    if given and not preset.bits:
-        raise UsageError(f"{', '.join(given)}: the {args.preset} preset has its bit widths in its name; finn takes them")
+    if given and not preset.widths:
+        takers = " and ".join(name for name, p in PRESETS.items() if p.widths)
+        raise UsageError(f"{', '.join(given)}: the {args.preset} preset has its bit widths in its name; {takers} take them")
     if args.graph and not preset.graph:
         raise UsageError(f"--graph: the {args.preset} preset is graph mode already")
-    if args.tqt and args.preset not in ("finn",):
-        raise UsageError(f"--tqt: trained power-of-two thresholds are part of the finn preset; {args.preset} has float scales")
+    if args.tqt and not preset.tqt:
+        takers = " and ".join(name for name, p in PRESETS.items() if p.tqt)
+        raise UsageError(f"--tqt: trained power-of-two thresholds are part of the {takers} presets; {args.preset} has float scales")
     for flag, value in bits.items():
-        if value is not None and value not in (2, 3, 4, 8):
-            raise UsageError(f"{flag} {value}: allowed 2, 3, 4 or 8")
+        if value is not None and value not in preset.widths:
+            allowed = ", ".join(map(str, preset.widths[:-1])) + f" or {preset.widths[-1]}"
+            raise UsageError(f"{flag} {value}: the {args.preset} preset allows {allowed}")
     if args.output:
         if not args.output.endswith((".yaml", ".yml")):
             raise UsageError(f"-o {args.output}: init writes YAML; give a .yaml or .yml path")

@@ -299,8 +299,9 @@ class Preset:
 
     summary: str
     make: Callable[..., Any]  # (weight_bits, act_bits, tqt, graph) -> Config
-    bits: bool  # whether --bits / --weight-bits / --act-bits apply
+    widths: tuple[int, ...]  # what --bits / --weight-bits / --act-bits take (empty: they do not apply)
     graph: bool  # whether --graph applies
+    tqt: bool = False  # whether --tqt applies (trained power-of-two thresholds)
 
 
 def _finn(weight_bits: int | None, act_bits: int | None, tqt: bool, graph: bool) -> Any:
@@ -360,27 +361,29 @@ PRESETS: dict[str, Preset] = {
         "FINN on FPGAs: graph mode, power-of-two scales, uint8 input, unsigned after ReLU, ties rounded up, "
         "bias correction (--bits, default 4; --tqt trains the thresholds)",
         _finn,
-        bits=True,
+        widths=(2, 3, 4, 8),
         graph=False,
+        tqt=True,
     ),
     "hls4ml": Preset(
         "hls4ml firmware on FPGAs: graph mode, power-of-two scales per tensor, uint8 input, unsigned after ReLU, "
         "half-even rounding, int32 bias, batch norm merged (--bits, default 8; --tqt trains the thresholds)",
         _hls4ml,
-        bits=True,
+        widths=(2, 3, 4, 8, 16),
         graph=False,
+        tqt=True,
     ),
     "xint8": Preset(
         "AMD NPUs (Ryzen AI) XINT8: int8 power-of-two weights and inputs, int32 bias, batch norm merged (--graph: "
         "every tensor, which residual additions need)",
         _xint8,
-        bits=False,
+        widths=(),
         graph=True,
     ),
-    "w8a8": Preset("int8 per-channel weights, int8 per-tensor inputs, float scales", _integer(8, 8), False, True),
-    "w4a8": Preset("int4 per-channel weights, int8 per-tensor inputs, float scales", _integer(4, 8), False, True),
-    "w8": Preset("int8 per-channel weights only (no calibration data needed)", _integer(8, None), False, True),
-    "w4": Preset("int4 per-channel weights only (no calibration data needed)", _integer(4, None), False, True),
+    "w8a8": Preset("int8 per-channel weights, int8 per-tensor inputs, float scales", _integer(8, 8), (), True),
+    "w4a8": Preset("int4 per-channel weights, int8 per-tensor inputs, float scales", _integer(4, 8), (), True),
+    "w8": Preset("int8 per-channel weights only (no calibration data needed)", _integer(8, None), (), True),
+    "w4": Preset("int4 per-channel weights only (no calibration data needed)", _integer(4, None), (), True),
 }
 
 #: what a key means, written beside it in the starter file

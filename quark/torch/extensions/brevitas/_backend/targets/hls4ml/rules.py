@@ -93,7 +93,7 @@ LAYER_RULES: tuple[Rule, ...] = (
         "a quantized layer with a float bias",
         _float_bias,
         "bias=QuantizationSpec(dtype=Dtype.int16 or int32) (scale = input scale x weight scale), as presets.hls4ml()",
-        "hls4ml gives a float bias its default type (fixed<16,6>), which rounds it",
+        "a float bias has no fixed-point grid: hls4ml gives it a configured type, which rounds it",
     ),
 )
 
