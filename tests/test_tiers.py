@@ -162,6 +162,14 @@ def test_the_finn_modules_skip_themselves_without_finn_plus():
     assert len(re.findall(r"^SKIPPED \[1\] .*finn-plus is not installed", result.stdout, re.MULTILINE)) == len(driving)
 
 
+def test_the_hls4ml_tier_skips_without_hls4ml_naming_it():
+    installed("brevitas", "onnx", "onnxruntime", "qonnx", "hls4ml")
+    result = pytest_hiding(("hls4ml",), "tests/targets/hls4ml")
+    assert result.returncode == 5, result.stdout[-3000:]
+    reason = "tests/targets/hls4ml: needs hls4ml (not installed; pip install 'quark-brevitas[hls4ml]')"
+    assert skips(result) == {reason: len(list((TESTS / "targets" / "hls4ml").glob("test_*.py")))}
+
+
 @pytest.mark.parametrize(
     "tier, hidden",
     [("config", ("brevitas", *EXPORT_STACK)), ("backend", EXPORT_STACK)],

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from _shared.quantize import assert_unchanged, quantize, snapshot
+from torch import nn
 
 from quark.torch.examples import digits
 from quark.torch.extensions.brevitas import presets
@@ -74,3 +75,43 @@ def test_a_firmware_that_differs_from_torch_is_an_error(tmp_path, data, monkeypa
     qmodel = quantize(presets.hls4ml(8, 8), trained(digits.cnn(), data, epochs=2), data.loader("train"))
     with pytest.raises(Hls4mlError, match=r"differs from torch: max \|diff\| .* over 359 samples .* hls4ml_config.json"):
         ModelExporter(tmp_path).export_hls4ml_project(qmodel, data.test.tensors[0])
+
+
+class Blocks(nn.Module):
+    """A stem with batch norm (merged), a depthwise-separable branch beside a plain convolution,
+    concatenated, max pooled, a linear head: the blocks of efficient CNNs hls4ml maps."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem, self.bn = nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.dw, self.pw = nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.Conv2d(8, 8, 1)
+        self.other = nn.Conv2d(8, 4, 3, padding=1)
+        self.head = nn.Linear(12 * 4 * 4, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.bn(self.stem(x)))
+        y = torch.cat([torch.relu(self.pw(torch.relu(self.dw(x)))), torch.relu(self.other(x))], 1)
+        return self.head(nn.functional.max_pool2d(y, 2).flatten(1))
+
+
+def test_depthwise_convolutions_and_concatenations_compile_exactly(tmp_path, data):
+    torch.manual_seed(0)
+    model = trained(Blocks(), data, epochs=1)
+    qmodel = quantize(presets.hls4ml(4, 4), model, data.loader("train"))
+    project = ModelExporter(tmp_path).export_hls4ml_project(qmodel, data.test.tensors[0], io_type="io_stream")
+    assert project.exact and project.samples == len(data.test.tensors[0])
+
+
+def test_a_global_average_over_36_values_compiles_exactly(tmp_path, data):
+    """hls4ml divides the sum in its accumulator type, truncating: with the fractional bits the types
+    carry (see precision._global_average) the truncated quotient rounds as torch's average does."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(1, 16, 3), nn.ReLU(), nn.Conv2d(16, 16, 1), nn.ReLU(),  # 8x8 -> 6x6: 36 values per channel
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10),
+    )  # fmt: skip
+    qmodel = quantize(presets.hls4ml(4, 4), trained(model, data, epochs=2), data.loader("train"))
+    project = ModelExporter(tmp_path).export_hls4ml_project(qmodel, data.test.tensors[0])
+    assert project.exact
+    pool = next(name for name in project.precisions if name.startswith("GlobalAveragePool"))
+    assert project.precisions[pool]["accum"] != project.precisions[pool]["result"]  # the sum is wider

@@ -120,3 +120,12 @@ def test_build_settings_take_names_and_values():
 def test_preset_arguments_are_checked(kwargs, message):
     with pytest.raises(ValueError, match=message):
         presets.hls4ml(**kwargs)
+
+
+def test_docs_embed_the_rules_table():
+    from _shared import REPO
+
+    from quark.torch.extensions.brevitas._backend.targets.hls4ml import rules
+
+    docs = (REPO / "docs" / "hls4ml.md").read_text()
+    assert rules.markdown() in docs, "docs/hls4ml.md: paste the output of hls4ml rules.markdown()"

@@ -108,6 +108,7 @@ class Precisions:
     def __init__(self, model) -> None:
         self.model = model
         self.types: dict[str, Fixed] = {}
+        self.accumulators: dict[str, Fixed] = {}  # tensor -> its layer's accumulator, where it differs
         self.constants: dict[str, tuple[np.ndarray, int]] = {}  # quantized constant -> (integers, frac)
         quant = input_quant(model)
         if quant is not None:
@@ -188,6 +189,27 @@ class Precisions:
     def _same(self, node) -> Fixed:
         return self.of(node.input[0], node)
 
+    def _global_average(self, node) -> Fixed:
+        """hls4ml sums in the accumulator type and divides there (``y /= N``: truncated). The quotient of
+        a sum on grid 2^-f by N lies 1 / (N 2^(f + k + 1)) or more from any rounding boundary of the
+        next quantizer's grid 2^-k unless it is one: with f + k + 1 + ceil(log2 N) fractional bits the
+        truncated quotient rounds as the exact one. So the pool must be requantized, and its types carry
+        those bits."""
+        x = self.of(node.input[0], node)
+        shape = self.model.get_tensor_shape(node.input[0])
+        spatial = shape[1:-1] if node.domain.endswith("channels_last") else shape[2:]
+        count = int(np.prod(spatial))
+        if count == 1:
+            return x
+        consumers = self.model.find_consumers(node.output[0]) or []
+        if len(consumers) != 1 or consumers[0].op_type != "Quant":
+            raise PrecisionError(f"node {node.name} (GlobalAveragePool): an average of {count} values not quantized again")
+        k = frac_of(self.model.get_initializer(consumers[0].input[1]), f"Quant node {consumers[0].name}")
+        frac = x.frac + max(k, 0) + 1 + (count - 1).bit_length()
+        shift = 2 ** (frac - x.frac)
+        self.accumulators[node.output[0]] = Fixed(frac, min(x.lo, 0) * count * shift, max(x.hi, 0) * count * shift)
+        return Fixed(frac, x.lo * shift, x.hi * shift)
+
     def _concat(self, node) -> Fixed:
         types = [self.of(name, node) for name in node.input]
         result = types[0]
@@ -220,6 +242,7 @@ _RULES: dict[str, Callable[[Precisions, object], Fixed | None]] = {
     **dict.fromkeys(LAYOUT_OPS, Precisions._same),
     "Dropout": Precisions._same,
     "Concat": Precisions._concat,
+    "GlobalAveragePool": Precisions._global_average,
 }
 
 #: op types with a type rule (the graph rule of the hls4ml target refuses the others)
@@ -239,7 +262,8 @@ def layer_precisions(model, precisions: Precisions) -> dict[str, dict[str, str]]
         if node.op_type == "Quant" or node.output[0] not in precisions.types:
             continue
         fixed = fused.get(node.name, precisions.types[node.output[0]])
-        entries[node.name] = {"accum": fixed.hls(), "result": fixed.hls()}
+        accumulator = precisions.accumulators.get(node.output[0], fixed)
+        entries[node.name] = {"accum": accumulator.hls(), "result": fixed.hls()}
     return entries
 
 

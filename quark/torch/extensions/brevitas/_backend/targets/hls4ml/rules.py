@@ -135,10 +135,10 @@ GRAPH_RULES: tuple[Rule, ...] = (
     Rule(
         "layers hls4ml's frontend does not map exactly",
         _unmapped_ops,
-        "convolutions, linear layers, ReLU, max pooling, additions, concatenations, flatten / reshape, batch norm "
-        "merged (MergeBatchNorm, as presets.hls4ml())",
-        "each other layer has no exact fixed-point mapping in hls4ml 1.3.0 (average pooling divides, activation "
-        "tables round)",
+        "convolutions, linear layers, ReLU, max and global average pooling, additions, concatenations, flatten / "
+        "reshape, batch norm merged (MergeBatchNorm, as presets.hls4ml())",
+        "each other layer has no exact fixed-point mapping in hls4ml 1.3.0 (windowed average pools rescale by a "
+        "float factor, activation tables round)",
     ),
 )
 
