@@ -92,7 +92,12 @@ LAYOUT_OPS = ("Transpose", "Reshape", "Flatten", "Identity")
 def input_quant(model):
     """The Quant node of the network input (past the layout ops channels-last conversion puts before
     it), or None."""
-    tensor = model.graph.input[0].name
+    return next_quant(model, model.graph.input[0].name)
+
+
+def next_quant(model, tensor: str):
+    """The Quant node ``tensor`` goes to, past single layout ops (the transposes qonnx's channels-last
+    conversion leaves around the nodes it does not convert), or None."""
     while True:
         consumers = model.find_consumers(tensor) or []
         quant = next((n for n in consumers if n.op_type == "Quant"), None)
@@ -190,21 +195,23 @@ class Precisions:
         return self.of(node.input[0], node)
 
     def _global_average(self, node) -> Fixed:
+        shape = self.model.get_tensor_shape(node.input[0])
+        spatial = shape[1:-1] if node.domain.endswith("channels_last") else shape[2:]
+        return self._average(node, int(np.prod(spatial)))
+
+    def _average(self, node, count: int) -> Fixed:
         """hls4ml sums in the accumulator type and divides there (``y /= N``: truncated). The quotient of
         a sum on grid 2^-f by N lies 1 / (N 2^(f + k + 1)) or more from any rounding boundary of the
         next quantizer's grid 2^-k unless it is one: with f + k + 1 + ceil(log2 N) fractional bits the
         truncated quotient rounds as the exact one. So the pool must be requantized, and its types carry
         those bits."""
         x = self.of(node.input[0], node)
-        shape = self.model.get_tensor_shape(node.input[0])
-        spatial = shape[1:-1] if node.domain.endswith("channels_last") else shape[2:]
-        count = int(np.prod(spatial))
         if count == 1:
             return x
-        consumers = self.model.find_consumers(node.output[0]) or []
-        if len(consumers) != 1 or consumers[0].op_type != "Quant":
-            raise PrecisionError(f"node {node.name} (GlobalAveragePool): an average of {count} values not quantized again")
-        k = frac_of(self.model.get_initializer(consumers[0].input[1]), f"Quant node {consumers[0].name}")
+        quant = next_quant(self.model, node.output[0])
+        if quant is None:
+            raise PrecisionError(f"node {node.name} ({node.op_type}): an average of {count} values not quantized again")
+        k = frac_of(self.model.get_initializer(quant.input[1]), f"Quant node {quant.name}")
         frac = x.frac + max(k, 0) + 1 + (count - 1).bit_length()
         shift = 2 ** (frac - x.frac)
         self.accumulators[node.output[0]] = Fixed(frac, min(x.lo, 0) * count * shift, max(x.hi, 0) * count * shift)

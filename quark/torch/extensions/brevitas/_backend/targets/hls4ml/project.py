@@ -178,10 +178,10 @@ def build(
     except PrecisionError as error:
         raise Hls4mlError(f"{FILES['prepared']}: {error}") from error
     input_type = precisions.types[_input_quant(model).output[0]]  # the graph input's, fed quantized
-    settings = hls_config(model, precisions, config)
-    (out / FILES["config"]).write_text(json.dumps(settings, indent=1, default=str))
     project_dir = out / FILES["project"]
     try:
+        settings = hls_config(model, precisions, config)
+        (out / FILES["config"]).write_text(json.dumps(settings, indent=1, default=str))
         with contextlib.redirect_stdout(io.StringIO()):
             firmware = hls4ml.converters.convert_from_onnx_model(
                 model.model,
