@@ -22,7 +22,7 @@ from quark.torch.extensions.brevitas._backend.targets.hls4ml.precision import (
     _dot_bound,
     frac_of,
 )
-from quark.torch.extensions.brevitas._backend.targets.hls4ml.project import prepare
+from quark.torch.extensions.brevitas._backend.targets.hls4ml.project import prepare, quantized_input
 from quark.torch.extensions.brevitas.api import ModelExporter
 
 
@@ -83,8 +83,8 @@ def test_every_tensor_lies_on_its_grid_and_within_its_range(residual_graph):
     types = Precisions(model).types
     name = model.graph.input[0].name
     checked = set()
-    for sample in x[:16]:
-        context = execute_onnx(model, {name: np.moveaxis(sample, 0, -1)[None]}, return_full_exec_context=True)
+    for sample in quantized_input(model, np.moveaxis(x[:16], 1, -1)):  # the firmware's input: quantized
+        context = execute_onnx(model, {name: sample[None].astype(np.float32)}, return_full_exec_context=True)
         for tensor, fixed in types.items():
             scaled = context[tensor].astype(np.float64) * 2.0**fixed.frac
             assert np.array_equal(scaled, np.round(scaled)), f"{tensor} off its grid 2^-{fixed.frac}"

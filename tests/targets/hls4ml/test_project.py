@@ -115,3 +115,13 @@ def test_a_global_average_over_36_values_compiles_exactly(tmp_path, data):
     assert project.exact
     pool = next(name for name in project.precisions if name.startswith("GlobalAveragePool"))
     assert project.precisions[pool]["accum"] != project.precisions[pool]["result"]  # the sum is wider
+
+
+def test_a_padded_pool_in_io_stream_is_refused_before_hls4ml_runs(tmp_path, data):
+    """hls4ml's streamed pooling asserts against padding in C++, which aborts the process in predict()."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2, padding=1), nn.Flatten(), nn.Linear(64, 10))
+    qmodel = quantize(presets.hls4ml(4, 4), model.eval(), data.loader("train"))
+    with pytest.raises(Hls4mlError, match=r"io_type=io_stream: hls4ml's streamed pooling takes no padding; padded pools \['MaxPool_0'\]"):
+        ModelExporter(tmp_path).export_hls4ml_project(qmodel, data.test.tensors[0][:4], io_type="io_stream")
+    assert not (tmp_path / FILES["project"]).exists()

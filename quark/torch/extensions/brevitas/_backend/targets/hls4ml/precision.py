@@ -199,6 +199,13 @@ class Precisions:
         spatial = shape[1:-1] if node.domain.endswith("channels_last") else shape[2:]
         return self._average(node, int(np.prod(spatial)))
 
+    def _windowed_average(self, node) -> Fixed:
+        """An average over windows without padding (the whole map: a global pool made channels-last)."""
+        attrs = {a.name: list(a.ints) for a in node.attribute if a.ints}
+        if any(attrs.get("pads", [])):
+            raise PrecisionError(f"node {node.name} (AveragePool): padded windows (hls4ml rescales them by a float factor)")
+        return self._average(node, int(np.prod(attrs["kernel_shape"])))
+
     def _average(self, node, count: int) -> Fixed:
         """hls4ml sums in the accumulator type and divides there (``y /= N``: truncated). The quotient of
         a sum on grid 2^-f by N lies 1 / (N 2^(f + k + 1)) or more from any rounding boundary of the
@@ -250,10 +257,13 @@ _RULES: dict[str, Callable[[Precisions, object], Fixed | None]] = {
     "Dropout": Precisions._same,
     "Concat": Precisions._concat,
     "GlobalAveragePool": Precisions._global_average,
+    "AveragePool": Precisions._windowed_average,
 }
 
-#: op types with a type rule (the graph rule of the hls4ml target refuses the others)
-TYPED_OPS = frozenset(_RULES)
+#: op types with a type rule (the graph rule of the hls4ml target refuses the others; a windowed average
+#: pool of the export stays channels-first in qonnx's conversion, which hls4ml refuses: only the global
+#: pools made channels-last here are AveragePool nodes)
+TYPED_OPS = frozenset(_RULES) - {"AveragePool"}
 
 
 def layer_precisions(model, precisions: Precisions) -> dict[str, dict[str, str]]:

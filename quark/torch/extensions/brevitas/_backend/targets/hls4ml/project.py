@@ -90,7 +90,8 @@ def require_hls4ml() -> None:
 
 
 def prepare(qonnx_path: str):
-    """The QONNX graph as hls4ml's frontend reads it: cleaned, channels last, Gemm as MatMul."""
+    """The QONNX graph as hls4ml's frontend reads it: cleaned, channels last (global pools too), Gemm as
+    MatMul."""
     import warnings
 
     from qonnx.core.modelwrapper import ModelWrapper
@@ -98,12 +99,15 @@ def prepare(qonnx_path: str):
     from qonnx.transformation.gemm_to_matmul import GemmToMatMul
     from qonnx.util.cleanup import cleanup_model
 
+    from quark.torch.extensions.brevitas._backend.targets.hls4ml.layout import GlobalPoolsChannelsLast
+
     model = cleanup_model(ModelWrapper(qonnx_path))
     model = model.transform(ConvertToChannelsLastAndClean(make_input_channels_last=True))
     with warnings.catch_warnings():  # "only explicit support for version 9 of the Gemm node": opset 17's is alike
         warnings.filterwarnings("ignore", message="The GemmToMatMul transformation", category=UserWarning)
         model = model.transform(GemmToMatMul())
-    return cleanup_model(model)
+    # last: qonnx has no channels-last AveragePool op to infer shapes with (hls4ml only parses it)
+    return cleanup_model(model).transform(GlobalPoolsChannelsLast(), make_deepcopy=False, cleanup=False)
 
 
 def hls_config(model, precisions: Precisions, config: Hls4mlBuildConfig) -> dict:
@@ -135,6 +139,24 @@ def _set_fused_results(firmware, fused: dict[str, Fixed]) -> None:
         output = layer.get_output_variable().type  # already in the backend's ap_ types: convert the new one too
         output.precision = FixedPrecisionType(fixed.width, fixed.width - fixed.frac, fixed.signed)
         output.convert_precision(APTypeConverter())
+
+
+def _stream_limits(model, config: Hls4mlBuildConfig) -> None:
+    """What hls4ml's ``io_stream`` C++ asserts against (an assertion aborts the whole process when
+    ``predict()`` runs it: resnet18's padded max pool did), refused before the project is written."""
+    if config.io_type is not IOType.io_stream:
+        return
+    padded = [
+        node.name
+        for node in model.graph.node
+        if node.op_type in ("MaxPool", "AveragePool")
+        and any(v for a in node.attribute if a.name == "pads" for v in a.ints)
+    ]
+    if padded:
+        raise Hls4mlError(
+            f"io_type=io_stream: hls4ml's streamed pooling takes no padding; padded pools {padded[:5]}"
+            f"{f' and {len(padded) - 5} more' if len(padded) > 5 else ''}: use io_type='io_parallel' or pools without padding"
+        )
 
 
 def _input_quant(model):
@@ -178,6 +200,7 @@ def build(
     except PrecisionError as error:
         raise Hls4mlError(f"{FILES['prepared']}: {error}") from error
     input_type = precisions.types[_input_quant(model).output[0]]  # the graph input's, fed quantized
+    _stream_limits(model, config)
     project_dir = out / FILES["project"]
     try:
         settings = hls_config(model, precisions, config)
