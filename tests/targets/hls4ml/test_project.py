@@ -65,7 +65,8 @@ def test_the_compiled_firmware_equals_torch_on_the_whole_test_set(tmp_path, data
 
 def test_a_firmware_that_differs_from_torch_is_an_error(tmp_path, data, monkeypatch):
     """The comparison can fail: every layer given a type too narrow for its sums (fixed<6,2>) makes
-    the firmware wrap, and the export says so, naming the config it gave hls4ml."""
+    the firmware wrap, and the export says so, naming the first layer that differs, why, and the
+    config it gave hls4ml."""
     from quark.torch.extensions.brevitas._backend.targets.hls4ml import project
 
     exact = project.layer_precisions
@@ -73,7 +74,12 @@ def test_a_firmware_that_differs_from_torch_is_an_error(tmp_path, data, monkeypa
     monkeypatch.setattr(project, "layer_precisions", lambda m, p: {k: narrow for k in exact(m, p) if k != "global_in"})
     torch.manual_seed(0)
     qmodel = quantize(presets.hls4ml(8, 8), trained(digits.cnn(), data, epochs=2), data.loader("train"))
-    with pytest.raises(Hls4mlError, match=r"differs from torch: max \|diff\| .* over 359 samples .* hls4ml_config.json"):
+    message = (
+        r"differs from torch: max \|diff\| .* over 359 samples .*; on sample \d+ it first differs at layer Conv2D_Conv_0 "
+        r"\(Conv2D, tensor Conv_0_out0, type fixed<6,2,TRN,WRAP,0>\): max \|diff\| .*; \d+ of its 1024 values lie outside "
+        r"\[-2, 1.9375\] \(an overflow\); the precisions given to hls4ml are in hls4ml_config.json"
+    )
+    with pytest.raises(Hls4mlError, match=message):
         ModelExporter(tmp_path).export_hls4ml_project(qmodel, data.test.tensors[0])
 
 

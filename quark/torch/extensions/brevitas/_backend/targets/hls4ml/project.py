@@ -89,9 +89,9 @@ def require_hls4ml() -> None:
         ) from error
 
 
-def prepare(qonnx_path: str):
-    """The QONNX graph as hls4ml's frontend reads it: cleaned, channels last (global pools too), Gemm as
-    MatMul."""
+def prepare(qonnx_path: str, hls4ml_pools: bool = True):
+    """The QONNX graph as hls4ml's frontend reads it: cleaned, channels last (global pools too, unless
+    ``hls4ml_pools`` is False: qonnx then still executes it), Gemm as MatMul."""
     import warnings
 
     from qonnx.core.modelwrapper import ModelWrapper
@@ -106,8 +106,11 @@ def prepare(qonnx_path: str):
     with warnings.catch_warnings():  # "only explicit support for version 9 of the Gemm node": opset 17's is alike
         warnings.filterwarnings("ignore", message="The GemmToMatMul transformation", category=UserWarning)
         model = model.transform(GemmToMatMul())
+    model = cleanup_model(model)
+    if not hls4ml_pools:
+        return model
     # last: qonnx has no channels-last AveragePool op to infer shapes with (hls4ml only parses it)
-    return cleanup_model(model).transform(GlobalPoolsChannelsLast(), make_deepcopy=False, cleanup=False)
+    return model.transform(GlobalPoolsChannelsLast(), make_deepcopy=False, cleanup=False)
 
 
 def hls_config(model, precisions: Precisions, config: Hls4mlBuildConfig) -> dict:
@@ -248,9 +251,16 @@ def build(
     )
     (out / FILES["readme"]).write_text(readme(project, config))
     if not project.exact:
+        from quark.torch.extensions.brevitas._backend.targets.hls4ml.trace import first_difference
+
+        differing = produced.reshape(len(inputs), -1) != expected.reshape(len(inputs), -1)
+        index = int(np.flatnonzero(differing.any(axis=1))[0])
+        where = first_difference(firmware, prepare(qonnx_path, hls4ml_pools=False), channels_last[index])
         raise Hls4mlError(
             f"the compiled firmware in {project_dir} differs from torch: max |diff| {diff:g} over {len(inputs)} "
-            f"samples (arg max agreement {agreement:.2%}); the precisions given to hls4ml are in {FILES['config']}"
+            f"samples (arg max agreement {agreement:.2%}); on sample {index} it "
+            f"{where or 'agrees with qonnx layer by layer (the difference is between qonnx and torch)'}; "
+            f"the precisions given to hls4ml are in {FILES['config']}"
         )
     logger.info("%s", project)
     return project
