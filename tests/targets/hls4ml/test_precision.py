@@ -20,6 +20,7 @@ from quark.torch.extensions.brevitas._backend.targets.hls4ml.precision import (
     PrecisionError,
     Precisions,
     _dot_bound,
+    average_frac,
     frac_of,
 )
 from quark.torch.extensions.brevitas._backend.targets.hls4ml.project import prepare, quantized_input
@@ -53,6 +54,30 @@ def test_dot_bound_equals_the_extremes_over_the_input_box():
         corners = np.array(list(itertools.product((x.lo, 0, x.hi), repeat=5)))  # zero: the padding
         sums = corners @ rows.T
         assert _dot_bound(x, rows) == (int(sums.min()), int(sums.max()))
+
+
+@pytest.mark.parametrize("f, k, count", [(-1, 0, 3), (0, 0, 3), (2, 1, 36), (4, -1, 49), (1, 3, 5), (-2, -1, 9)])
+def test_a_truncated_average_rounds_as_the_exact_one(f, k, count):
+    """hls4ml divides a sum by N in its accumulator type, truncating to ``average_frac`` bits; then the
+    next quantizer rounds half to even on grid 2^-k. Reference: exact rationals, every sum in a range."""
+    from fractions import Fraction
+
+    frac = average_frac(f, k, count)
+
+    def half_even(value: Fraction) -> int:
+        scaled = value * Fraction(2) ** k
+        low = scaled.numerator // scaled.denominator
+        rest = scaled - low
+        return low + (rest > Fraction(1, 2) or (rest == Fraction(1, 2) and low % 2 == 1))
+
+    for total in range(-300, 301):
+        exact = Fraction(total) / Fraction(2) ** f / count
+        truncated = Fraction((exact * 2**frac).numerator // (exact * 2**frac).denominator, 2**frac)
+        assert half_even(truncated) == half_even(exact), (total, exact, truncated)
+
+
+def test_width_of_negative_ranges_is_the_least():
+    assert Fixed(0, -1, -1).width == 1 and Fixed(0, -8, -8).width == 4 and Fixed(0, -9, -3).width == 5
 
 
 def test_a_scale_that_is_no_power_of_two_is_refused_by_name():

@@ -16,7 +16,7 @@ from torch import nn
 from quark.torch.examples import digits
 from quark.torch.extensions.brevitas import presets
 from quark.torch.extensions.brevitas._backend.targets.hls4ml.project import FILES, Hls4mlError
-from quark.torch.extensions.brevitas.api import ModelExporter
+from quark.torch.extensions.brevitas.api import ModelExporter, TargetCheckError
 
 pytestmark = [
     pytest.mark.slow,
@@ -58,6 +58,9 @@ def test_the_compiled_firmware_equals_torch_on_the_whole_test_set(tmp_path, data
     for name, types in project.precisions.items():  # given to hls4ml (a fused Dense's result: set after)
         given = settings["LayerName"][name]["Precision"]
         assert given.get("accum", types.get("accum")) == types.get("accum") and given["result"] in (types["result"], "auto")
+    # what hls4ml wrote into the C++: the exact types (independent of the config: read from defines.h)
+    defines = (tmp_path / FILES["project"] / "firmware" / "defines.h").read_text()
+    assert "ap_fixed<33" not in defines and "typedef ap_ufixed<8,0> input_t;" in defines
     readme = (tmp_path / FILES["readme"]).read_text()
     assert "max |firmware - torch| = 0" in readme and "vitis-run --tcl build_prj.tcl" in readme
     assert (tmp_path / FILES["project"] / "firmware").is_dir()
@@ -128,6 +131,16 @@ def test_a_padded_pool_in_io_stream_is_refused_before_hls4ml_runs(tmp_path, data
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2, padding=1), nn.Flatten(), nn.Linear(64, 10))
     qmodel = quantize(presets.hls4ml(4, 4), model.eval(), data.loader("train"))
-    with pytest.raises(Hls4mlError, match=r"io_type=io_stream: hls4ml's streamed pooling takes no padding; padded pools \['MaxPool_0'\]"):
-        ModelExporter(tmp_path).export_hls4ml_project(qmodel, data.test.tensors[0][:4], io_type="io_stream")
-    assert not (tmp_path / FILES["project"]).exists()
+    out = tmp_path / "project"
+    with pytest.raises(TargetCheckError, match=r"MaxPool_0 \(MaxPool, module '2'\): padded; io_type=io_stream"):
+        ModelExporter(out).export_hls4ml_project(qmodel, data.test.tensors[0][:4], io_type="io_stream")
+    assert not out.exists()  # nothing left behind
+
+
+def test_a_padded_max_pool_on_an_unsigned_input_is_refused_in_io_parallel_too(tmp_path, data):
+    """hls4ml pads a max pool with the top bit set: for ap_ufixed the greatest value, not the least."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2, padding=1), nn.Flatten(), nn.Linear(64, 10))
+    qmodel = quantize(presets.hls4ml(4, 4), model.eval(), data.loader("train"))
+    with pytest.raises(TargetCheckError, match=r"padded on an unsigned input \(hls4ml pads it with the type's greatest value\)"):
+        ModelExporter(tmp_path / "p").export_hls4ml_project(qmodel, data.test.tensors[0][:4])

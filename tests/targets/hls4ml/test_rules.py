@@ -17,8 +17,9 @@ from quark.torch.extensions.brevitas._backend.targets.hls4ml.build_config import
     Strategy,
 )
 from quark.torch.extensions.brevitas.api import ModelExporter, TargetCheckError
-from quark.torch.quantization.config.config import QuantizationConfig
-from quark.torch.quantization.config.type import DeviceType, QuantizationMode
+from quark.torch.quantization.config.config import QuantizationConfig, QuantizationSpec
+from quark.torch.quantization.config.type import DeviceType, QSchemeType, QuantizationMode, ScaleType
+from quark.torch.quantization.observer import PerChannelMinMaxObserver
 
 
 class SigmoidNet(nn.Module):
@@ -42,23 +43,42 @@ def test_the_preset_meets_the_target():
     assert config.quant_mode is QuantizationMode.fx_graph_mode
 
 
-@pytest.mark.parametrize(
-    "config, message",
-    [
-        (presets.finn(4, 4), r"round_method=half_up; hls4ml allows half_even or floor"),
-        (presets.hls4ml(4, 4, input_bits=8) , None),
-    ],
-)
-def test_a_config_hls4ml_cannot_map_is_refused_before_export(tmp_path, config, message):
-    qmodel = quantized(config)
-    if message is None:
-        ModelExporter(tmp_path / "m.onnx").export_qonnx_model(qmodel, unit_batches()[0], target_device="hls4ml")
-        return
+def _with_weight(**changes):
+    config = presets.hls4ml(4, 4)
+    old = config.global_quant_config.weight
+    fields = {f: getattr(old, f) for f in ("dtype", "observer_cls", "symmetric", "scale_type", "round_method")}
+    config.global_quant_config.weight = QuantizationSpec(**{**fields, **changes})
+    return config
+
+
+def test_another_targets_config_is_refused_at_export_for_hls4ml(tmp_path):
+    qmodel = quantized(presets.finn(4, 4))
     before = snapshot(qmodel)
-    with pytest.raises(TargetCheckError, match=message):
+    with pytest.raises(TargetCheckError, match=r"round_method=half_up; hls4ml allows half_even or floor"):
         ModelExporter(tmp_path / "m.onnx").export_qonnx_model(qmodel, unit_batches()[0], target_device="hls4ml")
     assert_unchanged(before, qmodel)
     assert not (tmp_path / "m.onnx").exists()
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (
+            _with_weight(qscheme=QSchemeType.per_channel, ch_axis=0, observer_cls=PerChannelMinMaxObserver),
+            r"quantizer '0.weight_quant' \(weight\): qscheme=per_channel; hls4ml allows per_tensor",
+        ),
+        (_with_weight(scale_type=ScaleType.float), r"quantizer '0.weight_quant' \(weight\): scale_type=float; hls4ml allows pof2"),
+        (_with_weight(symmetric=False), r"quantizer '0.weight_quant' \(weight\): symmetric=False; hls4ml allows True"),
+    ],
+    ids=["per_channel", "float_scale", "asymmetric"],
+)
+def test_a_config_for_hls4ml_it_cannot_map_is_refused_before_calibration(config, message):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3)).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(TargetCheckError, match=message):
+        quantize(config, model, unit_batches())
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
 def test_a_float_bias_is_refused_naming_the_layer(tmp_path):

@@ -244,10 +244,12 @@ class ModelExporter:
         the quantizers, compiles it with g++ and runs it on every sample of ``example`` (a batch of
         inputs: pass a whole test set), fed the network input quantizer's values. ``config``: an
         ``Hls4mlBuildConfig`` (io type, strategy, reuse factor, part, clock), or its fields as keywords.
-        Returns an ``Hls4mlProject`` (needs hls4ml). The model is unchanged.
+        Returns an ``Hls4mlProject`` (needs hls4ml). The model is unchanged; a failure leaves no partial
+        project (nor the files of a previous one) in the directory.
 
         Raises:
-            TargetCheckError: the config or the graph cannot meet the hls4ml target (each named, with the fix).
+            TargetCheckError: the config or the graph cannot meet the hls4ml target (each named, with the
+                fix; what only the prepared graph shows, a padded pool say, before hls4ml runs).
             Hls4mlError: hls4ml refused the graph, its C++ did not compile, or the firmware differs from torch.
         """
         from quark.torch.extensions.brevitas._backend.targets import TARGETS
@@ -255,6 +257,7 @@ class ModelExporter:
         from quark.torch.extensions.brevitas._backend.targets.hls4ml.project import (
             FILES,
             as_inputs,
+            project_directory,
             require_hls4ml,
         )
 
@@ -262,14 +265,16 @@ class ModelExporter:
             raise TypeError(f"config: expected an Hls4mlBuildConfig or None, got {type(config).__name__}")
         config = (config or Hls4mlBuildConfig()).replace(**settings)  # a bad setting fails before the export
         inputs = as_inputs(example, "example")
+        example = torch.from_numpy(inputs)
         require_hls4ml()
         path = os.path.join(self.export_path, FILES["qonnx"])
-        ModelExporter(path, dynamo=self.dynamo).export_qonnx_model(
-            model, example[:1], target_device=DeviceType.HLS4ML
-        )
-        expected = self._reference(model, ExampleInputs.of(model, example))[0]
-        build = TARGETS[DeviceType.HLS4ML].build()  # the hls4ml target's build: project.build
-        return build(path, inputs, self.export_path, config, expected=expected)
+        with project_directory(self.export_path):  # a failure leaves no partial project behind
+            ModelExporter(path, dynamo=self.dynamo).export_qonnx_model(
+                model, example[:1], target_device=DeviceType.HLS4ML
+            )
+            expected = self._reference(model, ExampleInputs.of(model, example))[0]
+            build = TARGETS[DeviceType.HLS4ML].build()  # the hls4ml target's build: project.build
+            return build(path, inputs, self.export_path, config, expected=expected)
 
     # -- the flow ---------------------------------------------------------------------------------
 

@@ -21,8 +21,9 @@ from qonnx.transformation.base import Transformation
 TO_CHANNELS_FIRST = [0, 3, 1, 2]
 #: nodes between a 1x1 pool and its Flatten that keep the layout's element order
 ELEMENTWISE = ("Quant", "Relu", "Identity")
-#: global pool -> the windowed pool that computes it over the whole map
-WINDOWED = {"GlobalAveragePool": "AveragePool", "GlobalMaxPool": "MaxPool"}
+#: global pool -> the windowed pool that computes it over the whole map (the hls4ml target's graph rule
+#: lets no other global pool through)
+WINDOWED = {"GlobalAveragePool": "AveragePool"}
 #: the domain qonnx's channels-last conversion gives the nodes it converts (hls4ml's pooling handlers need it)
 CHANNELS_LAST = "qonnx.custom_op.channels_last"
 

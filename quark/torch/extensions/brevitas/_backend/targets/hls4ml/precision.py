@@ -2,8 +2,8 @@
 and no wider than it must.
 
 hls4ml infers an ``auto`` accumulator from the operands' bit widths: with an int32 bias every
-accumulator of the digits CNN became ``ap_fixed<33, ...>`` (hls4ml 1.3.0, measured), where 12 to 14
-bits hold every value; its default input type ``ap_fixed<16,6>`` truncates a float input; and
+accumulator of the digits CNN became ``ap_fixed<33, ...>`` (hls4ml 1.3.0, measured), where at most
+15 bits hold every value; its default input type ``ap_fixed<16,6>`` truncates a float input; and
 ``auto`` as the model's default did not terminate on a three-layer CNN. So the types are computed
 here from the quantizers, as interval arithmetic on integers: a tensor is ``integer x 2^-frac`` with
 the integer in ``[lo, hi]``. A Quant node gives its grid (``scale = 2^-frac``) and range; a
@@ -37,7 +37,7 @@ class Fixed:
     def width(self) -> int:
         """Bits of the narrowest two's-complement (or unsigned) integer holding [lo, hi]."""
         if self.signed:
-            return max(self.hi.bit_length(), (-self.lo - 1).bit_length()) + 1
+            return max(max(self.hi, 0).bit_length(), (-self.lo - 1).bit_length()) + 1
         return max(self.hi.bit_length(), 1)
 
     def hls(self) -> str:
@@ -59,6 +59,13 @@ class PrecisionError(ValueError):
     """A tensor of the graph has no exact fixed-point type (a scale that is no power of two, say)."""
 
 
+def _named(model, node) -> str:
+    """The node with the torch module it came from (recorded before qonnx renamed the nodes)."""
+    from quark.torch.extensions.brevitas._backend.targets.finn.origins import named
+
+    return f"node {named(model, node)}"
+
+
 def frac_of(scale: np.ndarray, where: str) -> int:
     """The fractional bits of a power-of-two ``scale`` (one value per tensor)."""
     values = np.unique(np.asarray(scale, dtype=np.float64))
@@ -68,6 +75,21 @@ def frac_of(scale: np.ndarray, where: str) -> int:
     if mantissa != 0.5:
         raise PrecisionError(f"{where}: scale {float(values[0])!r} is not a power of two")
     return 1 - int(exponent)
+
+
+def quant_attributes(node) -> dict:
+    """A Quant node's ``signed``, ``narrow`` and ``rounding_mode`` (qonnx's defaults where absent)."""
+    attrs = {"signed": 1, "narrow": 0, "rounding_mode": "ROUND"}
+    attrs |= {a.name: (a.s.decode() if a.type == a.STRING else a.i) for a in node.attribute if a.name in attrs}
+    return attrs
+
+
+def apply_quant(node, values: np.ndarray, scale, zero, bits) -> np.ndarray:
+    """``values`` through the Quant ``node``, as qonnx executes it (its rounding mode)."""
+    from qonnx.custom_op.general.quant import quant
+
+    attrs = quant_attributes(node)
+    return quant(np.asarray(values, np.float64), scale, zero, bits, attrs["signed"], attrs["narrow"], attrs["rounding_mode"])
 
 
 def quant_range(bits: int, signed: bool, narrow: bool) -> tuple[int, int]:
@@ -124,7 +146,7 @@ class Precisions:
         for node in self.model.graph.node:
             rule = _RULES.get(node.op_type)
             if rule is None:
-                raise PrecisionError(f"node {node.name} ({node.op_type}): no fixed-point type rule")
+                raise PrecisionError(f"{_named(self.model, node)}: no fixed-point type rule")
             result = rule(self, node)
             if result is not None:
                 self.types[node.output[0]] = result
@@ -132,7 +154,7 @@ class Precisions:
     def of(self, tensor: str, node) -> Fixed:
         if tensor in self.types:
             return self.types[tensor]
-        raise PrecisionError(f"node {node.name} ({node.op_type}): input {tensor!r} has no fixed-point type")
+        raise PrecisionError(f"{_named(self.model, node)}: input {tensor!r} has no fixed-point type")
 
     def constant(self, tensor: str) -> tuple[np.ndarray, int] | None:
         return self.constants.get(tensor)
@@ -147,12 +169,12 @@ class Precisions:
             raise PrecisionError(f"{where}: scale, zero point and bit width must be constants")
         if np.any(zero != 0):
             raise PrecisionError(f"{where}: zero point {np.unique(zero).tolist()[:4]} (hls4ml maps zero point 0)")
-        attrs = {a.name: a.i for a in node.attribute if a.name in ("signed", "narrow")}
+        attrs = quant_attributes(node)
         frac = frac_of(scale, where)
-        lo, hi = quant_range(int(np.asarray(bits).item()), bool(attrs.get("signed", 1)), bool(attrs.get("narrow", 0)))
+        lo, hi = quant_range(int(np.asarray(bits).item()), bool(attrs["signed"]), bool(attrs["narrow"]))
         value = init(node.input[0])
-        if value is not None:  # a weight or bias: its integers, exactly
-            quantized = np.clip(np.round(np.asarray(value, np.float64) * 2.0**frac), lo, hi)
+        if value is not None:  # a weight or bias: its integers, as qonnx's Quant computes them (its rounding mode)
+            quantized = np.round(apply_quant(node, value, scale, zero, bits) * 2.0**frac)
             self.constants[node.output[0]] = (quantized.astype(np.int64), frac)
             return Fixed(frac, int(quantized.min()), int(quantized.max()))
         return Fixed(frac, lo, hi)
@@ -163,12 +185,12 @@ class Precisions:
         x = self.of(node.input[0], node)
         weight = self.constant(node.input[1])
         if weight is None:
-            raise PrecisionError(f"node {node.name} ({node.op_type}): its weight is not a quantized constant")
+            raise PrecisionError(f"{_named(self.model, node)}: its weight is not quantized (an excluded layer?)")
         integers, frac = weight
         lo, hi = _dot_bound(x, rows(integers))
         result = Fixed(x.frac + frac, lo, hi)
         if len(node.input) > 2 and node.input[2]:
-            result = _plus_constant(result, self.constant(node.input[2]), node)
+            result = _plus_constant(self.model, result, self.constant(node.input[2]), node)
         return result
 
     def _conv(self, node) -> Fixed:
@@ -181,7 +203,7 @@ class Precisions:
         a = self.of(node.input[0], node)
         constant = self.constant(node.input[1])
         if constant is not None:
-            return _plus_constant(a, constant, node)
+            return _plus_constant(self.model, a, constant, node)
         b = self.of(node.input[1], node)
         frac = max(a.frac, b.frac)
         a, b = a.aligned(frac), b.aligned(frac)
@@ -195,31 +217,35 @@ class Precisions:
         return self.of(node.input[0], node)
 
     def _global_average(self, node) -> Fixed:
-        shape = self.model.get_tensor_shape(node.input[0])
-        spatial = shape[1:-1] if node.domain.endswith("channels_last") else shape[2:]
-        return self._average(node, int(np.prod(spatial)))
+        """A global pool :func:`prepare` could not make channels-last (its output is not flattened):
+        hls4ml would read its data channels-last but its shape channels-first."""
+        count = int(np.prod(self.model.get_tensor_shape(node.input[0])[2:]))
+        if count > 1:
+            raise PrecisionError(
+                f"{_named(self.model, node)}: a global average pool whose output is not flattened (x.flatten(1), "
+                "nn.Flatten) stays channels-first, and hls4ml 1.3.0 averages such a pool across channels"
+            )
+        return self.of(node.input[0], node)
 
     def _windowed_average(self, node) -> Fixed:
-        """An average over windows without padding (the whole map: a global pool made channels-last)."""
-        attrs = {a.name: list(a.ints) for a in node.attribute if a.ints}
-        if any(attrs.get("pads", [])):
-            raise PrecisionError(f"node {node.name} (AveragePool): padded windows (hls4ml rescales them by a float factor)")
-        return self._average(node, int(np.prod(attrs["kernel_shape"])))
+        """A global average pool made channels-last (a window over the whole map, no padding)."""
+        kernel = next(list(a.ints) for a in node.attribute if a.name == "kernel_shape")
+        return self._average(node, int(np.prod(kernel)))
 
     def _average(self, node, count: int) -> Fixed:
-        """hls4ml sums in the accumulator type and divides there (``y /= N``: truncated). The quotient of
-        a sum on grid 2^-f by N lies 1 / (N 2^(f + k + 1)) or more from any rounding boundary of the
-        next quantizer's grid 2^-k unless it is one: with f + k + 1 + ceil(log2 N) fractional bits the
-        truncated quotient rounds as the exact one. So the pool must be requantized, and its types carry
-        those bits."""
+        """hls4ml sums in the accumulator type and divides there (``y /= N``: truncated). On grid
+        2^-g, g = max(f, k + 1) (f: the sum's grid, k: the next quantizer's), both the quotient and the
+        rounding boundaries of 2^-k are multiples of 1 / (N 2^g), so a quotient that is no boundary lies
+        at least that far from one: with g + ceil(log2 N) fractional bits the truncated quotient rounds
+        as the exact one. So the pool must be requantized, and its types carry those bits."""
         x = self.of(node.input[0], node)
         if count == 1:
             return x
         quant = next_quant(self.model, node.output[0])
         if quant is None:
-            raise PrecisionError(f"node {node.name} ({node.op_type}): an average of {count} values not quantized again")
+            raise PrecisionError(f"{_named(self.model, node)}: an average of {count} values not quantized again")
         k = frac_of(self.model.get_initializer(quant.input[1]), f"Quant node {quant.name}")
-        frac = x.frac + max(k, 0) + 1 + (count - 1).bit_length()
+        frac = average_frac(x.frac, k, count)
         shift = 2 ** (frac - x.frac)
         self.accumulators[node.output[0]] = Fixed(frac, min(x.lo, 0) * count * shift, max(x.hi, 0) * count * shift)
         return Fixed(frac, x.lo * shift, x.hi * shift)
@@ -232,13 +258,20 @@ class Precisions:
         return result
 
 
-def _plus_constant(x: Fixed, constant: tuple[np.ndarray, int] | None, node) -> Fixed:
+def average_frac(f: int, k: int, count: int) -> int:
+    """Fractional bits that make a truncated quotient (a sum on grid 2^-f, by ``count``) round to grid
+    2^-k as the exact quotient does (see ``Precisions._average``)."""
+    return max(f, k + 1) + (count - 1).bit_length()
+
+
+def _plus_constant(model, x: Fixed, constant: tuple[np.ndarray, int] | None, node) -> Fixed:
     if constant is None:
-        raise PrecisionError(f"node {node.name} ({node.op_type}): its bias is not a quantized constant")
+        raise PrecisionError(f"{_named(model, node)}: its bias is not quantized")
     integers, frac = constant
     if frac > x.frac:
         raise PrecisionError(
-            f"node {node.name} ({node.op_type}): a bias on a finer grid (2^-{frac}) than the sum (2^-{x.frac})"
+            f"{_named(model, node)}: a bias on a finer grid (2^-{frac}) than the sum (2^-{x.frac}): quantize the "
+            "bias on the product of the input and weight scales (a bias spec without observer, as presets.hls4ml())"
         )
     shift = 2 ** (x.frac - frac)
     return Fixed(x.frac, x.lo + int(integers.min()) * shift, x.hi + int(integers.max()) * shift)
@@ -249,7 +282,6 @@ _RULES: dict[str, Callable[[Precisions, object], Fixed | None]] = {
     "Quant": Precisions._quant,
     "Conv": Precisions._conv,
     "MatMul": Precisions._matmul,
-    "Gemm": Precisions._matmul,
     "Add": Precisions._add,
     "Relu": Precisions._relu,
     "MaxPool": Precisions._same,

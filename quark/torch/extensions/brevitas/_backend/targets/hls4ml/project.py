@@ -15,17 +15,20 @@ import contextlib
 import io
 import json
 import logging
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from quark.torch.extensions.brevitas._backend.export.errors import TargetCheckError
 from quark.torch.extensions.brevitas._backend.targets.hls4ml.build_config import Hls4mlBuildConfig, IOType
 from quark.torch.extensions.brevitas._backend.targets.hls4ml.precision import (
     Fixed,
     PrecisionError,
     Precisions,
+    apply_quant,
     fused_products,
     input_quant,
     layer_precisions,
@@ -55,7 +58,7 @@ class Hls4mlProject:
 
     directory: str
     input_type: str  # the fixed-point type the firmware takes (the network input's quantizer)
-    input_scale: float  # its grid: the host feeds round(x / input_scale) * input_scale
+    input_scale: float  # its grid: the host feeds the input quantizer's values (x / scale, rounded, clipped, x scale)
     samples: int
     max_abs_diff: float
     agreement: float  # fraction of samples whose arg max equals torch's (classification outputs)
@@ -99,10 +102,13 @@ def prepare(qonnx_path: str, hls4ml_pools: bool = True):
     from qonnx.transformation.gemm_to_matmul import GemmToMatMul
     from qonnx.util.cleanup import cleanup_model
 
+    from quark.torch.extensions.brevitas._backend.targets.finn.origins import run_transform, tag_origins
     from quark.torch.extensions.brevitas._backend.targets.hls4ml.layout import GlobalPoolsChannelsLast
 
-    model = cleanup_model(ModelWrapper(qonnx_path))
-    model = model.transform(ConvertToChannelsLastAndClean(make_input_channels_last=True))
+    model = ModelWrapper(qonnx_path)
+    tag_origins(model)  # the torch module of each node, for the refusals (cleanup renames the nodes)
+    model = cleanup_model(model)
+    model = run_transform(model, ConvertToChannelsLastAndClean(make_input_channels_last=True))
     with warnings.catch_warnings():  # "only explicit support for version 9 of the Gemm node": opset 17's is alike
         warnings.filterwarnings("ignore", message="The GemmToMatMul transformation", category=UserWarning)
         model = model.transform(GemmToMatMul())
@@ -144,22 +150,23 @@ def _set_fused_results(firmware, fused: dict[str, Fixed]) -> None:
         output.convert_precision(APTypeConverter())
 
 
-def _stream_limits(model, config: Hls4mlBuildConfig) -> None:
-    """What hls4ml's ``io_stream`` C++ asserts against (an assertion aborts the whole process when
-    ``predict()`` runs it: resnet18's padded max pool did), refused before the project is written."""
-    if config.io_type is not IOType.io_stream:
-        return
-    padded = [
-        node.name
-        for node in model.graph.node
-        if node.op_type in ("MaxPool", "AveragePool")
-        and any(v for a in node.attribute if a.name == "pads" for v in a.ints)
-    ]
-    if padded:
-        raise Hls4mlError(
-            f"io_type=io_stream: hls4ml's streamed pooling takes no padding; padded pools {padded[:5]}"
-            f"{f' and {len(padded) - 5} more' if len(padded) > 5 else ''}: use io_type='io_parallel' or pools without padding"
-        )
+def _padded_pools(model, precisions: Precisions, config: Hls4mlBuildConfig) -> list[str]:
+    """The pools hls4ml's C++ pads wrongly: any padded pool in ``io_stream`` (its streamed pooling
+    asserts, which aborts the whole process in ``predict()``: torchvision's ResNet-18 stem did), and a
+    padded max pool on an unsigned input (``pad_val`` sets the top bit: the type's greatest value for
+    ``ap_ufixed``, not its least)."""
+    from quark.torch.extensions.brevitas._backend.targets.finn.origins import named
+
+    found = []
+    for node in model.graph.node:
+        pads = [v for a in node.attribute if a.name == "pads" for v in a.ints]
+        if node.op_type not in ("MaxPool", "AveragePool") or not any(pads):
+            continue
+        if config.io_type is IOType.io_stream:
+            found.append(f"{named(model, node)}: padded; io_type=io_stream (hls4ml's streamed pooling takes no padding)")
+        elif node.op_type == "MaxPool" and not precisions.types[node.input[0]].signed:
+            found.append(f"{named(model, node)}: padded on an unsigned input (hls4ml pads it with the type's greatest value)")
+    return found
 
 
 def _input_quant(model):
@@ -171,12 +178,8 @@ def _input_quant(model):
 
 def quantized_input(model, channels_last: np.ndarray) -> np.ndarray:
     """What the firmware is fed: the inputs through the graph's input Quant node, as qonnx executes it."""
-    from qonnx.custom_op.general.quant import quant
-
     node = _input_quant(model)
-    scale, zero, bits = (model.get_initializer(name) for name in node.input[1:4])
-    attrs = {a.name: (a.s.decode() if a.type == a.STRING else a.i) for a in node.attribute}
-    return quant(channels_last, scale, zero, bits, attrs.get("signed", 1), attrs.get("narrow", 0), attrs.get("rounding_mode", "ROUND"))
+    return apply_quant(node, channels_last, *(model.get_initializer(name) for name in node.input[1:4]))
 
 
 def build(
@@ -201,9 +204,15 @@ def build(
     try:
         precisions = Precisions(model)
     except PrecisionError as error:
-        raise Hls4mlError(f"{FILES['prepared']}: {error}") from error
+        raise TargetCheckError(f"the graph does not meet the hls4ml target:\n  {error}", [str(error)]) from error
     input_type = precisions.types[_input_quant(model).output[0]]  # the graph input's, fed quantized
-    _stream_limits(model, config)
+    padded = _padded_pools(model, precisions, config)
+    if padded:
+        raise TargetCheckError(
+            "the graph does not meet the hls4ml target:\n  " + "\n  ".join(padded) + "\n  (pools without padding; "
+            "a padded max pool on a signed input with io_type=io_parallel)",
+            padded,
+        )
     project_dir = out / FILES["project"]
     try:
         settings = hls_config(model, precisions, config)
@@ -221,7 +230,7 @@ def build(
             )
     except Exception as error:  # hls4ml's own refusals are plain Exceptions
         raise Hls4mlError(f"hls4ml's frontend refused {FILES['prepared']}: {type(error).__name__}: {error}") from error
-    _set_fused_results(firmware, fused_products(model, precisions))
+    _set_fused_results(firmware, fused_products(model, precisions))  # (computed once more: a few nodes)
     converted = time.perf_counter()
     try:
         with contextlib.redirect_stdout(io.StringIO()):
@@ -249,7 +258,6 @@ def build(
         predict_s=predicted - compiled,
         precisions=layer_precisions(model, precisions),
     )
-    (out / FILES["readme"]).write_text(readme(project, config))
     if not project.exact:
         from quark.torch.extensions.brevitas._backend.targets.hls4ml.trace import first_difference
 
@@ -262,6 +270,7 @@ def build(
             f"{where or 'agrees with qonnx layer by layer (the difference is between qonnx and torch)'}; "
             f"the precisions given to hls4ml are in {FILES['config']}"
         )
+    (out / FILES["readme"]).write_text(readme(project, config))  # only for a firmware that equals torch
     logger.info("%s", project)
     return project
 
@@ -285,9 +294,10 @@ inputs in `{FILES['input']}`: max |firmware - torch| = {project.max_abs_diff:g} 
 ## The input
 
 The firmware takes the network input's quantized values, type `{project.input_type}` (grid
-{project.input_scale:g}): feed `round(x / {project.input_scale:g}) * {project.input_scale:g}`,
-clipped to the type's range, channels last. (A float converted to a fixed-point type is truncated,
-not rounded as the model's input quantizer rounds.)
+{project.input_scale:g}): feed the input as the model's input quantizer makes it (`model.qonnx.onnx`'s
+first Quant node: x / {project.input_scale:g} rounded by its rounding mode, clipped to the type's
+range, times {project.input_scale:g}), channels last; `{FILES['input']}` holds such inputs. (A float
+converted to a fixed-point type is truncated, not rounded as the quantizer rounds.)
 
 ## Synthesis (needs Vitis HLS)
 
@@ -306,6 +316,36 @@ or in `{FILES['project']}/`: write `build_opt.tcl` as hls4ml's `build()` does, t
 |---|---|---|
 {rows}
 """
+
+
+@contextlib.contextmanager
+def project_directory(path: str):
+    """``path`` for a project: the files of a previous project there removed first (no stale firmware
+    or README beside the new ones), and everything this build wrote removed if it fails (the directory
+    too when it did not exist before)."""
+    directory = Path(path)
+    existed = directory.exists()
+
+    def clear() -> None:
+        for name in FILES.values():
+            target = directory / name
+            if target.is_dir():
+                shutil.rmtree(target)
+            elif target.exists():
+                target.unlink()
+        for rejected in directory.glob("*.rejected.onnx"):
+            rejected.unlink()
+
+    if existed:
+        clear()
+    try:
+        yield
+    except BaseException:
+        if existed:
+            clear()
+        else:
+            shutil.rmtree(directory, ignore_errors=True)
+        raise
 
 
 def as_inputs(values, name: str) -> np.ndarray:

@@ -122,7 +122,7 @@ def _unmapped_ops(model: Any) -> Iterable[Found]:
     """Nodes of op types hls4ml's frontend (with this package's exact types) does not take, by module."""
     found: dict[str, list[str]] = {}
     for node in model.graph.node:
-        if node.op_type not in TYPED_OPS | FOLDED_OPS:
+        if node.op_type not in TYPED_OPS | FOLDED_OPS | {"Gemm"}:  # Gemm: MatMul once prepared
             found.setdefault(node.op_type, []).append(module_of(node.name) or node.name)
     for op_type, where in sorted(found.items()):
         shown = ", ".join(sorted(set(where))[:5]) + (f" and {len(set(where)) - 5} more" if len(set(where)) > 5 else "")
