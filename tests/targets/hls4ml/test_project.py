@@ -5,6 +5,7 @@ README says, the model is unchanged. Needs hls4ml and a C++ compiler."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -60,7 +61,7 @@ def test_the_compiled_firmware_equals_torch_on_the_whole_test_set(tmp_path, data
         assert given.get("accum", types.get("accum")) == types.get("accum") and given["result"] in (types["result"], "auto")
     # what hls4ml wrote into the C++: the exact types (independent of the config: read from defines.h)
     defines = (tmp_path / FILES["project"] / "firmware" / "defines.h").read_text()
-    assert "ap_fixed<33" not in defines and "typedef ap_ufixed<8,0> input_t;" in defines
+    assert "ap_fixed<33" not in defines and re.search(r"typedef .*ap_ufixed<8,0>.* input_t;", defines)
     readme = (tmp_path / FILES["readme"]).read_text()
     assert "max |firmware - torch| = 0" in readme and "vitis-run --tcl build_prj.tcl" in readme
     assert (tmp_path / FILES["project"] / "firmware").is_dir()
