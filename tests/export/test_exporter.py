@@ -208,7 +208,7 @@ def test_bad_exporter_settings(onnx_path, kwargs, error, match):
         (
             lambda e, m: e.export_onnx_model(m, torch.randn(1, 12), target_device="gpu"),
             ValueError,
-            r"target_device='gpu'\): expected one of \['CPU', 'IPU', 'FINN'\]",
+            r"target_device='gpu'\): expected one of \['CPU', 'IPU', 'FINN', 'HLS4ML'\]",
         ),
     ],
 )
