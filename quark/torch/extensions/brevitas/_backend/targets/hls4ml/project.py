@@ -119,7 +119,7 @@ def prepare(qonnx_path: str, hls4ml_pools: bool = True):
     return model.transform(GlobalPoolsChannelsLast(), make_deepcopy=False, cleanup=False)
 
 
-def hls_config(model, precisions: Precisions, config: Hls4mlBuildConfig) -> dict:
+def hls_config(model, types: dict[str, dict[str, str]], fused: dict[str, Fixed], config: Hls4mlBuildConfig) -> dict:
     """hls4ml's ``hls_config`` for ``model``: its defaults per layer, the exact precisions on top."""
     import hls4ml
 
@@ -128,9 +128,8 @@ def hls_config(model, precisions: Precisions, config: Hls4mlBuildConfig) -> dict
             model, granularity="name", backend=config.backend, default_reuse_factor=config.reuse_factor
         )
     settings["Model"]["Strategy"] = config.strategy.value
-    fused = fused_products(model, precisions)
-    for name, types in layer_precisions(model, precisions).items():
-        given = {"accum": types["accum"]} if name in fused else types  # a set result type stops the fusion
+    for name, layer in types.items():
+        given = {"accum": layer["accum"]} if name in fused else layer  # a set result type stops the fusion
         settings["LayerName"].setdefault(name, {}).setdefault("Precision", {}).update(given)
     return settings
 
@@ -213,9 +212,10 @@ def build(
             "a padded max pool on a signed input with io_type=io_parallel)",
             padded,
         )
+    types, fused = layer_precisions(model, precisions), fused_products(model, precisions)  # computed once
     project_dir = out / FILES["project"]
     try:
-        settings = hls_config(model, precisions, config)
+        settings = hls_config(model, types, fused, config)
         (out / FILES["config"]).write_text(json.dumps(settings, indent=1, default=str))
         with contextlib.redirect_stdout(io.StringIO()):
             firmware = hls4ml.converters.convert_from_onnx_model(
@@ -230,7 +230,7 @@ def build(
             )
     except Exception as error:  # hls4ml's own refusals are plain Exceptions
         raise Hls4mlError(f"hls4ml's frontend refused {FILES['prepared']}: {type(error).__name__}: {error}") from error
-    _set_fused_results(firmware, fused_products(model, precisions))  # (computed once more: a few nodes)
+    _set_fused_results(firmware, fused)
     converted = time.perf_counter()
     try:
         with contextlib.redirect_stdout(io.StringIO()):
@@ -256,7 +256,7 @@ def build(
         convert_s=converted - start,
         compile_s=compiled - converted,
         predict_s=predicted - compiled,
-        precisions=layer_precisions(model, precisions),
+        precisions=types,
     )
     if not project.exact:
         from quark.torch.extensions.brevitas._backend.targets.hls4ml.trace import first_difference
