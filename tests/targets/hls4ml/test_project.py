@@ -9,6 +9,7 @@ import re
 import shutil
 
 import numpy as np
+import onnx
 import pytest
 import torch
 from _shared.quantize import assert_unchanged, quantize, snapshot
@@ -127,21 +128,75 @@ def test_a_global_average_over_36_values_compiles_exactly(tmp_path, data):
     assert project.precisions[pool]["accum"] != project.precisions[pool]["result"]  # the sum is wider
 
 
-def test_a_padded_pool_in_io_stream_is_refused_before_hls4ml_runs(tmp_path, data):
+def test_a_padded_max_pool_on_a_signed_input_in_io_stream_is_refused_before_hls4ml_runs(tmp_path, data):
     """hls4ml's streamed pooling asserts against padding in C++, which aborts the process in predict()."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2, padding=1), nn.Flatten(), nn.Linear(64, 10))
+    model = nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 1), nn.MaxPool2d(3, 2, padding=1), nn.Flatten(), nn.Linear(64, 10)
+    )
     qmodel = quantize(presets.hls4ml(4, 4), model.eval(), data.loader("train"))
     out = tmp_path / "project"
-    with pytest.raises(TargetCheckError, match=r"MaxPool_0 \(MaxPool, module '2'\): padded; io_type=io_stream"):
+    with pytest.raises(TargetCheckError, match=r"MaxPool_0 \(MaxPool, module '3'\): padded on a signed input; io_type=io_stream"):
         ModelExporter(out).export_hls4ml_project(qmodel, data.test.tensors[0][:4], io_type="io_stream")
     assert not out.exists()  # nothing left behind
 
 
-def test_a_padded_max_pool_on_an_unsigned_input_is_refused_in_io_parallel_too(tmp_path, data):
-    """hls4ml pads a max pool with the top bit set: for ap_ufixed the greatest value, not the least."""
+def test_overlapping_pool_windows_in_io_stream_are_refused_before_hls4ml_runs(tmp_path, data):
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2, padding=1), nn.Flatten(), nn.Linear(64, 10))
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.MaxPool2d(3, 1), nn.Flatten(), nn.Linear(64, 10))
     qmodel = quantize(presets.hls4ml(4, 4), model.eval(), data.loader("train"))
-    with pytest.raises(TargetCheckError, match=r"padded on an unsigned input \(hls4ml pads it with the type's greatest value\)"):
-        ModelExporter(tmp_path / "p").export_hls4ml_project(qmodel, data.test.tensors[0][:4])
+    with pytest.raises(TargetCheckError, match=r"module '2'\): window \[3, 3\] with stride \[1, 1\]; io_type=io_stream"):
+        ModelExporter(tmp_path / "p").export_hls4ml_project(qmodel, data.test.tensors[0][:4], io_type="io_stream")
+
+
+@pytest.mark.parametrize("io_type, window, outputs", [("io_parallel", 3, 4 * 4), ("io_stream", 2, 5 * 5)])
+def test_a_padded_max_pool_after_relu_compiles_exactly(tmp_path, data, io_type, window, outputs):
+    """hls4ml pads a max pool with the top bit set (for ap_ufixed the greatest value): after ReLU the
+    padding is an explicit zero padding before an unpadded pool (ResNet stems), in either io type."""
+    torch.manual_seed(0)
+    pool = nn.MaxPool2d(window, 2, padding=1)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), pool, nn.Flatten(), nn.Linear(4 * outputs, 10))
+    qmodel = quantize(presets.hls4ml(4, 4), trained(model, data, epochs=1), data.loader("train"))
+    project = ModelExporter(tmp_path).export_hls4ml_project(qmodel, data.test.tensors[0], io_type=io_type)
+    assert project.exact
+    prepared = onnx.load(tmp_path / FILES["prepared"])
+    assert [n.op_type for n in prepared.graph.node if n.op_type in ("Pad", "MaxPool")] == ["Pad", "MaxPool"]
+
+
+class PooledHead(nn.Module):
+    """A windowed average pool inside the network (resnet-d shortcuts) and a 1x1 convolution after the
+    global pool (MobileNetV4's head): both pools channels-first in qonnx's conversion."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem, self.conv = nn.Conv2d(1, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)
+        self.head, self.fc = nn.Conv2d(8, 16, 1), nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = nn.functional.avg_pool2d(torch.relu(self.stem(x)), 2)  # 8x8 -> 4x4
+        x = nn.functional.adaptive_avg_pool2d(torch.relu(self.conv(x)), 1)
+        return self.fc(torch.relu(self.head(x)).flatten(1))
+
+
+def test_windowed_average_pools_and_a_convolution_after_the_global_pool_compile_exactly(tmp_path, data):
+    torch.manual_seed(0)
+    qmodel = quantize(presets.hls4ml(4, 4), trained(PooledHead(), data, epochs=1), data.loader("train"))
+    project = ModelExporter(tmp_path).export_hls4ml_project(qmodel, data.test.tensors[0])
+    assert project.exact
+    prepared = onnx.load(tmp_path / FILES["prepared"])
+    assert "Transpose" not in [n.op_type for n in prepared.graph.node]
+    pools = [n for n in prepared.graph.node if n.op_type == "AveragePool"]
+    kernels = [next(list(a.ints) for a in p.attribute if a.name == "kernel_shape") for p in pools]
+    assert kernels == [[2, 2], [4, 4]] and {p.domain for p in pools} == {"qonnx.custom_op.channels_last"}
+
+
+def test_an_average_pool_with_padding_is_refused_before_hls4ml_runs(tmp_path, data):
+    """hls4ml's average pool divides by the window's size or by the values inside the map: the
+    quotient's type could not be made exact for both; refused, naming the module."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.AvgPool2d(2, ceil_mode=True), nn.Flatten(), nn.Linear(36, 10))
+    qmodel = quantize(presets.hls4ml(4, 4), model.eval(), data.loader("train"))
+    out = tmp_path / "project"
+    with pytest.raises(TargetCheckError, match=r"module '2[.a-z]*'\): an average pool whose windows leave the map"):
+        ModelExporter(out).export_hls4ml_project(qmodel, data.test.tensors[0][:4])
+    assert not out.exists()

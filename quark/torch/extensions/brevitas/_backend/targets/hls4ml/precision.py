@@ -107,6 +107,8 @@ def _dot_bound(x: Fixed, rows: np.ndarray) -> tuple[int, int]:
     return int(min(positive * lo_in + negative * hi_in)), int(max(positive * hi_in + negative * lo_in))
 
 
+#: the domain qonnx's channels-last conversion gives the nodes it converts (hls4ml's pooling handlers need it)
+CHANNELS_LAST = "qonnx.custom_op.channels_last"
 #: ops that move or reshape values without computing (between the graph input and its quantizer, say)
 LAYOUT_OPS = ("Transpose", "Reshape", "Flatten", "Identity")
 
@@ -228,9 +230,20 @@ class Precisions:
         return self.of(node.input[0], node)
 
     def _windowed_average(self, node) -> Fixed:
-        """A global average pool made channels-last (a window over the whole map, no padding)."""
-        kernel = next(list(a.ints) for a in node.attribute if a.name == "kernel_shape")
-        return self._average(node, int(np.prod(kernel)))
+        """An average pool made channels-last (:mod:`.layout`), its windows within the map: each the
+        average of the same number of values."""
+        attributes = {a.name: list(a.ints) for a in node.attribute}
+        if node.domain != CHANNELS_LAST or any(attributes.get("pads", ())):
+            raise PrecisionError(
+                f"{_named(self.model, node)}: an average pool whose windows leave the map (padding, or ceil_mode "
+                "with a partial last window): hls4ml computes neither (pool without padding, ceil_mode=False)"
+            )
+        return self._average(node, int(np.prod(attributes["kernel_shape"])))
+
+    def _zero_padded(self, node) -> Fixed:
+        """An explicit zero padding (:class:`.layout.ZeroPaddedMaxPools`): the input's values and zero."""
+        x = self.of(node.input[0], node)
+        return Fixed(x.frac, min(x.lo, 0), max(x.hi, 0))
 
     def _average(self, node, count: int) -> Fixed:
         """hls4ml sums in the accumulator type and divides there (``y /= N``: truncated). On grid
@@ -290,12 +303,12 @@ _RULES: dict[str, Callable[[Precisions, object], Fixed | None]] = {
     "Concat": Precisions._concat,
     "GlobalAveragePool": Precisions._global_average,
     "AveragePool": Precisions._windowed_average,
+    "Pad": Precisions._zero_padded,
 }
 
-#: op types with a type rule (the graph rule of the hls4ml target refuses the others; a windowed average
-#: pool of the export stays channels-first in qonnx's conversion, which hls4ml refuses: only the global
-#: pools made channels-last here are AveragePool nodes)
-TYPED_OPS = frozenset(_RULES) - {"AveragePool"}
+#: op types with a type rule that the export may hold (the graph rule of the hls4ml target refuses the
+#: others; the zero paddings are :mod:`.layout`'s own)
+TYPED_OPS = frozenset(_RULES) - {"Pad"}
 
 
 def layer_precisions(model, precisions: Precisions) -> dict[str, dict[str, str]]:

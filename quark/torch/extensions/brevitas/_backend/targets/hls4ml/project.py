@@ -93,7 +93,7 @@ def require_hls4ml() -> None:
 
 
 def prepare(qonnx_path: str, hls4ml_pools: bool = True):
-    """The QONNX graph as hls4ml's frontend reads it: cleaned, channels last (global pools too, unless
+    """The QONNX graph as hls4ml's frontend reads it: cleaned, channels last (average pools too, unless
     ``hls4ml_pools`` is False: qonnx then still executes it), Gemm as MatMul."""
     import warnings
 
@@ -103,7 +103,7 @@ def prepare(qonnx_path: str, hls4ml_pools: bool = True):
     from qonnx.util.cleanup import cleanup_model
 
     from quark.torch.extensions.brevitas._backend.targets.finn.origins import run_transform, tag_origins
-    from quark.torch.extensions.brevitas._backend.targets.hls4ml.layout import GlobalPoolsChannelsLast
+    from quark.torch.extensions.brevitas._backend.targets.hls4ml.layout import AveragePoolsChannelsLast
 
     model = ModelWrapper(qonnx_path)
     tag_origins(model)  # the torch module of each node, for the refusals (cleanup renames the nodes)
@@ -116,7 +116,7 @@ def prepare(qonnx_path: str, hls4ml_pools: bool = True):
     if not hls4ml_pools:
         return model
     # last: qonnx has no channels-last AveragePool op to infer shapes with (hls4ml only parses it)
-    return model.transform(GlobalPoolsChannelsLast(), make_deepcopy=False, cleanup=False)
+    return model.transform(AveragePoolsChannelsLast(), make_deepcopy=False, cleanup=False)
 
 
 def hls_config(model, types: dict[str, dict[str, str]], fused: dict[str, Fixed], config: Hls4mlBuildConfig) -> dict:
@@ -149,22 +149,36 @@ def _set_fused_results(firmware, fused: dict[str, Fixed]) -> None:
         output.convert_precision(APTypeConverter())
 
 
-def _padded_pools(model, precisions: Precisions, config: Hls4mlBuildConfig) -> list[str]:
-    """The pools hls4ml's C++ pads wrongly: any padded pool in ``io_stream`` (its streamed pooling
-    asserts, which aborts the whole process in ``predict()``: torchvision's ResNet-18 stem did), and a
-    padded max pool on an unsigned input (``pad_val`` sets the top bit: the type's greatest value for
-    ``ap_ufixed``, not its least)."""
+def _typed(model) -> tuple[object, Precisions]:
+    """``model`` with its padded max pools on unsigned inputs zero-padded (:mod:`.layout`), and its types."""
+    from quark.torch.extensions.brevitas._backend.targets.hls4ml.layout import ZeroPaddedMaxPools
+
+    try:
+        types = Precisions(model).types
+        unsigned = ZeroPaddedMaxPools(lambda tensor: not types[tensor].signed)
+        model = model.transform(unsigned, make_deepcopy=False, cleanup=False)
+        return model, Precisions(model)
+    except PrecisionError as error:
+        raise TargetCheckError(f"the graph does not meet the hls4ml target:\n  {error}", [str(error)]) from error
+
+
+def _streamed_pools(model, config: Hls4mlBuildConfig) -> list[str]:
+    """The pools hls4ml's streamed pooling cannot compute: padded ones (max pools on unsigned inputs are
+    zero-padded before) and overlapping windows; its C++ asserts against both, which aborts the whole
+    process in ``predict()``."""
     from quark.torch.extensions.brevitas._backend.targets.finn.origins import named
 
     found = []
-    for node in model.graph.node:
-        pads = [v for a in node.attribute if a.name == "pads" for v in a.ints]
-        if node.op_type not in ("MaxPool", "AveragePool") or not any(pads):
+    for node in model.graph.node if config.io_type is IOType.io_stream else ():
+        attributes = {a.name: list(a.ints) for a in node.attribute}
+        if node.op_type not in ("MaxPool", "AveragePool"):
             continue
-        if config.io_type is IOType.io_stream:
-            found.append(f"{named(model, node)}: padded; io_type=io_stream (hls4ml's streamed pooling takes no padding)")
-        elif node.op_type == "MaxPool" and not precisions.types[node.input[0]].signed:
-            found.append(f"{named(model, node)}: padded on an unsigned input (hls4ml pads it with the type's greatest value)")
+        if any(attributes.get("pads", ())):
+            found.append(f"{named(model, node)}: padded on a signed input; io_type=io_stream")
+        elif attributes["kernel_shape"] != attributes.get("strides", attributes["kernel_shape"]):
+            found.append(
+                f"{named(model, node)}: window {attributes['kernel_shape']} with stride {attributes['strides']}; io_type=io_stream"
+            )
     return found
 
 
@@ -198,19 +212,15 @@ def build(
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    model = prepare(qonnx_path)
+    model, precisions = _typed(prepare(qonnx_path))
     model.save(str(out / FILES["prepared"]))
-    try:
-        precisions = Precisions(model)
-    except PrecisionError as error:
-        raise TargetCheckError(f"the graph does not meet the hls4ml target:\n  {error}", [str(error)]) from error
     input_type = precisions.types[_input_quant(model).output[0]]  # the graph input's, fed quantized
-    padded = _padded_pools(model, precisions, config)
-    if padded:
+    pools = _streamed_pools(model, config)
+    if pools:
         raise TargetCheckError(
-            "the graph does not meet the hls4ml target:\n  " + "\n  ".join(padded) + "\n  (pools without padding; "
-            "a padded max pool on a signed input with io_type=io_parallel)",
-            padded,
+            "the graph does not meet the hls4ml target:\n  " + "\n  ".join(pools) + "\n  (hls4ml's streamed pooling "
+            "takes windows equal to their stride, unpadded but after ReLU; io_type=io_parallel takes both)",
+            pools,
         )
     types, fused = layer_precisions(model, precisions), fused_products(model, precisions)  # computed once
     project_dir = out / FILES["project"]

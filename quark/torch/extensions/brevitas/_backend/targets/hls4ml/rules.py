@@ -135,10 +135,9 @@ GRAPH_RULES: tuple[Rule, ...] = (
     Rule(
         "layers hls4ml's frontend does not map exactly",
         _unmapped_ops,
-        "convolutions, linear layers, ReLU, max and global average pooling, additions, concatenations, flatten / "
-        "reshape, batch norm merged (MergeBatchNorm, as presets.hls4ml())",
-        "each other layer has no exact fixed-point mapping in hls4ml 1.3.0 (activation tables round; windowed "
-        "average pools stay channels-first in qonnx's channels-last conversion, which hls4ml's frontend refuses)",
+        "convolutions, linear layers, ReLU, max and average pooling (windows within the map), additions, "
+        "concatenations, flatten / reshape, batch norm merged (MergeBatchNorm, as presets.hls4ml())",
+        "each other layer has no exact fixed-point mapping in hls4ml 1.3.0 (its activation tables round)",
     ),
 )
 
