@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -84,18 +83,13 @@ def test_the_example_yamls_are_inits_output(name, tmp_path):
     )
 
 
-def test_help_answers_in_under_a_second():
-    """Lazy imports: --help imports neither torch nor the backend. The bound is generous (the
-    measured figure is about 0.15 s); the best of three runs counts."""
+def test_help_imports_neither_torch_nor_the_backend():
+    """Lazy imports keep --help fast (benchmarks/cli_startup.py times it): both entry points answer,
+    and building the parser leaves torch unimported."""
     script = Path(sys.executable).parent / "quark-brevitas"  # the console script `pip install` writes
     for command in [CLI, [str(script)]] if script.exists() else [CLI]:
-        timings = []
-        for _ in range(3):
-            started = time.perf_counter()
-            result = subprocess.run([*command, "--help"], capture_output=True, text=True, env=ENV, check=False)
-            timings.append(time.perf_counter() - started)
-            assert result.returncode == 0 and "quark-brevitas" in result.stdout
-        assert min(timings) < 1.0, (command, timings)
+        result = subprocess.run([*command, "--help"], capture_output=True, text=True, env=ENV, check=False)
+        assert result.returncode == 0 and "quark-brevitas" in result.stdout
     probe = "import sys; from quark.torch.extensions.brevitas.cli import parser; parser(); print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=ENV, check=True).stdout.strip() == "False"
 

@@ -6,7 +6,6 @@ target fps with no more of the resource than FINN's own SetFolding."""
 from __future__ import annotations
 
 import itertools
-import time
 
 import pytest
 import torch
@@ -67,12 +66,11 @@ def test_totals_within_5_percent_of_the_full_estimate(network, cost, pattern, tm
 
 
 @pytest.mark.slow
-def test_a_candidate_is_priced_from_the_tables_in_milliseconds(cost):
+def test_every_candidate_is_priced_from_the_tables(cost):
+    """No candidate runs FINN again: the tables hold every combination (benchmarks/width_pricing.py
+    times the pricing)."""
     cost_model, space = cost
     evaluations = cost_model.evaluations
-    start = time.perf_counter()
-    patterns = list(itertools.product((2, 3, 4, 8), repeat=3))
-    for pattern in patterns:
-        cost_model.cost(_mixed(space, pattern))
-    assert (time.perf_counter() - start) / len(patterns) < 5e-3
+    prices = {pattern: cost_model.cost(_mixed(space, pattern)) for pattern in itertools.product((2, 3, 4, 8), repeat=3)}
     assert cost_model.evaluations == evaluations  # every combination was in the tables
+    assert prices[(2, 2, 2)].totals["LUT"] < prices[(8, 8, 8)].totals["LUT"]  # and they are not all alike

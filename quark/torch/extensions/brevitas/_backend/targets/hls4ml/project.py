@@ -33,6 +33,7 @@ from quark.torch.extensions.brevitas._backend.targets.hls4ml.precision import (
     input_quant,
     layer_precisions,
 )
+from quark.torch.extensions.brevitas._backend.targets.hls4ml.runner import on_firmware_stack
 
 logger = logging.getLogger(__name__)
 
@@ -250,7 +251,7 @@ def build(
     compiled = time.perf_counter()
     channels_last = np.ascontiguousarray(np.moveaxis(inputs, 1, -1) if inputs.ndim > 2 else inputs)
     channels_last = np.ascontiguousarray(quantized_input(model, channels_last).astype(np.float32))
-    produced = np.asarray(firmware.predict(channels_last)).reshape(expected.shape)
+    produced = np.asarray(on_firmware_stack(firmware.predict, channels_last)).reshape(expected.shape)
     predicted = time.perf_counter()
     np.save(out / FILES["input"], channels_last)
     np.save(out / FILES["expected"], expected)
