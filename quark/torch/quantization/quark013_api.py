@@ -22,19 +22,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from quark.common.errors import USAGE, QuarkBrevitasError
+
 PROVIDED, REFUSED, IMPORTED = "provided", "refused", "Quark's own import"
 
 
-class QuarkNameRefused(ImportError):
+class QuarkNameRefused(QuarkBrevitasError, ImportError):
     """A name of AMD Quark's API that this package does not have; the message says why and what to use.
 
     An ``ImportError`` (not an ``AttributeError``, which ``from module import name`` would replace by
     a bare "cannot import name"), so that the reason reaches the user at the import."""
 
+    exit_status = USAGE
 
-class QuarkFeatureRefused(NotImplementedError):
+
+class QuarkFeatureRefused(QuarkBrevitasError, NotImplementedError):
     """A Quark function or class that this package names but does not run; the message says why and
     what to use instead."""
+
+    exit_status = USAGE
 
 
 def _rows(status: str, what: str, names: str) -> dict[str, tuple[str, str]]:

@@ -249,3 +249,30 @@ def test_json_output_for_ci(files, capsys):
     assert run("quantize", "--config", files / "missing.yaml", "--model", MODEL, "-o", files / "q.pt", "--json") == 2
     captured = capsys.readouterr()
     assert json.loads(captured.out) == {"command": "quantize", "status": 2, "error": f"--config {files / 'missing.yaml'}: file not found"}
+
+
+def _package_errors():
+    from quark.torch.extensions.brevitas._backend.qonnx_passes.execution import ExecutionError
+    from quark.torch.extensions.brevitas._backend.targets.hls4ml.project import Hls4mlError
+    from quark.torch.extensions.brevitas.api import (
+        ExportVerificationError,
+        FinnError,
+        TargetCheckError,
+        UnsupportedExportError,
+    )
+    from quark.torch.extensions.brevitas.cli.errors import Failed, UsageError
+    from quark.torch.quantization.quark013_api import QuarkFeatureRefused
+
+    refused = [TargetCheckError("x", []), UnsupportedExportError("x", []), UsageError("x"), QuarkFeatureRefused("x")]
+    failed = [ExportVerificationError("x", None), FinnError("x"), Hls4mlError("x"), ExecutionError("x"), Failed("x")]
+    return [(e, 2, "error") for e in refused] + [(e, 1, "failed") for e in failed]
+
+
+@pytest.mark.parametrize("error, status, word", _package_errors(), ids=lambda v: type(v).__name__ if isinstance(v, Exception) else None)
+def test_the_package_errors_map_to_their_exit_status_by_class(error, status, word):
+    """The command line reads the status from the error's class (quark.common.errors), not its name;
+    a standard exception keeps the status of its kind."""
+    from quark.torch.extensions.brevitas.cli import _classify
+
+    assert _classify(error) == (status, word)
+    assert _classify(KeyError("k")) == (3, "unexpected KeyError") and _classify(ValueError("v")) == (2, "error")

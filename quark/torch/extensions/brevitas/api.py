@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 import quark.torch.extensions.brevitas._backend  # noqa: F401  (the Brevitas version check, before any Brevitas import)
+from quark.common.errors import FailedError, QuarkBrevitasError, RefusedError
 from quark.torch.extensions.brevitas import config as ext
 from quark.torch.extensions.brevitas._backend.algorithms.check import halves, output_error
 from quark.torch.extensions.brevitas._backend.analysis import Analysis, QuantizerError, analyze
@@ -62,11 +63,14 @@ __all__ = [
     "ExportFailedError",
     "ExportFormat",
     "ExportVerificationError",
+    "FailedError",
     "FinnError",
     "ModelExporter",
     "ModelQuantizer",
     "QuantizationInterrupted",
     "QuantizerError",
+    "QuarkBrevitasError",
+    "RefusedError",
     "TargetCheckError",
     "UncalibratedModelError",
     "UncalibratedModelWarning",

@@ -26,6 +26,7 @@ from brevitas.proxy.runtime_quant import ActQuantProxyFromInjectorBase
 from brevitas.quant_tensor import _unpack_quant_tensor
 from torch import nn
 
+from quark.common.errors import RefusedError
 from quark.torch.extensions.brevitas._backend import data
 from quark.torch.quantization.config.type import Dtype
 from quark.torch.quantization.observer import PerTensorMinMaxObserver
@@ -58,7 +59,7 @@ def static_act_proxies(model: nn.Module) -> list[tuple[str, ActQuantProxyFromInj
     return found
 
 
-class UncalibratedModelError(ValueError):
+class UncalibratedModelError(RefusedError):
     """A model whose static activation quantizers were never calibrated was exported or frozen."""
 
 

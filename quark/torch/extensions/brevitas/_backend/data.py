@@ -30,6 +30,8 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from quark.common.errors import RefusedError
+
 
 def batches(data: Iterable[Any], num_batches: int | None = None, progress: bool = True, desc: str = "") -> Iterator[Any]:
     """The first ``num_batches`` batches of ``data`` (all when None), behind a progress bar."""
@@ -47,7 +49,7 @@ def _length(data: Iterable[Any], num_batches: int | None) -> int | None:
     return total if num_batches is None else min(total, num_batches)
 
 
-class BatchError(ValueError):
+class BatchError(RefusedError):
     """A batch the model cannot take: NaN or inf in an input, an unknown form, or the model fails on it."""
 
 

@@ -63,6 +63,7 @@ from brevitas.quant_tensor import IntQuantTensor
 from brevitas.utils.torch_utils import float_internal_scale
 from torch import Tensor, nn
 
+from quark.common.errors import RefusedError
 from quark.torch.quantization.observer import LSQObserver, TQTObserver
 from quark.torch.quantization.observer.pof2 import pof2, pof2_mse_scale
 
@@ -625,7 +626,7 @@ class FusedPof2IntQuant(IntQuant):
         return self.delay_wrapper(x, y)
 
 
-class InputGridError(ValueError):
+class InputGridError(RefusedError):
     """An accumulator-aware layer received an input on another grid than the one its bound was planned for."""
 
 

@@ -18,6 +18,7 @@ import torch
 from brevitas.proxy.quant_proxy import QuantProxyFromInjector
 from torch import nn
 
+from quark.common.errors import RefusedError
 from quark.torch.extensions.brevitas._backend.data import batches as progress_batches
 from quark.torch.extensions.brevitas._backend.data import device_dtype, move
 
@@ -61,7 +62,7 @@ class Recipe:
         return cls(**(data | {"schedule": Schedule(data["schedule"])}))
 
 
-class BadBatch(ValueError):
+class BadBatch(RefusedError):
     """A training batch that is not ``(inputs, labels)``."""
 
 

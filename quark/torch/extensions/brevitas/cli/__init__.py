@@ -27,17 +27,10 @@ import sys
 import time
 from collections.abc import Sequence
 
+from quark.common.errors import QuarkBrevitasError
 from quark.torch.extensions.brevitas.cli import mix
 from quark.torch.extensions.brevitas.cli import search as search_parser
-from quark.torch.extensions.brevitas.cli.errors import (
-    FAILED,
-    INTERNAL,
-    INTERRUPTED,
-    USAGE,
-    Failed,
-    UsageError,
-    one_line,
-)
+from quark.torch.extensions.brevitas.cli.errors import FAILED, INTERNAL, INTERRUPTED, USAGE, one_line
 
 EPILOG = """exit status: 0 done, 1 verification failed, 2 usage or input error, 3 unexpected error
 (rerun with --debug), 130 interrupted"""
@@ -236,10 +229,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             status, result = getattr(commands, args.command)(args)
     except KeyboardInterrupt:
         return _fail(args, "interrupted", INTERRUPTED, "interrupted", None)
-    except UsageError as error:
-        return _fail(args, str(error), USAGE, "error", error)
-    except Failed as error:
-        return _fail(args, str(error), FAILED, "failed", error)
     except Exception as error:  # noqa: BLE001  sorted below: the library's errors name the field and the fix
         status, what = _classify(error)
         message = str(error).strip() or type(error).__name__
@@ -250,13 +239,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _classify(error: BaseException) -> tuple[int, str]:
-    """(exit status, word) of a library error: a verification or FINN step that failed is 1, a
-    refused input 2, anything else 3."""
-    names = {cls.__name__ for cls in type(error).__mro__}
-    if names & {"ExportVerificationError", "FinnError", "Hls4mlError"}:
-        return FAILED, "failed"
-    if names & {"UnsupportedExportError", "TargetCheckError", "BatchError", "UncalibratedModelError", "UnsafeGraphError"}:
-        return USAGE, "error"
+    """(exit status, word) of an error: the package's own carry theirs (a verification or a toolchain
+    step that failed is 1, a refused input 2); of the others, a refused value 2, a failed run 1,
+    anything else 3."""
+    if isinstance(error, QuarkBrevitasError):
+        return error.exit_status, error.word
     if isinstance(error, (ValueError, TypeError, NotImplementedError, FileNotFoundError, ImportError)):
         return USAGE, "error"
     if isinstance(error, RuntimeError):

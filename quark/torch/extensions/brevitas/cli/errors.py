@@ -1,12 +1,21 @@
-"""Exit statuses and the command line's own error. No torch import: ``--help`` stays fast."""
+"""Exit statuses and the command line's own errors. No torch import: ``--help`` stays fast."""
 
 from __future__ import annotations
 
-#: exit statuses (docs/cli.md, "Exit status")
-OK, FAILED, USAGE, INTERNAL, INTERRUPTED = 0, 1, 2, 3, 130
+from quark.common.errors import (
+    FAILED,
+    INTERNAL,
+    INTERRUPTED,
+    OK,
+    USAGE,
+    FailedError,
+    RefusedError,
+)
+
+__all__ = ["FAILED", "INTERNAL", "INTERRUPTED", "OK", "USAGE", "Failed", "UsageError", "one_line"]
 
 
-class UsageError(Exception):
+class UsageError(RefusedError):
     """A mistake in the command line or its files: reported in one line, exit status 2.
 
     The message names the option (or the YAML path of a config field), the value and what is
@@ -14,7 +23,7 @@ class UsageError(Exception):
     """
 
 
-class Failed(Exception):
+class Failed(FailedError):
     """The work ran and its result is wrong (a verification, a FINN step): exit status 1."""
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from quark.common.errors import FailedError, RefusedError
 
-class UnsupportedExportError(ValueError):
+
+class UnsupportedExportError(RefusedError):
     """The model (or the export settings) cannot be expressed in the requested format.
 
     Raised before anything is exported; ``problems`` lists one line per offending module.
@@ -17,7 +19,7 @@ class UnsupportedExportError(ValueError):
         self.problems = problems
 
 
-class TargetCheckError(ValueError):
+class TargetCheckError(RefusedError):
     """A config or an exported graph does not meet the target device's requirements."""
 
     def __init__(self, message: str, problems: list[str]):
@@ -25,11 +27,11 @@ class TargetCheckError(ValueError):
         self.problems = problems
 
 
-class ExportFailedError(RuntimeError):
+class ExportFailedError(FailedError):
     """The ONNX exporter itself failed; the model is restored, the cause is chained."""
 
 
-class ExportVerificationError(RuntimeError):
+class ExportVerificationError(FailedError):
     """The exported graph, executed, does not reproduce the torch model within tolerance."""
 
     def __init__(self, message: str, report: Any):

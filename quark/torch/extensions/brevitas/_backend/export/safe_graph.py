@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import onnx
 from onnx import external_data_helper
 
+from quark.common.errors import RefusedError
+
 #: standard-domain opsets accepted: from the oldest the exporters write to the newest onnx knows
 OPSETS = range(7, onnx.defs.onnx_opset_version() + 1)
 
@@ -62,7 +64,7 @@ ALLOWED_OPS: tuple[Allowed, ...] = (
 _BY_DOMAIN = {row.domain: row for row in ALLOWED_OPS}
 
 
-class UnsafeGraphError(ValueError):
+class UnsafeGraphError(RefusedError):
     """The graph may not be executed; ``problems`` lists one line per reason."""
 
     def __init__(self, message: str, problems: list[str]):

@@ -23,12 +23,13 @@ from brevitas.graph.standardize import DuplicateSharedStatelessModule
 from torch import fx, nn
 from torch.fx.operator_schemas import normalize_function
 
+from quark.common.errors import FailedError
 from quark.torch.extensions.brevitas._backend.rewrite import exported
 from quark.torch.extensions.brevitas.graph import Add, Cat, QuantPoint
 from quark.torch.quantization.plan import layer_type
 
 
-class UntraceableModelError(RuntimeError):
+class UntraceableModelError(FailedError):
     """``torch.fx`` could not trace the model for graph mode."""
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from quark.common.errors import FailedError, RefusedError
 
-class FinnError(RuntimeError):
+
+class FinnError(FailedError):
     """A FINN step failed or changed the outputs, a node stayed outside the hardware, or the
     hardware graph differs from the model.
 
@@ -17,6 +19,6 @@ class FinnError(RuntimeError):
         self.problems = list(problems)
 
 
-class FinnConfigError(ValueError):
+class FinnConfigError(RefusedError):
     """A FINN build setting (``FinnBuildConfig`` field, folding entry) that cannot be used: names the
     field, the value and what is allowed."""

@@ -50,6 +50,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from quark.common.errors import RefusedError
+
 logger = logging.getLogger(__name__)
 
 #: float32's significand: integers up to this magnitude, and sums that stay below it, are exact
@@ -62,7 +64,7 @@ CHUNK, CHUNK_BYTES = 2048, 2**27
 Kernel = Callable[[list[torch.Tensor]], list[torch.Tensor]]
 
 
-class Unsupported(Exception):
+class Unsupported(RefusedError):
     """A node this executor cannot compute exactly as FINN's Python execution does; says why."""
 
 

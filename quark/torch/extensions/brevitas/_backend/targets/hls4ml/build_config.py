@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from enum import Enum
 from typing import Any
 
+from quark.common.errors import RefusedError
+
 
 class IOType(Enum):
     """hls4ml's ``io_type``: every tensor as an array (``io_parallel``) or as streams (``io_stream``)."""
@@ -22,7 +24,7 @@ class Strategy(Enum):
     resource = "Resource"
 
 
-class Hls4mlConfigError(ValueError):
+class Hls4mlConfigError(RefusedError):
     """A setting of an hls4ml project that cannot be used (named with what is allowed)."""
 
 

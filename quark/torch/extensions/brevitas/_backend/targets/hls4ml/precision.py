@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from quark.common.errors import RefusedError
+
 
 @dataclass(frozen=True)
 class Fixed:
@@ -55,7 +57,7 @@ class Fixed:
         return Fixed(frac, min(a.lo, b.lo), max(a.hi, b.hi))
 
 
-class PrecisionError(ValueError):
+class PrecisionError(RefusedError):
     """A tensor of the graph has no exact fixed-point type (a scale that is no power of two, say)."""
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from quark.common.errors import FailedError
 from quark.torch.extensions.brevitas._backend.export.errors import TargetCheckError
 from quark.torch.extensions.brevitas._backend.targets.hls4ml.build_config import Hls4mlBuildConfig, IOType
 from quark.torch.extensions.brevitas._backend.targets.hls4ml.precision import (
@@ -49,7 +50,7 @@ FILES = {
 }
 
 
-class Hls4mlError(RuntimeError):
+class Hls4mlError(FailedError):
     """hls4ml refused the graph, its C++ did not compile, or the firmware differs from torch."""
 
 
