@@ -42,6 +42,7 @@ from torch import nn
 from quark.torch.extensions.brevitas._backend import mixing as numerics
 from quark.torch.extensions.brevitas.api import ModelQuantizer
 from quark.torch.quantization.config.config import Config, QuantizationConfig, QuantizationSpec
+from quark.torch.quantization.config.spec import ACTIVATION_ROLES
 from quark.torch.quantization.config.type import Dtype
 from quark.torch.quantization.tensor_quant import normalise
 
@@ -52,8 +53,6 @@ logger = logging.getLogger(__name__)
 METRICS = numerics.METRICS
 #: 8-bit activation dtype -> its 16-bit promotion
 WIDER: dict[Dtype, Dtype] = {Dtype.int8: Dtype.int16, Dtype.uint8: Dtype.uint16}
-#: activation roles a site's own quantizers take
-ACTIVATION_ROLES = ("input_tensors", "output_tensors")
 
 
 @dataclass(frozen=True)

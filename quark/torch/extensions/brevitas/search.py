@@ -27,6 +27,7 @@ from torch import nn
 
 from quark.torch.extensions.brevitas import presets
 from quark.torch.quantization.config.config import Config, QATSpec, QuantizationConfig, TQTSpec
+from quark.torch.quantization.config.spec import ACTIVATION_ROLES, Role
 from quark.torch.quantization.config.type import TQTThresholdInitMeth
 
 if TYPE_CHECKING:  # qonnx and FINN load only when a search runs
@@ -40,8 +41,6 @@ DEFAULT_BITS = (2, 3, 4, 8)
 REFERENCE_BITS = 8
 #: the network input's width in the uniform baselines (``presets.finn``'s default: 8-bit pixels)
 INPUT_BITS = 8
-#: activation roles a site's own quantizer can take
-ACTIVATION_ROLES = ("input_tensors", "output_tensors")
 #: the peak learning rate and the epochs of a measured point's QAT unless told otherwise (the
 #: recipe of ``examples/digits_qat_finn.py``: 99.44 % on the digits ResidualCNN at W4A4)
 QAT_LR, QAT_EPOCHS = 1e-3, 8
@@ -85,11 +84,11 @@ def variables(
     if network_input:
         if len(inputs) != 1:
             raise ValueError(f"variables(network_input=True): one network input searched; the model has {len(inputs)}")
-        found.append(Variable("input", inputs[0].name, ("input_tensors",), bool(inputs[0].specs["input_tensors"].signed)))
+        found.append(Variable("input", inputs[0].name, ("input_tensors",), bool(inputs[0].specs[Role.input_tensors].signed)))
     for plan in quantizer.plans:
         if plan.module_type.__name__ == "GraphInput":
             continue
-        if plan.specs.get("weight") is not None:
+        if plan.specs.get(Role.weight) is not None:
             found.append(Variable("weight", plan.name, ("weight",), True))
         own = tuple(r for r in ACTIVATION_ROLES if plan.specs.get(r) is not None and r not in plan.upstream)
         if own:

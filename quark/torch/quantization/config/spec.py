@@ -6,6 +6,7 @@ widths). The layer and model configs (:mod:`.config`) and Quark 0.13's spec help
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from quark.torch.quantization.config._fields import (
@@ -25,8 +26,19 @@ from quark.torch.quantization.config.type import (
 )
 from quark.torch.quantization.observer import OBSERVERS, ObserverBase, TQTObserver
 
-#: the tensor roles of a layer config, in field order; activations are the first two
-ROLES = ("input_tensors", "output_tensors", "weight", "bias")
+
+class Role(StrEnum):
+    """The tensor roles of a layer config (its field names), in field order. A ``str``: plans key their
+    ``specs`` / ``origins`` / ``upstream`` by the plain names, and ``plan.specs[Role.weight]`` finds them."""
+
+    input_tensors = "input_tensors"
+    output_tensors = "output_tensors"
+    weight = "weight"
+    bias = "bias"
+
+
+#: the roles' names, in field order; activations are the first two
+ROLES: tuple[str, ...] = tuple(role.value for role in Role)
 ACTIVATION_ROLES = ROLES[:2]
 #: bit widths of integer weights and activations; a bias goes up to 32
 MIN_BITS, MAX_BITS, MAX_BIAS_BITS = 2, 16, 32

@@ -15,10 +15,8 @@ from typing import Any
 
 from torch import nn
 
+from quark.torch.quantization.config.spec import ACTIVATION_ROLES
 from quark.torch.quantization.plan import LayerPlan
-
-#: roles whose blocks run along the layer's channels
-ACTIVATION_ROLES = ("input_tensors", "output_tensors")
 
 
 def block_axis(module: nn.Module) -> int:

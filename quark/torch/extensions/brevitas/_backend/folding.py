@@ -47,6 +47,7 @@ from torch import fx, nn
 
 from quark.torch.extensions.brevitas._backend.algorithms.parts import traced
 from quark.torch.extensions.brevitas._backend.mapping import LAYERS, build_layer
+from quark.torch.quantization.config.spec import Role
 from quark.torch.quantization.plan import LayerPlan, layer_type
 
 logger = logging.getLogger(__name__)
@@ -343,13 +344,13 @@ def module_pairs(model: nn.Module) -> dict[str, str]:
 
 
 def wants_folding(plans: list[LayerPlan]) -> bool:
-    return any(p.specs.get("weight") is not None and p.specs["weight"].fold_batch_norm for p in plans)
+    return any(p.specs.get(Role.weight) is not None and p.specs[Role.weight].fold_batch_norm for p in plans)
 
 
 def assign(plans: list[LayerPlan], pairs: dict[str, str]) -> None:
     """Name in each plan whose weight spec folds batch norm the batch norm that follows its layer."""
     for plan in plans:
-        weight = plan.specs.get("weight")
+        weight = plan.specs.get(Role.weight)
         if weight is not None and weight.fold_batch_norm and plan.name in pairs:
             plan.batch_norm = pairs[plan.name]
     folded = [f"{p.name} + {p.batch_norm}" for p in plans if p.batch_norm]
@@ -373,7 +374,7 @@ def build(
     merge_bn(merged, bn)  # the quantizers start from the merged weight (a TQT threshold from w * s)
     quant_cls = FOLDED[LAYERS[layer_type(module)].quant_cls]
     layer = build_layer(plan, merged, return_quant_tensor=return_quant_tensor, quant_cls=quant_cls, inputs=inputs)
-    spec = plan.specs["weight"]
+    spec = plan.specs[Role.weight]
     layer.attach(bn, plan.batch_norm, module.weight, module.bias, spec.freeze_batch_norm_steps, spec.absorb_frozen_batch_norm)
     return layer
 

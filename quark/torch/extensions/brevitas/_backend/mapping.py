@@ -86,6 +86,7 @@ from quark.torch.extensions.brevitas._backend.quantizers import (
     ZeroInclusiveMinMax,
     round_zero_points_half_even,
 )
+from quark.torch.quantization.config.spec import Role
 from quark.torch.quantization.config.type import QSchemeType, RoundType, ScaleType, ZeroPointType
 from quark.torch.quantization.observer.lsq import lsq_initial_scale
 from quark.torch.quantization.plan import LayerPlan, layer_type
@@ -613,7 +614,7 @@ def build_layer(
     ``quant_cls`` replaces the row's Brevitas class by a subclass taking the same arguments;
     ``inputs``: the spec of an input quantized upstream (graph mode), else the plan's own input spec."""
     row = LAYERS[layer_type(module)]
-    inputs = inputs if inputs is not None else plan.specs["input_tensors"]
+    inputs = inputs if inputs is not None else plan.specs[Role.input_tensors]
     quant_cls, roles = quant_cls or row.quant_cls, row.roles
     kwargs: dict[str, Any] = {"return_quant_tensor": return_quant_tensor, **dict.fromkeys(row.unmapped)}
     # each weight quantizer keyword, with the tensor it quantizes (MultiheadAttention has two)

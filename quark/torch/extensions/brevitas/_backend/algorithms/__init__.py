@@ -44,6 +44,7 @@ from quark.torch.quantization.config.algorithms import (
     RotationConfig,
     SmoothQuantConfig,
 )
+from quark.torch.quantization.config.spec import Role
 
 BEFORE, CALIBRATED, LAST = Phase.before_quantization, Phase.after_calibration, Phase.after_quantization
 
@@ -55,7 +56,7 @@ def _no_a2q(check=None):
     weight quantizers that require quantized inputs"), which A2Q's do."""
 
     def checked(config, plans, sites) -> list[str]:
-        a2q = [p.name for p in plans if p.specs["weight"] is not None and p.specs["weight"].accumulator_bits is not None]
+        a2q = [p.name for p in plans if p.specs[Role.weight] is not None and p.specs[Role.weight].accumulator_bits is not None]
         found = []
         if a2q:
             found.append(

@@ -34,6 +34,7 @@ from torch import fx, nn
 
 from quark.torch.extensions.brevitas._backend.data import calibration_data, run_batch
 from quark.torch.quantization.config.algorithms import ActivationEqualization
+from quark.torch.quantization.config.spec import Role
 from quark.torch.quantization.config.type import QSchemeType
 from quark.torch.quantization.tensor_quant import Format
 
@@ -80,7 +81,7 @@ def activation_equalization(
 
 def _guarded(plan: Any) -> bool:
     specs = getattr(plan, "specs", {})
-    act, weight = specs.get("input_tensors"), specs.get("weight")
+    act, weight = specs.get(Role.input_tensors), specs.get(Role.weight)
     return (
         act is not None
         and weight is not None
@@ -145,7 +146,7 @@ def _harmful_layers(alpha: float, model: nn.Module, data: Any, plans: Mapping[st
 def _output_error(x, w, low, high, scale, plan) -> float:
     """Relative error of (x * s) W'^T, both on the specs' integer grids (W' = W / s), against x W^T."""
     reference = x @ w.T
-    act, weight = plan.specs["input_tensors"], plan.specs["weight"]
+    act, weight = plan.specs[Role.input_tensors], plan.specs[Role.weight]
     lo = torch.minimum((low * scale).min(), torch.tensor(0.0, dtype=x.dtype))
     hi = torch.maximum((high * scale).max(), torch.tensor(0.0, dtype=x.dtype))
     xq = _fake(x * scale, lo, hi, act.bit_width, act.signed, act.symmetric)

@@ -13,6 +13,7 @@ from quark.torch.extensions.brevitas._backend.algorithms.blocks import find_bloc
 from quark.torch.extensions.brevitas._backend.algorithms.gptq import scope_problems
 from quark.torch.extensions.brevitas._backend.algorithms.layers import in_scope
 from quark.torch.quantization.config.algorithms import GPFA2Q, GPFQ, Qronos, QronosConfig
+from quark.torch.quantization.config.spec import Role
 from quark.torch.quantization.plan import LayerPlan, Site
 from quark.torch.quantization.tensor_quant import Format
 
@@ -28,11 +29,11 @@ def check_a2q(config: GPFA2Q, plans: Sequence[LayerPlan], sites: Sequence[Site])
     bare = [
         p.name
         for p in plans
-        if p.specs["weight"] is not None
+        if p.specs[Role.weight] is not None
         and (
-            p.specs["input_tensors"] is None
-            or p.specs["input_tensors"].format is not Format.integer
-            or p.specs["input_tensors"].is_dynamic
+            p.specs[Role.input_tensors] is None
+            or p.specs[Role.input_tensors].format is not Format.integer
+            or p.specs[Role.input_tensors].is_dynamic
         )
     ]
     if bare:

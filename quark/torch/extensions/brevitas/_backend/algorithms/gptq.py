@@ -18,6 +18,7 @@ from quark.torch.extensions.brevitas._backend.algorithms.layers import (
     weight_spec_problems,
 )
 from quark.torch.quantization.config.algorithms import GPTQ, GPTQConfig
+from quark.torch.quantization.config.spec import Role
 from quark.torch.quantization.config.type import QSchemeType
 from quark.torch.quantization.plan import LayerPlan, Site
 
@@ -60,7 +61,7 @@ def check(config: GPTQConfig, plans: Sequence[LayerPlan], sites: Sequence[Site])
     scope, problems = scope_problems(config, plans, config.inside_layer_modules)
     problems += weight_spec_problems(config, plans, scope)
     grouped = [
-        p.name for p in plans if p.name in scope and p.specs["weight"].qscheme is QSchemeType.per_group
+        p.name for p in plans if p.name in scope and p.specs[Role.weight].qscheme is QSchemeType.per_group
     ]
     if config.desc_act and not config.static_groups and grouped:
         problems.append(

@@ -13,6 +13,7 @@ from typing import Any
 from brevitas.nn.quant_layer import QuantWeightBiasInputOutputLayer
 from torch import nn
 
+from quark.torch.quantization.config.spec import Role
 from quark.torch.quantization.config.type import QSchemeType
 from quark.torch.quantization.plan import LayerPlan
 from quark.torch.quantization.tensor_quant import TensorQuant
@@ -70,7 +71,7 @@ def weight_spec_problems(config: Any, plans: Sequence[LayerPlan], scope: Iterabl
     scope = set(scope)
     found: dict[str, list[str]] = {}
     for plan in plans:
-        tq = plan.specs["weight"]
+        tq = plan.specs[Role.weight]
         if plan.name not in scope or tq is None:
             continue
         group, described = _grouping(tq)
@@ -99,4 +100,4 @@ def _modules(names: list[str], limit: int = 3) -> str:
 
 
 def quantized_weight_plans(plans: Sequence[LayerPlan]) -> list[LayerPlan]:
-    return [p for p in plans if p.specs["weight"] is not None]
+    return [p for p in plans if p.specs[Role.weight] is not None]

@@ -37,7 +37,7 @@ from quark.torch.extensions.brevitas._backend.targets import (
     average_pooling,
 )
 from quark.torch.extensions.brevitas.graph import ACTIVATIONS, Add, Cat, GraphInput, QuantPoint
-from quark.torch.quantization.config.spec import ROLES
+from quark.torch.quantization.config.spec import ROLES, Role
 from quark.torch.quantization.plan import ConfigView, LayerPlan, Site, layer_type
 from quark.torch.quantization.tensor_quant import Format, TensorQuant
 
@@ -187,7 +187,7 @@ class GraphRewriter:
         plans_by_name = {p.name: p for p in plans}
         for plan in plans:
             if replaced_by_sign(plan):
-                plan.origins["output_tensors"] += f" (bipolar: the sign replaces {plan.module_type.__name__})"
+                plan.origins[Role.output_tensors] += f" (bipolar: the sign replaces {plan.module_type.__name__})"
         pairs = folding.graph_pairs(model)
         folding.assign(plans, pairs)
         folded = {p.batch_norm for p in plans if p.batch_norm}
@@ -211,14 +211,14 @@ class GraphRewriter:
             if spec is None:
                 continue
             if plan.module_type in ACTIVATIONS:  # its input arrives quantized (see _activation)
-                plan.upstream["input_tensors"] = upstream.name
+                plan.upstream[Role.input_tensors] = upstream.name
                 continue
-            own = plan.specs["input_tensors"]
-            if own is not None and own != spec and not plan.origins["input_tensors"].startswith("global_quant_config"):
+            own = plan.specs[Role.input_tensors]
+            if own is not None and own != spec and not plan.origins[Role.input_tensors].startswith("global_quant_config"):
                 continue
-            plan.specs["input_tensors"] = spec
-            plan.upstream["input_tensors"] = upstream.name
-            plan.origins["input_tensors"] = f"upstream {upstream.name!r}"
+            plan.specs[Role.input_tensors] = spec
+            plan.upstream[Role.input_tensors] = upstream.name
+            plan.origins[Role.input_tensors] = f"upstream {upstream.name!r}"
 
     def rewrite(self, model: fx.GraphModule, plans: list[LayerPlan], sites: list[Site]) -> fx.GraphModule:
         by_name = {s.name: s for s in sites}
@@ -284,7 +284,7 @@ def _activation(plan: LayerPlan, site: Site) -> nn.Module:
     """The activation, its output quantized; its input too where the plan's target runs it only
     between DequantizeLinear and QuantizeLinear (``targets.activation_input_quantized``) and it
     arrives float (a layer's output), on the signed grid of the output's spec."""
-    output = plan.specs["output_tensors"]
+    output = plan.specs[Role.output_tensors]
     if replaced_by_sign(plan):
         return nn.Sequential(OrderedDict(quant=_quant_identity(output)))
     activation = copy.deepcopy(site.module)
@@ -292,7 +292,7 @@ def _activation(plan: LayerPlan, site: Site) -> nn.Module:
         activation.inplace = False  # it may receive a tensor other nodes still read
     stages = OrderedDict(act=activation, quant=_quant_identity(output))
     wants_input = site.type in ELEMENTWISE and activation_input_quantized(plan.target_device, site.type)
-    if wants_input and "input_tensors" not in plan.upstream:
+    if wants_input and Role.input_tensors not in plan.upstream:
         signed = replace(output, signed=True) if output.format is Format.integer else output
         stages = OrderedDict(input_quant=_quant_identity(signed), **stages)
     return nn.Sequential(stages)
@@ -302,7 +302,7 @@ def replaced_by_sign(plan: LayerPlan) -> bool:
     """Whether a bipolar output replaces the activation: the output of a non-negative activation
     (ReLU, ...) has the sign +1 everywhere, and in a binary network the sign is the activation
     (BinaryNet, Courbariaux et al. 2016; Brevitas' bnn_pynq: batch norm, then the sign)."""
-    output = plan.specs.get("output_tensors")
+    output = plan.specs.get(Role.output_tensors)
     return (
         output is not None
         and output.format is Format.bipolar
@@ -315,8 +315,8 @@ def _two_sided(layer: type[nn.Module]) -> Callable[[LayerPlan, Site], nn.Module]
     def build(plan: LayerPlan, site: Site) -> nn.Module:
         specs = plan.specs
         return layer(
-            input_quant=act_quant(specs["input_tensors"]) if specs["input_tensors"] else None,
-            output_quant=act_quant(specs["output_tensors"]) if specs["output_tensors"] else None,
+            input_quant=act_quant(specs[Role.input_tensors]) if specs[Role.input_tensors] else None,
+            output_quant=act_quant(specs[Role.output_tensors]) if specs[Role.output_tensors] else None,
             return_quant_tensor=True,
         )
 
@@ -328,11 +328,11 @@ def _pool(plan: LayerPlan, site: Site) -> nn.Module:
     float average requantized with ``output_tensors``, else with the input's spec (what QDQ graphs
     and FINN's GlobalAccPool take), or the sum truncated to the bit width of the input (floor, as
     FINN's QuantAvgPool2d), integer to integer. An input arriving float is quantized first."""
-    spec, output = plan.specs["input_tensors"], plan.specs["output_tensors"]
+    spec, output = plan.specs[Role.input_tensors], plan.specs[Role.output_tensors]
     module = site.module
     form = average_pooling(plan.target_device, windowed=type(module) is nn.AvgPool2d)
     stages: OrderedDict[str, nn.Module] = OrderedDict()
-    if spec is not None and "input_tensors" not in plan.upstream:
+    if spec is not None and Role.input_tensors not in plan.upstream:
         stages["quant"] = _quant_identity(spec)
     if output is not None or form is AveragePooling.requantized:
         stages["pool"] = copy.deepcopy(module)
@@ -347,20 +347,20 @@ def _pool(plan: LayerPlan, site: Site) -> nn.Module:
 
 def _compute(plan: LayerPlan, site: Site, model: fx.GraphModule | None = None) -> nn.Module:
     own = plan
-    if "input_tensors" in plan.upstream:  # no input quantizer of its own; its weights may bound against it (A2Q)
+    if Role.input_tensors in plan.upstream:  # no input quantizer of its own; its weights may bound against it (A2Q)
         own = replace(plan, specs={**plan.specs, "input_tensors": None})
     return folding.build(
         own,
         site.module,
         model,
-        return_quant_tensor=plan.specs["output_tensors"] is not None,
-        inputs=plan.specs["input_tensors"],
+        return_quant_tensor=plan.specs[Role.output_tensors] is not None,
+        inputs=plan.specs[Role.input_tensors],
     )
 
 
 #: site kind -> the module that replaces it (an input's quantizer is inserted after the input)
 BUILDERS: dict[str, Callable[[LayerPlan, Site], nn.Module]] = {
-    "input": lambda plan, site: _quant_identity(plan.specs["input_tensors"]),
+    "input": lambda plan, site: _quant_identity(plan.specs[Role.input_tensors]),
     "activation": _activation,
     "add": _two_sided(qnn.QuantEltwiseAdd),
     "cat": _two_sided(QuantConcat),
@@ -415,12 +415,12 @@ def _all_inputs_non_negative(model: fx.GraphModule, node: fx.Node, non_negative:
 def _produced_spec(plan: LayerPlan) -> TensorQuant | None:
     """The spec on whose grid the site's output lies (None: float)."""
     if plan.module_type is GraphInput:
-        return plan.specs["input_tensors"]
+        return plan.specs[Role.input_tensors]
     if plan.module_type in (Add, Cat):
-        return plan.specs["output_tensors"] or plan.specs["input_tensors"]
+        return plan.specs[Role.output_tensors] or plan.specs[Role.input_tensors]
     if plan.module_type in AVG_POOLS:  # requantized with the input's spec, or truncated to its bit width and sign
-        return plan.specs["output_tensors"] or plan.specs["input_tensors"]
-    return plan.specs["output_tensors"]
+        return plan.specs[Role.output_tensors] or plan.specs[Role.input_tensors]
+    return plan.specs[Role.output_tensors]
 
 
 def _producer(model: fx.GraphModule, node, folded: Collection[str] = ()) -> fx.Node | None:

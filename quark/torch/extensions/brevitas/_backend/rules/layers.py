@@ -21,18 +21,19 @@ from quark.torch.extensions.brevitas._backend.rules import Found, Rule
 from quark.torch.extensions.brevitas._backend.rules import markdown as rules_markdown
 from quark.torch.extensions.brevitas._backend.rules import problems as collect
 from quark.torch.quantization.config.algorithms import Phase
+from quark.torch.quantization.config.spec import Role
 from quark.torch.quantization.config.type import QSchemeType, ScaleType
 from quark.torch.quantization.plan import LayerPlan, Site
 from quark.torch.quantization.tensor_quant import Format
 
 
 def _product_bias(plan: LayerPlan) -> bool:
-    bias = plan.specs["bias"]
+    bias = plan.specs[Role.bias]
     return bias is not None and bias.bias_scale_from_product
 
 
 def _bias_operands_quantized(plan: LayerPlan, module: nn.Module) -> Iterable[Found]:
-    if _product_bias(plan) and (plan.specs["input_tensors"] is None or plan.specs["weight"] is None):
+    if _product_bias(plan) and (plan.specs[Role.input_tensors] is None or plan.specs[Role.weight] is None):
         yield (
             "bias with scale = input scale x weight scale needs input_tensors and weight quantized too",
             "quantize them, or give the bias spec its own observer_cls",
@@ -51,13 +52,13 @@ def _bias_operands_integer(plan: LayerPlan, module: nn.Module) -> Iterable[Found
 
 
 def _bias_input_static(plan: LayerPlan, module: nn.Module) -> Iterable[Found]:
-    spec = plan.specs["input_tensors"]
+    spec = plan.specs[Role.input_tensors]
     if _product_bias(plan) and spec is not None and spec.is_dynamic:
         yield "a bias scaled by the input scale needs a static input_tensors spec, got is_dynamic=True"
 
 
 def _pof2_bias_operands(plan: LayerPlan, module: nn.Module) -> Iterable[Found]:
-    if _product_bias(plan) and plan.specs["bias"].scale_type is ScaleType.pof2:
+    if _product_bias(plan) and plan.specs[Role.bias].scale_type is ScaleType.pof2:
         for role in ("input_tensors", "weight"):
             spec = plan.specs[role]
             if spec is not None and spec.scale_type is not ScaleType.pof2:
@@ -65,9 +66,9 @@ def _pof2_bias_operands(plan: LayerPlan, module: nn.Module) -> Iterable[Found]:
 
 
 def _channel_axis_with_input(plan: LayerPlan, module: nn.Module) -> Iterable[Found]:
-    weight = plan.specs["weight"]
+    weight = plan.specs[Role.weight]
     if (
-        plan.specs["input_tensors"] is not None
+        plan.specs[Role.input_tensors] is not None
         and weight is not None
         and weight.qscheme is QSchemeType.per_channel
     ):
@@ -81,7 +82,7 @@ def _channel_axis_with_input(plan: LayerPlan, module: nn.Module) -> Iterable[Fou
 
 
 def _bias_weight_granularity(plan: LayerPlan, module: nn.Module) -> Iterable[Found]:
-    weight = plan.specs["weight"]
+    weight = plan.specs[Role.weight]
     if _product_bias(plan) and weight is not None and weight.qscheme is not QSchemeType.per_tensor:
         out_axis = OUTPUT_CHANNEL_AXIS.get(type(module), 0)
         axis = weight_axis(weight, module, weights(module)[0][1])
@@ -96,7 +97,7 @@ def _bias_weight_granularity(plan: LayerPlan, module: nn.Module) -> Iterable[Fou
 
 
 def _weight_axis_in_range(plan: LayerPlan, module: nn.Module) -> Iterable[Found]:
-    weight = plan.specs["weight"]
+    weight = plan.specs[Role.weight]
     if weight is not None and weight.ch_axis is not None:
         for name, tensor in weights(module):
             if not -tensor.dim() <= weight.ch_axis < tensor.dim():
@@ -104,7 +105,7 @@ def _weight_axis_in_range(plan: LayerPlan, module: nn.Module) -> Iterable[Found]
 
 
 def _groups_divide(plan: LayerPlan, module: nn.Module) -> Iterable[Found]:
-    weight = plan.specs["weight"]
+    weight = plan.specs[Role.weight]
     if weight is not None and weight.qscheme is QSchemeType.per_group:
         for name, tensor in weights(module):
             if weight.ch_axis is not None and not -tensor.dim() <= weight.ch_axis < tensor.dim():
@@ -150,12 +151,12 @@ def _blocks_along_channels(plan: LayerPlan, module: nn.Module) -> Iterable[Found
 
 
 def _a2q(plan: LayerPlan):
-    weight = plan.specs["weight"]
+    weight = plan.specs[Role.weight]
     return weight if weight is not None and weight.accumulator_bits is not None else None
 
 
 def _a2q_input(plan: LayerPlan, module: nn.Module) -> Iterable[Found]:
-    weight, inputs = _a2q(plan), plan.specs["input_tensors"]
+    weight, inputs = _a2q(plan), plan.specs[Role.input_tensors]
     if weight is None:
         return
     if inputs is None:
@@ -181,7 +182,7 @@ def _a2q_layer(plan: LayerPlan, module: nn.Module) -> Iterable[Found]:
 
 
 def _a2q_too_narrow(plan: LayerPlan, module: nn.Module) -> Iterable[Found]:
-    weight, inputs = _a2q(plan), plan.specs["input_tensors"]
+    weight, inputs = _a2q(plan), plan.specs[Role.input_tensors]
     if weight is None or inputs is None or inputs.format is not Format.integer:
         return
     zero_centered = weight.zero_centered

@@ -18,6 +18,7 @@ from quark.torch.extensions.brevitas._backend.export.onnx_graph import (
 )
 from quark.torch.extensions.brevitas._backend.rules import ACT, DATA, FROM_A_SPEC, Found, Rule, spec_rule
 from quark.torch.extensions.brevitas.graph import ACTIVATIONS, GraphInput
+from quark.torch.quantization.config.spec import Role
 from quark.torch.quantization.tensor_quant import Format
 
 #: widest quantizer FINN's ConvertQONNXtoFINN turns into a MultiThreshold (its default filter)
@@ -62,13 +63,13 @@ def not_graph_mode(plans: Sequence[Any]) -> Iterable[Found]:
 
 def input_float(plans: Sequence[Any]) -> Iterable[Found]:
     for p in plans:
-        if p.module_type is GraphInput and p.specs["input_tensors"] is None:
+        if p.module_type is GraphInput and p.specs[Role.input_tensors] is None:
             yield f"site {p.name!r}: network input not quantized"
 
 
 def _signed_after_relu(plans: Sequence[Any]) -> Iterable[Found]:
     for p in plans:
-        spec = p.specs.get("output_tensors")
+        spec = p.specs.get(Role.output_tensors)
         # a bipolar output replaces the ReLU (graph mode: the sign is the activation)
         if p.module_type is nn.ReLU and spec is not None and spec.signed and spec.format is not Format.bipolar:
             yield (

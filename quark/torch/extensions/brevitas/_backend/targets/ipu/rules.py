@@ -28,6 +28,7 @@ from quark.torch.extensions.brevitas._backend.export.onnx_graph import (
 )
 from quark.torch.extensions.brevitas._backend.inventory import Module
 from quark.torch.extensions.brevitas._backend.rules import BIAS, DATA, FROM_A_SPEC, Found, Rule, spec_rule
+from quark.torch.quantization.config.spec import Role
 from quark.torch.quantization.config.type import RoundType, ScaleType
 from quark.torch.quantization.tensor_quant import Format
 
@@ -89,7 +90,7 @@ def _operands_quantized(subject: Module, roles: tuple[str, ...] = tuple(_LAYER_R
         if attr in roles
         and not getattr(layer, attr).is_quant_enabled
         and (attr != "bias_quant" or layer.bias is not None)
-        and (attr != "input_quant" or "input_tensors" not in subject.upstream)
+        and (attr != "input_quant" or Role.input_tensors not in subject.upstream)
     ]
     if missing:
         yield f"{', '.join(missing)} not quantized"
