@@ -12,6 +12,13 @@ output goes through elementwise nodes to a Transpose back to channels-last (or, 
 ``Flatten``: NHWC and NCHW order a 1x1 map alike), becomes a channels-last windowed pool on the
 channels-last tensor (a global pool: one window over the whole map), and the transposes go.
 
+qonnx's conversion also leaves, where a quantized tensor forks (a convolution's output quantizer
+feeding both an addition and another quantizer, as timm's MobileNetV4 blocks), a ``Transpose`` whose
+annotated output shape is its input shape, unpermuted: a transpose it meant to cancel. hls4ml
+builds a transpose layer from it and sizes the next convolution's buffers from the permuted shape
+(measured: the compiled MobileNetV4 wrote past a buffer and ended the process). Such transposes go
+(:class:`StaleTransposes`); the firmware's comparison with torch checks the result.
+
 hls4ml pads a max pool with the pool's input type's top bit set: the least value of an ``ap_fixed``,
 but the greatest of an ``ap_ufixed``. On an unsigned input (a max pool after ReLU, as ResNet stems)
 zero is the least value, so the padding becomes a ``Pad`` of zeros (hls4ml's ``ZeroPadding2D``)
@@ -109,6 +116,24 @@ class AveragePoolsChannelsLast(Transformation):
                 graph.node.remove(back)
             for tensor in chain:
                 model.set_tensor_shape(tensor, [batch, out_height, out_width, channels])
+        return model, False
+
+
+class StaleTransposes(Transformation):
+    """Transposes whose annotated output shape is their input's, though their permutation moves
+    dimensions of different sizes: removed, their consumers reading their input."""
+
+    def apply(self, model):
+        graph = model.graph
+        outputs = {o.name for o in graph.output}
+        for node in [n for n in graph.node if n.op_type == "Transpose"]:
+            shape, result = model.get_tensor_shape(node.input[0]), model.get_tensor_shape(node.output[0])
+            perm = _attribute(node, "perm")
+            if shape is None or shape != result or [shape[i] for i in perm] == shape or node.output[0] in outputs:
+                continue
+            for consumer in model.find_consumers(node.output[0]) or []:
+                consumer.input[:] = [node.input[0] if name == node.output[0] else name for name in consumer.input]
+            graph.node.remove(node)
         return model, False
 
 

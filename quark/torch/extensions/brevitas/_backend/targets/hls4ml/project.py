@@ -34,7 +34,6 @@ from quark.torch.extensions.brevitas._backend.targets.hls4ml.precision import (
     input_quant,
     layer_precisions,
 )
-from quark.torch.extensions.brevitas._backend.targets.hls4ml.runner import on_firmware_stack
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +104,10 @@ def prepare(qonnx_path: str, hls4ml_pools: bool = True):
     from qonnx.util.cleanup import cleanup_model
 
     from quark.torch.extensions.brevitas._backend.targets.finn.origins import run_transform, tag_origins
-    from quark.torch.extensions.brevitas._backend.targets.hls4ml.layout import AveragePoolsChannelsLast
+    from quark.torch.extensions.brevitas._backend.targets.hls4ml.layout import (
+        AveragePoolsChannelsLast,
+        StaleTransposes,
+    )
 
     model = ModelWrapper(qonnx_path)
     tag_origins(model)  # the torch module of each node, for the refusals (cleanup renames the nodes)
@@ -114,7 +116,7 @@ def prepare(qonnx_path: str, hls4ml_pools: bool = True):
     with warnings.catch_warnings():  # "only explicit support for version 9 of the Gemm node": opset 17's is alike
         warnings.filterwarnings("ignore", message="The GemmToMatMul transformation", category=UserWarning)
         model = model.transform(GemmToMatMul())
-    model = cleanup_model(model)
+    model = cleanup_model(model).transform(StaleTransposes())
     if not hls4ml_pools:
         return model
     # last: qonnx has no channels-last AveragePool op to infer shapes with (hls4ml only parses it)
@@ -252,7 +254,7 @@ def build(
     compiled = time.perf_counter()
     channels_last = np.ascontiguousarray(np.moveaxis(inputs, 1, -1) if inputs.ndim > 2 else inputs)
     channels_last = np.ascontiguousarray(quantized_input(model, channels_last).astype(np.float32))
-    produced = np.asarray(on_firmware_stack(firmware.predict, channels_last)).reshape(expected.shape)
+    produced = np.asarray(firmware.predict(channels_last)).reshape(expected.shape)
     predicted = time.perf_counter()
     np.save(out / FILES["input"], channels_last)
     np.save(out / FILES["expected"], expected)

@@ -13,8 +13,6 @@ import io
 
 import numpy as np
 
-from quark.torch.extensions.brevitas._backend.targets.hls4ml.runner import on_firmware_stack
-
 
 def _range(precision) -> tuple[float, float, float]:
     """(lowest, highest, step) of an hls4ml fixed-point precision."""
@@ -37,7 +35,7 @@ def first_difference(firmware, executable, sample: np.ndarray) -> str | None:
     for layer in layers:
         layer.set_attr("trace", True)
     with contextlib.redirect_stdout(io.StringIO()):  # "Recompiling ... with tracing"
-        _, traced = on_firmware_stack(firmware.trace, np.ascontiguousarray(sample[None]))
+        _, traced = firmware.trace(np.ascontiguousarray(sample[None]))
     for layer in layers:
         tensor = layer.outputs[0]
         if layer.name not in traced or tensor not in reference:
