@@ -186,12 +186,18 @@ def _child(flow: str, name: str, directory: str) -> None:
 
     logging.basicConfig(level=logging.ERROR)
     arguments = (name, Path(directory)) if flow == "prepare" else (Path(directory),)
-    result = FLOWS[flow](*arguments)
+    report(FLOWS[flow](*arguments))
+
+
+def report(result: dict) -> None:
+    """A child's result, as the last line of its output (what :func:`fresh_process` reads)."""
     print("\n" + json.dumps(result), file=sys.__stdout__, flush=True)
 
 
-def _run(flow: str, name: str, directory: Path, timeout: float) -> dict:
-    command = [sys.executable, __file__, "--child", flow, name, str(directory)]
+def fresh_process(script: str, arguments: list[str], timeout: float | None = None) -> dict:
+    """``script --child *arguments`` in a fresh interpreter (nothing cached between runs): the JSON its
+    last line reports, or ``{"failed": why}`` with ``seconds`` the timeout or NaN."""
+    command = [sys.executable, script, "--child", *arguments]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
@@ -200,6 +206,10 @@ def _run(flow: str, name: str, directory: Path, timeout: float) -> dict:
     if done.returncode != 0 or not lines:
         return {"seconds": math.nan, "equal": False, "failed": done.stderr[-1500:]}
     return json.loads(lines[-1])
+
+
+def _run(flow: str, name: str, directory: Path, timeout: float) -> dict:
+    return fresh_process(__file__, [flow, name, str(directory)], timeout)
 
 
 def main(argv=None) -> int:

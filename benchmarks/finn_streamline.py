@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -71,18 +69,16 @@ def _child(step: str, name: str, directory: str) -> None:
     warnings.simplefilter("ignore")
     if step == "prepare":
         before_streamlining(name, Path(directory))
-        result = {}
+        finn_build.report({})
     else:
-        result = streamline(step, Path(directory))
-    print("\n" + json.dumps(result), file=sys.__stdout__, flush=True)
+        finn_build.report(streamline(step, Path(directory)))
 
 
 def _run(step: str, name: str, directory: Path) -> dict:
-    done = subprocess.run([sys.executable, __file__, "--child", step, name, str(directory)], capture_output=True, text=True, check=False)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise SystemExit(f"{step} failed:\n{done.stderr[-2000:]}")
-    return json.loads(lines[-1])
+    result = finn_build.fresh_process(__file__, [step, name, str(directory)])
+    if "failed" in result:
+        raise SystemExit(f"{step} failed:\n{result['failed']}")
+    return result
 
 
 def main(argv=None) -> int:
