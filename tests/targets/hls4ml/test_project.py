@@ -200,3 +200,27 @@ def test_an_average_pool_with_padding_is_refused_before_hls4ml_runs(tmp_path, da
     with pytest.raises(TargetCheckError, match=r"module '2[.a-z]*'\): an average pool whose windows leave the map"):
         ModelExporter(out).export_hls4ml_project(qmodel, data.test.tensors[0][:4])
     assert not out.exists()
+
+
+class ZeroedBlock(nn.Module):
+    """A residual block whose last batch norm starts at zero (timm's ResNets, ``zero_init_last``):
+    merged, the convolution's weights are all zero, its output zero everywhere."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem, self.conv, self.bn = nn.Conv2d(1, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8)
+        nn.init.zeros_(self.bn.weight)
+        self.head = nn.Linear(8 * 8 * 8, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.stem(x))
+        return self.head(torch.relu(x + self.bn(self.conv(x))).flatten(1))
+
+
+def test_a_convolution_whose_weights_are_all_zero_compiles_exactly(tmp_path, data):
+    torch.manual_seed(0)
+    qmodel = quantize(presets.hls4ml(4, 4), ZeroedBlock().eval(), data.loader("train"))
+    project = ModelExporter(tmp_path).export_hls4ml_project(qmodel, data.test.tensors[0][:64])
+    assert project.exact
+    zero = [types["result"] for name, types in project.precisions.items() if name.startswith("Conv")]
+    assert "ufixed<1,1>" in zero  # the zero tensor on the integer grid, not 2^-(scale's exponent)

@@ -57,6 +57,12 @@ class Fixed:
         return Fixed(frac, min(a.lo, b.lo), max(a.hi, b.hi))
 
 
+#: a tensor that is zero everywhere (a convolution whose weights are all zero: timm's ResNets zero the
+#: last batch norm of each block, merged into the weights): on the integer grid, whatever grid its
+#: inputs had (``ap_ufixed<1,-45>`` broke ap_types' own bit reads: an assertion ending the process)
+ZERO = Fixed(0, 0, 0)
+
+
 class PrecisionError(RefusedError):
     """A tensor of the graph has no exact fixed-point type (a scale that is no power of two, say)."""
 
@@ -153,7 +159,7 @@ class Precisions:
                 raise PrecisionError(f"{_named(self.model, node)}: no fixed-point type rule")
             result = rule(self, node)
             if result is not None:
-                self.types[node.output[0]] = result
+                self.types[node.output[0]] = ZERO if result.lo == result.hi == 0 else result
 
     def of(self, tensor: str, node) -> Fixed:
         if tensor in self.types:
