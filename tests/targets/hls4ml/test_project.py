@@ -76,7 +76,7 @@ def test_a_firmware_that_differs_from_torch_is_an_error(tmp_path, data, monkeypa
 
     exact = project.layer_precisions
     narrow = {"accum": "fixed<6,2>", "result": "fixed<6,2>"}
-    monkeypatch.setattr(project, "layer_precisions", lambda m, p: {k: narrow for k in exact(m, p) if k != "global_in"})
+    monkeypatch.setattr(project, "layer_precisions", lambda m, p, f: {k: narrow for k in exact(m, p, f) if k != "global_in"})
     torch.manual_seed(0)
     qmodel = quantize(presets.hls4ml(8, 8), trained(digits.cnn(), data, epochs=2), data.loader("train"))
     message = (

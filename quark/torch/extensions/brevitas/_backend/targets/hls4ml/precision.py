@@ -319,15 +319,14 @@ _RULES: dict[str, Callable[[Precisions, object], Fixed | None]] = {
 TYPED_OPS = frozenset(_RULES) - {"Pad"}
 
 
-def layer_precisions(model, precisions: Precisions) -> dict[str, dict[str, str]]:
+def layer_precisions(model, precisions: Precisions, fused: dict[str, Fixed]) -> dict[str, dict[str, str]]:
     """The exact ``accum`` and ``result`` type of every non-Quant node, by node name (hls4ml's
     ``LayerName`` entries); a product followed by its bias's addition takes the type of the sum
-    (:func:`fused_products`). The graph input takes its quantizer's type."""
+    (``fused``: :func:`fused_products`). The graph input takes its quantizer's type."""
     entries: dict[str, dict[str, str]] = {}
     graph_input = model.graph.input[0].name
     if graph_input in precisions.types:
         entries[graph_input] = {"result": precisions.types[graph_input].hls()}
-    fused = fused_products(model, precisions)
     for node in model.graph.node:
         if node.op_type == "Quant" or node.output[0] not in precisions.types:
             continue

@@ -226,7 +226,8 @@ def build(
             "takes windows equal to their stride, unpadded but after ReLU; io_type=io_parallel takes both)",
             pools,
         )
-    types, fused = layer_precisions(model, precisions), fused_products(model, precisions)  # computed once
+    fused = fused_products(model, precisions)
+    types = layer_precisions(model, precisions, fused)
     project_dir = out / FILES["project"]
     try:
         settings = hls_config(model, types, fused, config)
