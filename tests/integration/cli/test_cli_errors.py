@@ -264,8 +264,9 @@ def _package_errors():
     from quark.torch.quantization.quark013_api import QuarkFeatureRefused
 
     refused = [TargetCheckError("x", []), UnsupportedExportError("x", []), UsageError("x"), QuarkFeatureRefused("x")]
-    failed = [ExportVerificationError("x", None), FinnError("x"), Hls4mlError("x"), ExecutionError("x"), Failed("x")]
-    return [(e, 2, "error") for e in refused] + [(e, 1, "failed") for e in failed]
+    failed = [ExportVerificationError("x", None), FinnError("x"), Hls4mlError("x"), Failed("x")]
+    internal = [(ExecutionError("x"), 3, "unexpected ExecutionError")]  # qonnx's bare Exception, mirrored
+    return [(e, 2, "error") for e in refused] + [(e, 1, "failed") for e in failed] + internal
 
 
 @pytest.mark.parametrize("error, status, word", _package_errors(), ids=lambda v: type(v).__name__ if isinstance(v, Exception) else None)

@@ -41,16 +41,17 @@ def test_a_transpose_whose_shapes_agree_with_its_permutation_stays():
 
 
 def test_a_padded_max_pool_on_an_unsigned_input_is_zero_padded_first():
+    """ONNX's pads (top, left, bottom, right) = (1, 0, 2, 1) become the NHWC Pad's begins and ends."""
     pool = helper.make_node(
-        "MaxPool", ["a"], ["y"], name="pool", domain=CHANNELS_LAST, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]
+        "MaxPool", ["a"], ["y"], name="pool", domain=CHANNELS_LAST, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 2, 1]
     )
     nodes = [helper.make_node("Relu", ["x"], ["a"], name="r0"), pool]
-    model = _graph(nodes, {"x": [1, 6, 6, 4], "a": [1, 6, 6, 4], "y": [1, 3, 3, 4]}, "x", "y")
+    model = _graph(nodes, {"x": [1, 6, 6, 4], "a": [1, 6, 6, 4], "y": [1, 4, 3, 4]}, "x", "y")
     model = model.transform(ZeroPaddedMaxPools(lambda tensor: tensor == "a"))
     pad, pool = model.graph.node[1], model.graph.node[2]
     assert pad.op_type == "Pad" and pool.op_type == "MaxPool" and pool.input[0] == pad.output[0]
-    assert np.array_equal(model.get_initializer(pad.input[1]), [0, 1, 1, 0, 0, 1, 1, 0])
-    assert model.get_tensor_shape(pad.output[0]) == [1, 8, 8, 4]
+    assert np.array_equal(model.get_initializer(pad.input[1]), [0, 1, 0, 0, 0, 2, 1, 0])
+    assert model.get_tensor_shape(pad.output[0]) == [1, 9, 7, 4]
     assert next(list(a.ints) for a in pool.attribute if a.name == "pads") == [0, 0, 0, 0]
 
 

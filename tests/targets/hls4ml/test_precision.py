@@ -76,6 +76,11 @@ def test_a_truncated_average_rounds_as_the_exact_one(f, k, count):
         assert half_even(truncated) == half_even(exact), (total, exact, truncated)
 
 
+def test_a_tensor_zero_everywhere_is_spelled_on_the_integer_grid():
+    """All-zero weights give [0, 0] on the product's grid (2^-46, say): ufixed<1,-45> broke ap_types."""
+    assert Fixed(46, 0, 0).hls() == "ufixed<1,1>" and Fixed(46, 0, 0).aligned(50) == Fixed(50, 0, 0)
+
+
 def test_width_of_negative_ranges_is_the_least():
     assert Fixed(0, -1, -1).width == 1 and Fixed(0, -8, -8).width == 4 and Fixed(0, -9, -3).width == 5
 

@@ -190,14 +190,23 @@ def test_windowed_average_pools_and_a_convolution_after_the_global_pool_compile_
     assert kernels == [[2, 2], [4, 4]] and {p.domain for p in pools} == {"qonnx.custom_op.channels_last"}
 
 
-def test_an_average_pool_with_padding_is_refused_before_hls4ml_runs(tmp_path, data):
-    """hls4ml's average pool divides by the window's size or by the values inside the map: the
-    quotient's type could not be made exact for both; refused, naming the module."""
+@pytest.mark.parametrize(
+    "pool, rest, message",
+    [
+        (nn.AvgPool2d(3, 1, padding=1), [nn.Conv2d(4, 4, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 10)],
+         "an average pool with padding"),
+        (nn.AvgPool2d(2), [nn.Flatten(), nn.Linear(36, 10)], "an average pool left channels-first"),
+    ],
+    ids=["padded", "flattened"],
+)
+def test_an_average_pool_hls4ml_cannot_compute_is_refused_before_hls4ml_runs(tmp_path, data, pool, rest, message):
+    """hls4ml divides a padded border window by its size or by the values inside the map (no type makes
+    both exact), and reads a pool qonnx leaves channels-first (flattened over a 3x3 map) channels-last."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.AvgPool2d(2, ceil_mode=True), nn.Flatten(), nn.Linear(36, 10))
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), pool, *rest)
     qmodel = quantize(presets.hls4ml(4, 4), model.eval(), data.loader("train"))
     out = tmp_path / "project"
-    with pytest.raises(TargetCheckError, match=r"module '2[.a-z]*'\): an average pool whose windows leave the map"):
+    with pytest.raises(TargetCheckError, match=rf"module '[0-9.a-z]*'\): {message}"):
         ModelExporter(out).export_hls4ml_project(qmodel, data.test.tensors[0][:4])
     assert not out.exists()
 

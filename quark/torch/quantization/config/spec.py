@@ -6,7 +6,7 @@ widths). The layer and model configs (:mod:`.config`) and Quark 0.13's spec help
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import Enum
 from typing import Any
 
 from quark.torch.quantization.config._fields import (
@@ -27,9 +27,13 @@ from quark.torch.quantization.config.type import (
 from quark.torch.quantization.observer import OBSERVERS, ObserverBase, TQTObserver
 
 
-class Role(StrEnum):
+class Role(str, Enum):
     """The tensor roles of a layer config (its field names), in field order. A ``str``: plans key their
-    ``specs`` / ``origins`` / ``upstream`` by the plain names, and ``plan.specs[Role.weight]`` finds them."""
+    ``specs`` / ``origins`` / ``upstream`` by the plain names (store ``Role.x.value``), and
+    ``plan.specs[Role.weight]`` finds them. (``enum.StrEnum`` would need Python 3.11.)"""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
 
     input_tensors = "input_tensors"
     output_tensors = "output_tensors"

@@ -242,7 +242,7 @@ def _classify(error: BaseException) -> tuple[int, str]:
     """(exit status, word) of an error: the package's own carry theirs (a verification or a toolchain
     step that failed is 1, a refused input 2); of the others, a refused value 2, a failed run 1,
     anything else 3."""
-    if isinstance(error, QuarkBrevitasError):
+    if isinstance(error, QuarkBrevitasError) and error.exit_status != INTERNAL:
         return error.exit_status, error.word
     if isinstance(error, (ValueError, TypeError, NotImplementedError, FileNotFoundError, ImportError)):
         return USAGE, "error"

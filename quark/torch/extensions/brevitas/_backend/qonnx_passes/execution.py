@@ -28,11 +28,11 @@ from qonnx.util.basic import (
 )
 from qonnx.util.onnx import valueinfo_to_tensor
 
-from quark.common.errors import FailedError
+from quark.common.errors import QuarkBrevitasError
 from quark.torch.extensions.brevitas._backend.qonnx_passes.indexed import IndexedModel
 
 
-class ExecutionError(FailedError):
+class ExecutionError(QuarkBrevitasError):
     """What qonnx's ``execute_onnx`` raises as a bare ``Exception``: the same messages."""
 
 

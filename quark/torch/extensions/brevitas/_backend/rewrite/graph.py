@@ -211,14 +211,14 @@ class GraphRewriter:
             if spec is None:
                 continue
             if plan.module_type in ACTIVATIONS:  # its input arrives quantized (see _activation)
-                plan.upstream[Role.input_tensors] = upstream.name
+                plan.upstream[Role.input_tensors.value] = upstream.name
                 continue
             own = plan.specs[Role.input_tensors]
             if own is not None and own != spec and not plan.origins[Role.input_tensors].startswith("global_quant_config"):
                 continue
             plan.specs[Role.input_tensors] = spec
-            plan.upstream[Role.input_tensors] = upstream.name
-            plan.origins[Role.input_tensors] = f"upstream {upstream.name!r}"
+            plan.upstream[Role.input_tensors.value] = upstream.name
+            plan.origins[Role.input_tensors.value] = f"upstream {upstream.name!r}"
 
     def rewrite(self, model: fx.GraphModule, plans: list[LayerPlan], sites: list[Site]) -> fx.GraphModule:
         by_name = {s.name: s for s in sites}
@@ -348,7 +348,7 @@ def _pool(plan: LayerPlan, site: Site) -> nn.Module:
 def _compute(plan: LayerPlan, site: Site, model: fx.GraphModule | None = None) -> nn.Module:
     own = plan
     if Role.input_tensors in plan.upstream:  # no input quantizer of its own; its weights may bound against it (A2Q)
-        own = replace(plan, specs={**plan.specs, "input_tensors": None})
+        own = replace(plan, specs={**plan.specs, Role.input_tensors.value: None})
     return folding.build(
         own,
         site.module,

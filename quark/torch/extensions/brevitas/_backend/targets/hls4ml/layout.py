@@ -60,7 +60,7 @@ def _window(node, height: int, width: int) -> dict:
     kernel = list(_attribute(node, "kernel_shape"))
     return {
         "kernel_shape": kernel,
-        "strides": list(_attribute(node, "strides", kernel)),
+        "strides": list(_attribute(node, "strides", [1] * len(kernel))),  # ONNX's default
         "pads": list(_attribute(node, "pads", [0, 0, 0, 0])),
         "count_include_pad": int(_attribute(node, "count_include_pad", 0)),
     }
@@ -128,7 +128,7 @@ class StaleTransposes(Transformation):
         outputs = {o.name for o in graph.output}
         for node in [n for n in graph.node if n.op_type == "Transpose"]:
             shape, result = model.get_tensor_shape(node.input[0]), model.get_tensor_shape(node.output[0])
-            perm = _attribute(node, "perm")
+            perm = _attribute(node, "perm", list(reversed(range(len(shape or [])))))  # ONNX's default
             if shape is None or shape != result or [shape[i] for i in perm] == shape or node.output[0] in outputs:
                 continue
             for consumer in model.find_consumers(node.output[0]) or []:

@@ -43,7 +43,11 @@ class Fixed:
         return max(self.hi.bit_length(), 1)
 
     def hls(self) -> str:
-        """hls4ml's spelling: ``fixed<W,I>`` / ``ufixed<W,I>`` (I integer bits, sign included)."""
+        """hls4ml's spelling: ``fixed<W,I>`` / ``ufixed<W,I>`` (I integer bits, sign included). A tensor
+        zero everywhere (all-zero weights: timm's zero-initialised last batch norm, merged) is spelled
+        ``ufixed<1,1>``: on its grid ``ufixed<1,-45>``, which made ap_types assert and end the process."""
+        if self.lo == self.hi == 0:
+            return "ufixed<1,1>"
         return f"{'fixed' if self.signed else 'ufixed'}<{self.width},{self.width - self.frac}>"
 
     def aligned(self, frac: int) -> Fixed:
@@ -55,12 +59,6 @@ class Fixed:
         frac = max(self.frac, other.frac)
         a, b = self.aligned(frac), other.aligned(frac)
         return Fixed(frac, min(a.lo, b.lo), max(a.hi, b.hi))
-
-
-#: a tensor that is zero everywhere (a convolution whose weights are all zero: timm's ResNets zero the
-#: last batch norm of each block, merged into the weights): on the integer grid, whatever grid its
-#: inputs had (``ap_ufixed<1,-45>`` broke ap_types' own bit reads: an assertion ending the process)
-ZERO = Fixed(0, 0, 0)
 
 
 class PrecisionError(RefusedError):
@@ -159,7 +157,7 @@ class Precisions:
                 raise PrecisionError(f"{_named(self.model, node)}: no fixed-point type rule")
             result = rule(self, node)
             if result is not None:
-                self.types[node.output[0]] = ZERO if result.lo == result.hi == 0 else result
+                self.types[node.output[0]] = result
 
     def of(self, tensor: str, node) -> Fixed:
         if tensor in self.types:
@@ -241,10 +239,16 @@ class Precisions:
         """An average pool made channels-last (:mod:`.layout`), its windows within the map: each the
         average of the same number of values."""
         attributes = {a.name: list(a.ints) for a in node.attribute}
-        if node.domain != CHANNELS_LAST or any(attributes.get("pads", ())):
+        if any(attributes.get("pads", ())):
             raise PrecisionError(
-                f"{_named(self.model, node)}: an average pool whose windows leave the map (padding, or ceil_mode "
-                "with a partial last window): hls4ml computes neither (pool without padding, ceil_mode=False)"
+                f"{_named(self.model, node)}: an average pool with padding: hls4ml divides a border window by "
+                "its size or by the values inside the map, and no type makes both exact (pool without padding)"
+            )
+        if node.domain != CHANNELS_LAST:
+            raise PrecisionError(
+                f"{_named(self.model, node)}: an average pool left channels-first (its windows leave the map "
+                "with ceil_mode, or it is flattened over a map larger than 1x1, which hls4ml 1.3.0 reads "
+                "channels-last): pool without ceil_mode, and follow it with a layer or a global pool"
             )
         return self._average(node, int(np.prod(attributes["kernel_shape"])))
 

@@ -179,9 +179,10 @@ def _streamed_pools(model, config: Hls4mlBuildConfig) -> list[str]:
             continue
         if any(attributes.get("pads", ())):
             found.append(f"{named(model, node)}: padded on a signed input; io_type=io_stream")
-        elif attributes["kernel_shape"] != attributes.get("strides", attributes["kernel_shape"]):
+        elif attributes["kernel_shape"] != attributes.get("strides", [1] * len(attributes["kernel_shape"])):
             found.append(
-                f"{named(model, node)}: window {attributes['kernel_shape']} with stride {attributes['strides']}; io_type=io_stream"
+                f"{named(model, node)}: window {attributes['kernel_shape']} with stride "
+                f"{attributes.get('strides', [1] * len(attributes['kernel_shape']))}; io_type=io_stream"
             )
     return found
 

@@ -41,7 +41,10 @@ def first_difference(firmware, executable, sample: np.ndarray) -> str | None:
         if layer.name not in traced or tensor not in reference:
             continue
         got = np.asarray(traced[layer.name], dtype=np.float64).reshape(-1)
-        want = np.asarray(reference[tensor], dtype=np.float64).reshape(-1)
+        want = np.asarray(reference[tensor], dtype=np.float64)
+        if want.ndim == 4 and list(want.shape[2:]) + [want.shape[1]] == list(layer.get_output_variable().shape):
+            want = np.moveaxis(want, 1, -1)  # a pool the reference keeps channels-first (prepare's hls4ml_pools)
+        want = want.reshape(-1)
         if got.shape != want.shape or np.array_equal(got, want):
             continue
         precision = layer.get_output_variable().type.precision
