@@ -158,10 +158,11 @@ def _typed(model) -> tuple[object, Precisions]:
     from quark.torch.extensions.brevitas._backend.targets.hls4ml.layout import ZeroPaddedMaxPools
 
     try:
-        types = Precisions(model).types
-        unsigned = ZeroPaddedMaxPools(lambda tensor: not types[tensor].signed)
+        precisions = Precisions(model)
+        nodes = len(model.graph.node)
+        unsigned = ZeroPaddedMaxPools(lambda tensor: not precisions.types[tensor].signed)
         model = model.transform(unsigned, make_deepcopy=False, cleanup=False)
-        return model, Precisions(model)
+        return model, precisions if len(model.graph.node) == nodes else Precisions(model)  # a Pad added: again
     except PrecisionError as error:
         raise TargetCheckError(f"the graph does not meet the hls4ml target:\n  {error}", [str(error)]) from error
 
@@ -174,16 +175,15 @@ def _streamed_pools(model, config: Hls4mlBuildConfig) -> list[str]:
 
     found = []
     for node in model.graph.node if config.io_type is IOType.io_stream else ():
-        attributes = {a.name: list(a.ints) for a in node.attribute}
         if node.op_type not in ("MaxPool", "AveragePool"):
             continue
+        attributes = {a.name: list(a.ints) for a in node.attribute}
+        kernel = attributes["kernel_shape"]
+        strides = attributes.get("strides", [1] * len(kernel))  # ONNX's default
         if any(attributes.get("pads", ())):
             found.append(f"{named(model, node)}: padded on a signed input; io_type=io_stream")
-        elif attributes["kernel_shape"] != attributes.get("strides", [1] * len(attributes["kernel_shape"])):
-            found.append(
-                f"{named(model, node)}: window {attributes['kernel_shape']} with stride "
-                f"{attributes.get('strides', [1] * len(attributes['kernel_shape']))}; io_type=io_stream"
-            )
+        elif kernel != strides:
+            found.append(f"{named(model, node)}: window {kernel} with stride {strides}; io_type=io_stream")
     return found
 
 
