@@ -202,9 +202,8 @@ def test_node_finn_cannot_map_is_named_with_its_module(digits, tmp_path):
     with pytest.raises(FinnError, match=r"could not map 2 node") as error:
         ModelExporter(tmp_path).export_finn_dataflow(model, test[:4])
     sigmoid, matmul = error.value.problems
-    assert sigmoid.startswith(
-        "Sigmoid_0 (Sigmoid, module '3'): a float activation: follow it with a quantizer"
-    )
+    assert sigmoid.startswith("Sigmoid_0 (Sigmoid, module '3'): an activation FINN computes only as thresholds")
+    assert "QuantIdentity before and after the module" in sigmoid
     assert matmul.startswith("MatMul_0 (MatMul") and "quantize the layer's input" in matmul
     assert not (tmp_path / "dataflow_partition.onnx").exists()
 

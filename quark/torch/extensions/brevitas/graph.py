@@ -12,7 +12,8 @@ site (type key)        what it is                                    roles -> wh
 activation             ``nn.ReLU``, ``ReLU6``, ``Hardtanh``,          ``output_tensors``, else
 (its module class)     ``Sigmoid``, ``Tanh``, ``LeakyReLU``,          ``input_tensors``: quantizer on its
                        ``GELU``, ``SiLU``, ``Hardswish``,             output (the activation itself is
-                       ``Hardsigmoid``, and their functional          kept exactly)
+                       ``Hardsigmoid``, ``Mish``, ``ELU``, and        kept exactly)
+                       their functional
                        forms (``F.relu``, ``torch.relu``,
                        ``x.relu()``, ...); ``LayerNorm``,
                        ``Softmax`` (``F.softmax``);
@@ -80,6 +81,8 @@ ACTIVATIONS: tuple[type[nn.Module], ...] = (
     nn.SiLU,
     nn.Hardswish,
     nn.Hardsigmoid,
+    nn.Mish,
+    nn.ELU,
     nn.LayerNorm,
     nn.Softmax,
     QuantPoint,

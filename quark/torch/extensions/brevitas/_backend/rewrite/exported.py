@@ -130,6 +130,8 @@ LAYERS: dict[type[nn.Module], tuple[tuple[Any, ...], Callable[[fx.GraphModule, f
     nn.Hardswish: ((aten.hardswish.default, aten.hardswish_.default), _stateless(nn.Hardswish)),
     nn.Hardsigmoid: ((aten.hardsigmoid.default, aten.hardsigmoid_.default), _stateless(nn.Hardsigmoid)),
     nn.GELU: ((aten.gelu.default,), _stateless(nn.GELU, ("approximate",), ("none",))),
+    nn.Mish: ((aten.mish.default, aten.mish_.default), _stateless(nn.Mish)),
+    nn.ELU: ((aten.elu.default, aten.elu_.default), _stateless(nn.ELU, ("alpha",), (1.0,))),
     nn.MaxPool2d: (
         (aten.max_pool2d.default,),
         _stateless(nn.MaxPool2d, ("kernel_size", "stride", "padding", "dilation", "ceil_mode"), ((), 0, 1, False)),
@@ -159,6 +161,8 @@ FUNCTIONS: dict[Any, Callable[..., Any]] = {
     aten.hardswish.default: F.hardswish,
     aten.hardsigmoid.default: F.hardsigmoid,
     aten.gelu.default: F.gelu,
+    aten.mish.default: F.mish,
+    aten.elu.default: F.elu,
     aten.add.Tensor: operator.add,
     aten.add_.Tensor: operator.add,
     aten.cat.default: torch.cat,

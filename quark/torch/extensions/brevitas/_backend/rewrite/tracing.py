@@ -103,6 +103,8 @@ FUNCTIONAL_MODULES: dict[Callable[..., Any], tuple[type[nn.Module], tuple[str, .
     F.silu: (nn.SiLU, ()),
     F.hardswish: (nn.Hardswish, ()),
     F.hardsigmoid: (nn.Hardsigmoid, ()),
+    F.mish: (nn.Mish, ()),
+    F.elu: (nn.ELU, ("alpha",)),
     F.sigmoid: (nn.Sigmoid, ()),
     torch.sigmoid: (nn.Sigmoid, ()),
     F.tanh: (nn.Tanh, ()),

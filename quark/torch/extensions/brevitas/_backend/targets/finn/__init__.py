@@ -41,6 +41,9 @@ TARGET = Target(
     site_rules=rules.SITE_RULES,
     graph_rules=rules.GRAPH_RULES,
     windowed_pools=AveragePooling.truncated,  # FINN's Pool layer; its GlobalAccPool takes a requantized mean
+    # FINN's conversion takes a quantizer after Relu (and a ReLU6 / Hardtanh clip, absorbed); every other
+    # activation needs its input quantized too, to become thresholds on the input's levels
+    fused_activations=("ReLU", "ReLU6", "Hardtanh"),
     build=_build,
     advice=rules.float_activations,
 )

@@ -43,6 +43,7 @@ FOLDING_ATTRIBUTES = (
     "runtime_writeable_weights",
     "depth_trigger_uram",
     "depth_trigger_bram",
+    "inFIFODepths",  # FINN's FIFO files' attribute; the package sets it where a branch must hold a frame
 )
 
 

@@ -26,7 +26,12 @@ from quark.torch.extensions.brevitas._backend.targets.finn.build_config import (
 )
 from quark.torch.extensions.brevitas._backend.targets.finn.checks import StepCheck, records, top_indices
 from quark.torch.extensions.brevitas._backend.targets.finn.errors import FinnError
-from quark.torch.extensions.brevitas._backend.targets.finn.estimate import Estimate, estimate, plain
+from quark.torch.extensions.brevitas._backend.targets.finn.estimate import (
+    DEEP_FIFO,
+    Estimate,
+    estimate,
+    plain,
+)
 from quark.torch.extensions.brevitas._backend.targets.finn.front_end import PARENT, float_layers, require_finn
 from quark.torch.extensions.brevitas._backend.targets.finn.interface import IntegerInput
 from quark.torch.extensions.brevitas._backend.targets.finn.origins import named
@@ -214,6 +219,7 @@ def export_finn_dataflow(
         parent.save(temp)
     with atomic_path(files["folding_config"]) as temp:
         extract_model_config_to_json(folded, temp, list(FOLDING_ATTRIBUTES))
+        _without_default_fifos(temp)
     _write_json(files["build_config"], finn_build_config(config, integer_input))
     write_text(files["estimate_md"], result_estimate.markdown())
     _write_json(files["estimate_json"], result_estimate.to_json())
@@ -451,7 +457,9 @@ def _verify(parent, samples: np.ndarray, reference: np.ndarray, name: str, confi
         identical = int(np.all(indices == labels, axis=-1).sum())
         return Verification(name, len(samples), max_diff(indices, labels), identical, 0.0, execution.engine)
     reference = reference.reshape(produced.shape)
-    identical = int((produced.argmax(-1) == reference.argmax(-1)).sum())
+    # a sample's prediction: the argmax over all its outputs (a feature map's too: one per sample)
+    flat = (produced.reshape(len(samples), -1), reference.reshape(len(samples), -1))
+    identical = int((flat[0].argmax(-1) == flat[1].argmax(-1)).sum())
     return Verification(
         name,
         len(samples),
@@ -679,6 +687,17 @@ def _accumulator_line(e: Estimate) -> str:
         f"\n- Accumulators (A2QSpec): {held} of {len(e.accumulators)} layers within their promised width after FINN's "
         f"MinimizeAccumulatorWidth; {saved:,.0f} LUTs saved against unconstrained accumulators (`estimate.md`)."
     )
+
+
+def _without_default_fifos(path: str) -> None:
+    """FINN's folding file without the FIFO depths that are FINN's default (every layer has them): the
+    deeper ones the package set (``passes.SkipBranchFifoDepths``) stand out."""
+    with open(path) as file:
+        config = json.load(file)
+    for attributes in config.values():
+        if all(d <= DEEP_FIFO for d in attributes.get("inFIFODepths", [DEEP_FIFO + 1])):
+            attributes.pop("inFIFODepths")
+    _write_json(path, config)
 
 
 def _write_json(path: str, data: Any) -> None:

@@ -23,6 +23,7 @@ ESTIMATED = ("LUT", "BRAM_18K", "URAM", "DSP")
 TIGHT = 0.85
 #: folding attributes reported per layer
 REPORTED_FOLDING = (
+    "depth",  # a FIFO's
     "PE",
     "SIMD",
     "parallel_window",
@@ -215,6 +216,21 @@ class Estimate:
                     "larger part."
                 ),
             ]
+        deep = [g for g in self.glue if g.folding.get("depth", 0) > DEEP_FIFO]
+        if deep:
+            lines += [
+                "",
+                (
+                    "Deep FIFOs (a branch holding a whole frame while the other reduces it: squeeze-excite's map "
+                    "beside its pooled gate; without them the dataflow stalls):"
+                ),
+                "",
+                *(
+                    f"- {g.name} (module '{g.module}'): depth {g.folding['depth']:,}, "
+                    + ", ".join(f"{r} {g.resources[r]:,.0f}" for r in ESTIMATED if g.resources[r])
+                    for g in deep
+                ),
+            ]
         if self.problems:
             lines += ["", "## Problems", "", *(f"- {p}" for p in self.problems)]
         if self.accumulators:
@@ -236,8 +252,9 @@ class Estimate:
             (
                 f"Capacity: {self.part.source}. Estimates: FINN's analytical models (res_estimation, "
                 "exp_cycles_per_layer, dataflow_performance); no flip-flop model. FIFOs and width converters: "
-                "FINN's InsertDWC and InsertFIFO at FINN's default depths, as its build inserts them before "
-                "step_set_fifo_depths sizes the FIFOs by RTL simulation (deeper FIFOs cost more). Modules: the "
+                "FINN's InsertDWC and InsertFIFO at FINN's default depths (deeper where a branch must hold a whole "
+                "frame: the package's), as its build inserts them before step_set_fifo_depths sizes the FIFOs by "
+                "RTL simulation (deeper FIFOs cost more). Modules: the "
                 "torch module each layer implements (padding and sliding windows with the layer they feed)."
             ),
         ]
@@ -288,6 +305,8 @@ def estimate(model, cfg) -> Estimate:
     return result
 
 
+#: FINN's default FIFO depth; a deeper one is listed under the table
+DEEP_FIFO = 2
 #: the streams' glue FINN's build inserts between layers
 GLUE = ("StreamingDataWidthConverter", "StreamingFIFO")
 

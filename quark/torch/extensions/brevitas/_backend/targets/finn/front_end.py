@@ -51,10 +51,14 @@ def _tidy(model):
 
 
 def to_finn(model, max_multithreshold_bit_width: int):
-    """FINN's ``step_qonnx_to_finn``: Quant nodes become MultiThreshold nodes and integer weights."""
+    """FINN's ``step_qonnx_to_finn``: Quant nodes become MultiThreshold nodes and integer weights; first,
+    every activation between two quantizers becomes thresholds (:mod:`.activations`)."""
     from finn.transformation.qonnx import convert_qonnx_to_finn
     from finn.transformation.qonnx.quant_act_to_multithreshold import default_filter_function_generator
 
+    from quark.torch.extensions.brevitas._backend.targets.finn.activations import ActivationsAsThresholds
+
+    model = run_transform(model, ActivationsAsThresholds())
     convert = convert_qonnx_to_finn.ConvertQONNXtoFINN(
         filter_function=default_filter_function_generator(max_multithreshold_bit_width=max_multithreshold_bit_width)
     )
@@ -214,6 +218,7 @@ def _transposes_past_branches(model):
         ChannelShuffleToNHWC,
         ComposedCleaningAfterChanges,
         SlicesAsSplit,
+        TransposesPastJoinSub,
     )
 
     chunks = any(model.get_nodes_by_op_type(t) for t in ("Slice", "Split"))
@@ -229,6 +234,7 @@ def _transposes_past_branches(model):
             reorder.MoveTransposePastEltwise(),
             reorder.MoveTransposePastJoinMul(),
             reorder.MoveTransposePastJoinAdd(),
+            TransposesPastJoinSub(),
             collapse_repeated.CollapseRepeatedTranspose(),
             remove.RemoveIdentityTranspose(),
             absorb.AbsorbTransposeIntoMultiThreshold(),
@@ -339,14 +345,19 @@ OUTPUT_DEQUANTIZATION = frozenset({"Mul", "Add", "Div", "Sub"})
 def output_dequantization(model) -> set[str]:
     """Names of the nodes that only rescale the graph's outputs in float: ``Mul`` / ``Add`` / ... with a
     constant operand and a float result, whose consumers are such nodes or graph outputs. They run on
-    the host (FINN's drivers apply the output scale), not as float hardware layers."""
+    the host (FINN's drivers apply the output scale), not as float hardware layers; data movement
+    between them and the outputs (the transpose back to NCHW) stays on the host with them."""
     from qonnx.core.datatype import DataType
 
     outputs = {o.name for o in model.graph.output}
     tail: set[str] = set()
+    moves: set[str] = set()  # data movement on the way to the outputs
     for node in reversed(list(model.graph.node)):
         consumers = [c for o in node.output for c in (model.find_consumers(o) or [])]
-        ends = all(o in outputs or all(c.name in tail for c in model.find_consumers(o) or []) for o in node.output)
+        ends = all(o in outputs or all(c.name in tail | moves for c in model.find_consumers(o) or []) for o in node.output)
+        if node.op_type in LAYOUT_OPS and ends:
+            moves.add(node.name)
+            continue
         constant = any(model.get_initializer(i) is not None for i in node.input)
         if (
             node.op_type in OUTPUT_DEQUANTIZATION
@@ -472,8 +483,6 @@ UNMAPPED_FIXES: dict[str, str] = {
     "Quant": f"a quantizer wider than {MAX_MULTITHRESHOLD_BITS} bits: use at most {MAX_MULTITHRESHOLD_BITS}-bit "
     "activations",
     "Relu": "a float ReLU: use an unsigned QuantReLU (FINN turns it into thresholds)",
-    "Sigmoid": "a float activation: follow it with a quantizer (QuantIdentity) or use QuantHardTanh/QuantReLU",
-    "Tanh": "a float activation: follow it with a quantizer (QuantIdentity) or use QuantHardTanh",
     "AveragePool": "float average pooling: use Brevitas' TruncAvgPool2d so the result stays integer",
     "GlobalAveragePool": "float average pooling: use Brevitas' TruncAdaptiveAvgPool2d",
     "BatchNormalization": "batch norm with no quantized activation after it: follow it with a QuantReLU / "
@@ -493,7 +502,19 @@ UNMAPPED_FIXES: dict[str, str] = {
 }
 
 
+#: what an activation FINN left float needs (:mod:`.activations` makes thresholds of the rest)
+ACTIVATION_FIX = (
+    "an activation FINN computes only as thresholds, between a quantizer of at most "
+    f"{MAX_MULTITHRESHOLD_BITS} bits on its input and one on its output: graph mode puts both there where "
+    "the config's target_device is DeviceType.FINN (or put a QuantIdentity before and after the module)"
+)
+
+
 def _fix(op_type: str) -> str:
+    from quark.torch.extensions.brevitas._backend.targets.finn.activations import ELEMENTWISE
+
+    if op_type in ELEMENTWISE and op_type not in UNMAPPED_FIXES:
+        return ACTIVATION_FIX
     return UNMAPPED_FIXES.get(
         op_type, f"FINN 1.6.1 has no hardware layer for {op_type}: replace the module, or run it on the host"
     )
@@ -561,8 +582,10 @@ def specialize_layers(model, fpga_part: str):
 
 def set_folding(model, cfg):
     """FINN's SetFolding for ``cfg.target_fps`` at ``cfg.clock_mhz`` (two-pass relaxation, as FINN's
-    builder runs it), then ``cfg.folding``'s entries on top. What FINN's SetFolding logs (layers it
-    could not fold further) is kept in the model's metadata for the estimate report."""
+    builder runs it), then ``cfg.folding``'s entries on top, then the FIFO depths a branch beside a
+    whole-frame reduction needs (:class:`~.passes.SkipBranchFifoDepths`: squeeze-excite). What FINN's
+    SetFolding logs (layers it could not fold further) is kept in the model's metadata for the
+    estimate report."""
     import json
 
     from finn.transformation.fpgadataflow.set_folding import SetFolding
@@ -580,7 +603,9 @@ def set_folding(model, cfg):
             finn_log.removeHandler(notes)
         model.set_metadata_prop(FOLDING_NOTES, json.dumps(notes.messages))
     cfg.folding.apply(model)
-    return model
+    from quark.torch.extensions.brevitas._backend.targets.finn.passes import SkipBranchFifoDepths
+
+    return run_transform(model, SkipBranchFifoDepths())
 
 
 class _Notes(logging.Handler):

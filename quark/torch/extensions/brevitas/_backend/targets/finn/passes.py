@@ -567,3 +567,71 @@ def _same_permutation(shape, factors, perm, nhwc_perm) -> bool:
     nchw = index.reshape(n, *factors, h, w).transpose(perm).reshape(n, c, h, w)
     nhwc = index.transpose(0, 2, 3, 1).reshape(n, h, w, *factors).transpose(nhwc_perm).reshape(n, h, w, c)
     return bool(np.array_equal(nchw.transpose(0, 2, 3, 1), nhwc))
+
+
+class TransposesPastJoinSub(Transformation):
+    """FINN's ``MoveTransposePastJoinAdd`` for a ``Sub`` of two tensors transposed alike (the
+    difference of two threshold layers that computes a non-monotonic activation, :mod:`.activations`):
+    one transpose after the difference, which then cancels with the next layer's. FINN has the pass
+    for Add and Mul only; its check of the permutations drops its result, so it is made here."""
+
+    def apply(self, model):
+        from finn.transformation.streamline.reorder import MoveIdenticalOpPastJoinOp
+
+        class _Past(MoveIdenticalOpPastJoinOp):
+            def are_producers_identical(self, model, producers):
+                perms = {tuple(p.attribute[0].ints) if p.op_type == "Transpose" else None for p in producers}
+                return super().are_producers_identical(model, producers) and len(perms) == 1
+
+        return _Past(["Transpose"], ["Sub"]).apply(model)
+
+
+#: hardware layers that read a whole frame before their first output
+WHOLE_FRAME = ("GlobalAccPool",)
+
+
+class SkipBranchFifoDepths(Transformation):
+    """The input FIFO a join needs on the branch beside a whole-frame reduction: squeeze-excite's
+    multiply (the map times a gate computed from its global average) receives the first gate value
+    only after the pool read the whole map, which the map's own branch must hold meanwhile: a FIFO of
+    the map's words per frame (its folded shape) on that input, or the dataflow stalls for good. FINN
+    sizes FIFOs only by RTL simulation (``step_set_fifo_depths``); set here as ``inFIFODepths``, the
+    depth FINN's ``InsertFIFO`` builds (and the estimate prices) and ``folding_config.json`` carries."""
+
+    def apply(self, model):
+        from qonnx.custom_op.registry import getCustomOp
+
+        for node in model.graph.node:
+            inputs = [t for t in node.input if model.get_initializer(t) is None]
+            if not node.domain.startswith("finn.custom_op.fpgadataflow") or len(inputs) < 2:
+                continue
+            branches = [_branch(model, t) for t in inputs]
+            forks = {fork for fork, _ in branches}
+            reduces = [any(n.op_type.startswith(WHOLE_FRAME) for n in nodes) for _, nodes in branches]
+            if len(forks) != 1 or None in forks or all(reduces) or not any(reduces):
+                continue
+            op = getCustomOp(node)
+            depths = [*op.get_nodeattr("inFIFODepths"), *[2] * len(inputs)][: len(inputs)]
+            for index, reduced in enumerate(reduces):
+                if not reduced:
+                    depths[index] = max(depths[index], int(np.prod(op.get_folded_input_shape(index)[:-1])))
+            op.set_nodeattr("inFIFODepths", depths)
+        return model, False
+
+
+def _branch(model, tensor: str):
+    """(the fork a join's input comes from, the layers between them): walking up through layers of
+    one input to the node feeding more than one; (None, layers) where the walk reaches the graph's
+    input or a layer of several inputs first."""
+    nodes = []
+    while True:
+        producer = model.find_producer(tensor)
+        if producer is None:
+            return None, nodes
+        if len(producer.output) > 1 or len(model.find_consumers(tensor) or []) > 1:
+            return producer.name, nodes
+        dynamic = [t for t in producer.input if model.get_initializer(t) is None]
+        if len(dynamic) != 1:
+            return None, nodes
+        nodes.append(producer)
+        tensor = dynamic[0]

@@ -17,8 +17,9 @@ from quark.torch.extensions.brevitas._backend.export.onnx_graph import (
     shape_ops_on_unknown_shapes,
 )
 from quark.torch.extensions.brevitas._backend.rules import ACT, DATA, FROM_A_SPEC, Found, Rule, spec_rule
-from quark.torch.extensions.brevitas.graph import ACTIVATIONS, GraphInput
+from quark.torch.extensions.brevitas.graph import ACTIVATIONS, GraphInput, QuantPoint
 from quark.torch.quantization.config.spec import Role
+from quark.torch.quantization.config.type import DeviceType
 from quark.torch.quantization.tensor_quant import Format
 
 #: widest quantizer FINN's ConvertQONNXtoFINN turns into a MultiThreshold (its default filter)
@@ -127,25 +128,36 @@ GRAPH_RULES: tuple[Rule, ...] = (
     ),
 )
 
-#: activation types whose quantizer FINN turns into thresholds; others stay float nodes
-THRESHOLD_ACTIVATIONS = (nn.ReLU,)
+#: activations FINN's own conversion takes on a layer's float output (its quantizer's thresholds absorb
+#: them); every other elementwise activation becomes thresholds on its quantized input (.activations),
+#: which graph mode quantizes for the FINN target
+THRESHOLD_ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.Hardtanh)
+#: quantized sites FINN has no hardware for
+NO_HARDWARE = (nn.LayerNorm, nn.Softmax)
 
 
 def float_activations(plans: Sequence[Any]) -> str | None:
-    """A warning naming the quantized activations FINN keeps as float nodes (only ReLU quantizers
-    become thresholds), or None."""
+    """A warning naming the quantized activations FINN will keep as float nodes, or None: the
+    normalisations, and activations whose input graph mode left float (quantized without
+    ``target_device=FINN``)."""
     kept = sorted(
         {
             f"{p.name} ({p.module_type.__name__})"
             for p in plans
-            if p.module_type in ACTIVATIONS and p.quantized and p.module_type not in THRESHOLD_ACTIVATIONS
+            if p.module_type in ACTIVATIONS
+            and p.quantized
+            and (
+                p.module_type in NO_HARDWARE
+                or (p.module_type not in (*THRESHOLD_ACTIVATIONS, QuantPoint) and p.target_device is not DeviceType.FINN)
+            )
         }
     )
     if not kept:
         return None
     return (
-        "FINN keeps these activations as float nodes between its integer layers (only ReLU quantizers become "
-        f"thresholds): {', '.join(kept)}"
+        "FINN will keep these activations as float nodes between its integer layers (FINN has no hardware for "
+        "LayerNorm / Softmax; another activation becomes thresholds only on a quantized input, which graph mode "
+        f"adds where the config's target_device is DeviceType.FINN): {', '.join(kept)}"
     )
 
 
