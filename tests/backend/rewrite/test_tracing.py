@@ -29,6 +29,8 @@ FUNCTIONAL_CASES = {
     F.silu: (lambda x: F.silu(x), {}),
     F.hardswish: (lambda x: F.hardswish(x), {}),
     F.hardsigmoid: (lambda x: F.hardsigmoid(x), {}),
+    F.mish: (lambda x: F.mish(x), {}),
+    F.elu: (lambda x: F.elu(x, alpha=0.5), {"alpha": 0.5}),
     F.sigmoid: (lambda x: F.sigmoid(x), {}),
     torch.sigmoid: (lambda x: torch.sigmoid(x), {}),
     F.tanh: (lambda x: F.tanh(x), {}),

@@ -199,12 +199,12 @@ def test_node_finn_cannot_map_is_named_with_its_module(digits, tmp_path):
         )
 
     model = zoo.calibrated(float_sigmoid, train[:2])
-    with pytest.raises(FinnError, match=r"could not map 2 node") as error:
+    with pytest.raises(FinnError, match=r"could not map 1 node\(s\) to hardware layers \(found before streamlining\)") as error:
         ModelExporter(tmp_path).export_finn_dataflow(model, test[:4])
-    sigmoid, matmul = error.value.problems
+    (sigmoid,) = error.value.problems
     assert sigmoid.startswith("Sigmoid_0 (Sigmoid, module '3'): an activation FINN computes only as thresholds")
     assert "QuantIdentity before and after the module" in sigmoid
-    assert matmul.startswith("MatMul_0 (MatMul") and "quantize the layer's input" in matmul
+    assert "\n  Sigmoid x1: an activation FINN computes only as thresholds" in str(error.value)
     assert not (tmp_path / "dataflow_partition.onnx").exists()
 
 
@@ -483,26 +483,44 @@ class _SqueezeExciteHardswish(nn.Module):
         return self.head(x * self.gate(x))
 
 
-def test_ops_without_hardware_are_refused_by_name_with_the_layout_changes_around_them(digits, tmp_path):
-    """Past a Hardswish, qonnx infers no data layout: FINN's global pooling took such a tensor for
-    channels-last (a crash executing the graph). The pooling gets ONNX's layout, and every node
-    left is refused with its module and fix (the HardSwish and the HardSigmoid among them, and the
-    layout changes around them), nothing written."""
+def test_a_mobilenet_v3_block_reaches_one_partition_equal_to_torch(digits, tmp_path):
+    """Hardswish and a squeeze-excite gate through Hardsigmoid: both become thresholds on their
+    quantized inputs, the gate's product an ElementwiseMul whose map input holds the whole frame.
+    (Past a Hardswish qonnx infers no data layout: FINN's global pooling took such a tensor for
+    channels-last; the pooling gets ONNX's layout.)"""
     from quark.torch.extensions.brevitas.api import ModelQuantizer
     from quark.torch.extensions.brevitas.presets import finn
 
     train, test = digits
     torch.manual_seed(0)
-    model = _SqueezeExciteHardswish().eval()
-    qmodel = ModelQuantizer(finn(unsigned=("ReLU", "Hardsigmoid"))).quantize_model(model, train[:4], progress=False)
-    with pytest.raises(FinnError, match=r"FINN could not map \d+ node\(s\) to hardware layers") as error:
+    qmodel = ModelQuantizer(finn(unsigned=("ReLU", "Hardsigmoid"))).quantize_model(
+        _SqueezeExciteHardswish().eval(), train[:4], progress=False
+    )
+    result = ModelExporter(tmp_path).export_finn_dataflow(qmodel, test[:32], integer_input=True)
+    assert result.verification.max_abs_diff == 0 and result.verification.identical_predictions == 32
+    assert result.steps[-1].op_types["ElementwiseMul_hls"] == 1 and result.float_layers == ()
+
+
+def test_activations_left_float_are_refused_by_module_before_streamlining(digits, tmp_path):
+    """The same block quantized without the FINN target: graph mode leaves the activations' inputs
+    float, so no thresholds can compute them; refused per operator, with the module and the fix,
+    right after the conversion, nothing written."""
+    from _shared.quantize import without_target
+
+    from quark.torch.extensions.brevitas.api import ModelQuantizer
+    from quark.torch.extensions.brevitas.presets import finn
+
+    train, test = digits
+    torch.manual_seed(0)
+    qmodel = ModelQuantizer(without_target(finn(unsigned=("ReLU", "Hardsigmoid")))).quantize_model(
+        _SqueezeExciteHardswish().eval(), train[:4], progress=False
+    )
+    with pytest.raises(FinnError, match=r"could not map 2 node\(s\) to hardware layers \(found before streamlining\)") as error:
         ModelExporter(tmp_path).export_finn_dataflow(qmodel, test[:4], integer_input=True)
     assert "step 'convert to hardware layers' failed" not in str(error.value)
     for op, module in (("HardSwish", "body.1.act"), ("HardSigmoid", "gate.2.act")):
-        assert any(
-            p.startswith(f"{op}_0 ({op}, module '{module}'): FINN 1.6.1 has no hardware layer for {op}")
-            for p in error.value.problems
-        )
+        assert f"\n  {op} x1: an activation FINN computes only as thresholds" in str(error.value)
+        assert any(p.startswith(f"{op}_0 ({op}, module '{module}'): an activation FINN") for p in error.value.problems)
     assert not (tmp_path / "dataflow_partition.onnx").exists()
 
 

@@ -43,6 +43,8 @@ ELEMENTWISE = frozenset(
 _AFFINE = frozenset({"Mul", "Add", "Sub", "Div"})
 #: what FINN's own conversion takes between quantizers (its Relu handler; a clip the package absorbs)
 _FINNS_OWN = _AFFINE | {"Relu", "Clip"}
+#: activations no FINN pass or layer computes: one left after this pass is refused before streamlining
+NEVER_HARDWARE = ELEMENTWISE - _FINNS_OWN - {"Max", "Min", "Neg", "Abs"}
 #: the widest input, in levels, mapped (FINN's thresholds take up to 8-bit inputs)
 MAX_LEVELS = 256
 

@@ -14,8 +14,10 @@ class FinnError(FailedError):
     ``problems`` has one line per offending node or layer (its torch module where known).
     """
 
-    def __init__(self, message: str, problems: Sequence[str] = ()):
-        super().__init__(message if not problems else message + "\n  " + "\n  ".join(problems))
+    def __init__(self, message: str, problems: Sequence[str] = (), shown: Sequence[str] | None = None):
+        """``shown``: the lines the message gives instead of every problem (a summary of many)."""
+        lines = problems if shown is None else shown
+        super().__init__(message if not lines else message + "\n  " + "\n  ".join(lines))
         self.problems = list(problems)
 
 

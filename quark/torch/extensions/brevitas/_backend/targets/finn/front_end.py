@@ -52,7 +52,8 @@ def _tidy(model):
 
 def to_finn(model, max_multithreshold_bit_width: int):
     """FINN's ``step_qonnx_to_finn``: Quant nodes become MultiThreshold nodes and integer weights; first,
-    every activation between two quantizers becomes thresholds (:mod:`.activations`)."""
+    every activation between two quantizers becomes thresholds (:mod:`.activations`), and an activation
+    left float is refused before any streamlining."""
     from finn.transformation.qonnx import convert_qonnx_to_finn
     from finn.transformation.qonnx.quant_act_to_multithreshold import default_filter_function_generator
 
@@ -62,7 +63,9 @@ def to_finn(model, max_multithreshold_bit_width: int):
     convert = convert_qonnx_to_finn.ConvertQONNXtoFINN(
         filter_function=default_filter_function_generator(max_multithreshold_bit_width=max_multithreshold_bit_width)
     )
-    return _tidy(run_transform(model, convert))
+    model = _tidy(run_transform(model, convert))
+    refuse_float_activations(model)
+    return model
 
 
 def absorb_clips(model):
@@ -399,12 +402,37 @@ def _conversion_name(conversion) -> str:
 def _refuse_unmapped(model, notes: Sequence[str] = ()) -> None:
     """Refuse the nodes that are not hardware layers (named with their modules and the fix), after
     ``notes`` (FINN's conversions that stopped), if there are any."""
-    problems = [*notes, *_unmapped(model)]
-    if problems:
-        raise FinnError(
-            f"FINN could not map {len(problems) - len(notes)} node(s) to hardware layers; each needs the change named",
-            problems,
-        )
+    _refuse(model, _unmapped_nodes(model), notes)
+
+
+def _refuse(model, nodes: Sequence[Any], notes: Sequence[str] = (), when: str = "") -> None:
+    """Refuse ``nodes`` (each named with its module and the fix: ``FinnError.problems``); the message
+    groups them by operator, with counts, the first few and the fix once per operator."""
+    if not nodes and not notes:
+        return
+    kinds = Counter(n.op_type for n in nodes)
+    shown = [*notes]
+    for op_type, count in kinds.most_common():
+        first = [named(model, n) for n in nodes if n.op_type == op_type][:SHOWN_PER_KIND]
+        more = f" and {count - len(first)} more" if count > len(first) else ""
+        shown.append(f"{op_type} x{count}: {_fix(op_type)}; {'; '.join(first)}{more}")
+    raise FinnError(
+        f"FINN could not map {len(nodes)} node(s) to hardware layers{when}; each kind needs the change named",
+        [*notes, *(f"{named(model, n)}: {_fix(n.op_type)}" for n in nodes)],
+        shown,
+    )
+
+
+#: nodes named per operator in a refusal's message (``FinnError.problems`` has them all)
+SHOWN_PER_KIND = 3
+
+
+def refuse_float_activations(model) -> None:
+    """After the conversion, before streamlining: an activation left as a float node (its input or
+    output not quantized, or wider than thresholds take) never becomes hardware: refused at once."""
+    from quark.torch.extensions.brevitas._backend.targets.finn.activations import NEVER_HARDWARE
+
+    _refuse(model, [n for n in model.graph.node if n.op_type in NEVER_HARDWARE], when=" (found before streamlining)")
 
 
 # -- the graph the build starts from ----------------------------------------------------------------
@@ -524,18 +552,18 @@ def _is_hw(node) -> bool:
     return node.domain.startswith("finn.custom_op.fpgadataflow")
 
 
-def _unmapped(model) -> list[str]:
+def _unmapped_nodes(model) -> list[Any]:
     """Nodes that are not hardware layers, except data movement before the first or after the
     last hardware layer and the output's float scale and bias (what FINN's CreateDataflowPartition
     leaves to the host)."""
     nodes = list(model.graph.node)
     hw = [i for i, n in enumerate(nodes) if _is_hw(n)]
     if not hw:
-        return [f"{named(model, n)}: {_fix(n.op_type)}" for n in nodes]
+        return nodes
     inner = range(hw[0], hw[-1] + 1)
     host = output_dequantization(model)
     return [
-        f"{named(model, n)}: {_fix(n.op_type)}"
+        n
         for i, n in enumerate(nodes)
         if not _is_hw(n) and (i in inner or (n.op_type not in LAYOUT_OPS and n.name not in host))
     ]
