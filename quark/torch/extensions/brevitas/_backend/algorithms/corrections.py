@@ -38,10 +38,12 @@ def _single_process(desc: str) -> None:
 class _ChannelMeans:
     """Per-channel means of layers' outputs (channels: dim 1 of a convolution's, the last of a linear's)."""
 
-    def __init__(self) -> None:
+    def __init__(self, stop: bool = False) -> None:
         self.sums: dict[str, torch.Tensor] = {}
         self.counts: dict[str, int] = {}
+        self.calls: dict[str, int] = {}
         self.order: list[str] = []
+        self.stop = stop  # end each pass once a layer is recorded (nothing after it is needed)
 
     def hook(self, name: str):
         def record(layer: nn.Module, _inputs: Any, output: Any) -> None:
@@ -49,10 +51,13 @@ class _ChannelMeans:
             channels = out.reshape(-1, out.shape[-1]) if isinstance(layer, nn.Linear) else out.transpose(0, 1).flatten(1).T
             if name not in self.sums:
                 self.order.append(name)
-                self.sums[name], self.counts[name] = channels.sum(0), 0
+                self.sums[name], self.counts[name], self.calls[name] = channels.sum(0), 0, 0
             else:
                 self.sums[name] += channels.sum(0)
             self.counts[name] += channels.shape[0]
+            self.calls[name] += 1
+            if self.stop:
+                raise _Recorded
 
         return record
 
@@ -60,12 +65,21 @@ class _ChannelMeans:
         return self.sums[name] / self.counts[name]
 
 
-def _means(model: nn.Module, layers: dict[str, nn.Module], data: CalibrationData, desc: str) -> _ChannelMeans:
-    means = _ChannelMeans()
+class _Recorded(Exception):
+    """Raised by a hook to end a forward pass whose rest no layer being measured needs."""
+
+
+def _means(model: nn.Module, layers: dict[str, nn.Module], data: CalibrationData, desc: str, stop: bool = False) -> _ChannelMeans:
+    """The per-channel means of ``layers``' outputs over ``data``; ``stop``: each batch's pass ends at
+    the (one) layer's output, the layers after it not run."""
+    means = _ChannelMeans(stop)
     hooks = [layer.register_forward_hook(means.hook(name)) for name, layer in layers.items()]
     try:
         for batch in data.passes(desc):
-            run_batch(model, batch)
+            try:
+                run_batch(model, batch)
+            except _Recorded:
+                pass
     finally:
         for hook in hooks:
             hook.remove()
@@ -112,9 +126,12 @@ def bias_correction(config: BiasCorrection, model: nn.Module, data: Any) -> nn.M
     with in_eval(model):
         with off(model):
             reference = _means(model, layers, data, "BiasCorrection: float reference")
+        once = min(reference.calls.values(), default=0)  # a layer called once a batch: as many calls as batches
         for name in reference.order:  # the order the layers run in
             layer = layers[name]
-            quantized = _means(model, {name: layer}, data, f"BiasCorrection: {name}")
+            # a layer run once per batch is measured by passes that end at it (a shared one, run
+            # twice, by whole passes)
+            quantized = _means(model, {name: layer}, data, f"BiasCorrection: {name}", stop=reference.calls[name] == once)
             _shift(layer, reference.mean(name) - quantized.mean(name))
     return model
 
