@@ -170,3 +170,65 @@ def test_an_input_wider_than_eight_bits_is_left_to_the_refusal():
     last, last_init = _quant("qo", "f", "y", 0.125, 4)
     model = _graph([first, helper.make_node("Sigmoid", ["xq"], ["f"]), last], [4, 3], {**first_init, **last_init})
     assert "Sigmoid" in [n.op_type for n in model.transform(ActivationsAsThresholds()).graph.node]
+
+
+def test_activations_back_to_back_and_a_rank_three_tensor_compute_the_formula():
+    """Quant -> Sigmoid -> Quant -> Tanh -> Quant on an (N, C, W) tensor with per-channel input scales:
+    both activations become thresholds (the second reads the first's new tensors), channels on axis 1."""
+    from quark.torch.extensions.brevitas._backend.targets.finn.activations import ActivationsAsThresholds
+
+    scales = np.array([0.25, 0.5], dtype=np.float32).reshape(1, 2, 1)
+    first, first_init = _quant("qi", "x", "xq", scales, 4)
+    middle, middle_init = _quant("qm", "s", "sq", 0.125, 4)
+    last, last_init = _quant("qo", "t", "y", 0.0625, 4)
+    nodes = [first, helper.make_node("Sigmoid", ["xq"], ["s"]), middle, helper.make_node("Tanh", ["sq"], ["t"]), last]
+    model = _graph(nodes, [16, 2, 3], {**first_init, **middle_init, **last_init})
+
+    converted = model.transform(ActivationsAsThresholds())
+
+    assert [n.op_type for n in converted.graph.node].count("MultiThreshold") == 2
+    levels = np.arange(-8, 8, dtype=np.float32).reshape(16, 1, 1) * scales
+    levels = np.repeat(levels, 3, axis=2)
+    q = lambda v, s: np.clip(np.round(v / s), -8, 7) * s  # Quant: zero point 0, int4
+    expected = q(np.tanh(q(1 / (1 + np.exp(-levels.astype(np.float64))), 0.125)), 0.0625)
+    np.testing.assert_array_equal(_run(converted, levels), expected.astype(np.float32))
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["spatial constant", "zero point", "wide output", "FINN's own"],
+)
+def test_what_thresholds_cannot_take_or_finn_takes_itself_is_left_as_it_is(case):
+    """A constant varying along H / W inside the activation, an output quantizer with a zero point or
+    wider than 8 bits: not tabulated (FINN's rules refuse the last two); a Relu-and-scale region:
+    FINN's own conversion."""
+    from quark.torch.extensions.brevitas._backend.targets.finn.activations import ActivationsAsThresholds
+
+    first, first_init = _quant("qi", "x", "xq", 0.25, 4)
+    last, last_init = _quant("qo", "f", "y", 0.125, 9 if case == "wide output" else 4)
+    if case == "zero point":
+        last_init["qo_zero"] = 1.0
+    body = {
+        "spatial constant": [helper.make_node("Sigmoid", ["xq"], ["s"]), helper.make_node("Add", ["s", "c"], ["f"])],
+        "FINN's own": [helper.make_node("Relu", ["xq"], ["s"]), helper.make_node("Mul", ["s", "c"], ["f"])],
+    }.get(case, [helper.make_node("Sigmoid", ["xq"], ["f"])])
+    constant = np.arange(9, dtype=np.float32).reshape(1, 1, 3, 3) if case == "spatial constant" else 2.0
+    model = _graph([first, *body, last], [4, 1, 3, 3], {**first_init, **last_init, "c": constant})
+    before = [n.op_type for n in model.graph.node]
+    assert [n.op_type for n in model.transform(ActivationsAsThresholds()).graph.node] == before
+
+
+def test_a_product_of_two_computed_tensors_is_an_activation_too():
+    """relu(x) * relu(x) (a square on the positive side): FINN takes neither the product of two streams
+    nor a Quant after it as thresholds; the pass does."""
+    from quark.torch.extensions.brevitas._backend.targets.finn.activations import ActivationsAsThresholds
+
+    first, first_init = _quant("qi", "x", "xq", 0.25, 4)
+    last, last_init = _quant("qo", "f", "y", 0.5, 4)
+    nodes = [first, helper.make_node("Relu", ["xq"], ["r"]), helper.make_node("Mul", ["r", "r"], ["f"]), last]
+    model = _graph(nodes, [16, 1], {**first_init, **last_init})
+    converted = model.transform(ActivationsAsThresholds())
+    assert [n.op_type for n in converted.graph.node] == ["Quant", "MultiThreshold", "Mul"]
+    levels = np.arange(-8, 8, dtype=np.float32).reshape(16, 1) * 0.25
+    expected = np.clip(np.round(np.maximum(levels, 0) ** 2 / 0.5), -8, 7) * 0.5
+    np.testing.assert_array_equal(_run(converted, levels), expected.astype(np.float32))

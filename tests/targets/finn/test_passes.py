@@ -73,3 +73,41 @@ def test_squeeze_excite_reaches_one_partition_with_its_skip_fifo(tmp_path, spell
     deep = [g for g in result.estimate.glue if g.folding.get("depth") == 8 * 8 * 16]
     assert len(deep) == 1 and deep[0].resources["BRAM_18K"] + deep[0].resources["LUT"] > 0
     assert "depth 1,024" in (tmp_path / "estimate.md").read_text()
+
+
+class _ResidualSE(nn.Module):
+    """MobileNetV3's inverted residual in small: the block's input added to conv -> squeeze-excite ->
+    conv: the residual addition waits for the gate's pool as the multiply does."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        self.body = nn.Sequential(
+            nn.Conv2d(8, 16, 1), nn.BatchNorm2d(16), nn.ReLU(), HandWrittenSE(16, 4), nn.Conv2d(16, 8, 1), nn.BatchNorm2d(8)
+        )
+        self.head = nn.Sequential(nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+
+    def forward(self, x):
+        x = self.stem(x)
+        return self.head(x + self.body(x))
+
+
+def test_the_residual_skip_around_squeeze_excite_holds_a_frame_too(tmp_path):
+    torch.manual_seed(0)
+    model = _ResidualSE().train()
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for _ in range(4):
+            model(torch.rand(16, 3, 8, 8, generator=generator))
+    data = [torch.rand(16, 3, 8, 8, generator=generator) for _ in range(2)]
+    qmodel = ModelQuantizer(finn(unsigned=("ReLU", "Sigmoid"))).quantize_model(model.eval(), data, progress=False)
+    x = torch.rand(16, 3, 8, 8, generator=generator)
+
+    result = ModelExporter(tmp_path).export_finn_dataflow(qmodel, x, integer_input=True)
+
+    assert result.verification.max_abs_diff == 0
+    folding = json.loads((tmp_path / "folding_config.json").read_text())
+    deep = {name: v["inFIFODepths"] for name, v in folding.items() if "inFIFODepths" in v}
+    # the multiply's map input holds 8 x 8 x 16 words, the addition's skip input 8 x 8 x 8 (PE 1)
+    assert sorted(sorted(d) for d in deep.values()) == [[2, 8 * 8 * 8], [2, 8 * 8 * 16]]
+    assert any(name.startswith("ElementwiseAdd") for name in deep)

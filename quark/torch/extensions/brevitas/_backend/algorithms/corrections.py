@@ -43,6 +43,7 @@ class _ChannelMeans:
         self.counts: dict[str, int] = {}
         self.calls: dict[str, int] = {}
         self.order: list[str] = []
+        self.batches = 0
         self.stop = stop  # end each pass once a layer is recorded (nothing after it is needed)
 
     def hook(self, name: str):
@@ -65,8 +66,9 @@ class _ChannelMeans:
         return self.sums[name] / self.counts[name]
 
 
-class _Recorded(Exception):
-    """Raised by a hook to end a forward pass whose rest no layer being measured needs."""
+class _Recorded(BaseException):
+    """Raised by a hook to end a forward pass whose rest no layer being measured needs (a
+    ``BaseException``, so that an ``except Exception`` in the model's forward lets it through)."""
 
 
 def _means(model: nn.Module, layers: dict[str, nn.Module], data: CalibrationData, desc: str, stop: bool = False) -> _ChannelMeans:
@@ -76,6 +78,7 @@ def _means(model: nn.Module, layers: dict[str, nn.Module], data: CalibrationData
     hooks = [layer.register_forward_hook(means.hook(name)) for name, layer in layers.items()]
     try:
         for batch in data.passes(desc):
+            means.batches += 1
             try:
                 run_batch(model, batch)
             except _Recorded:
@@ -126,12 +129,12 @@ def bias_correction(config: BiasCorrection, model: nn.Module, data: Any) -> nn.M
     with in_eval(model):
         with off(model):
             reference = _means(model, layers, data, "BiasCorrection: float reference")
-        once = min(reference.calls.values(), default=0)  # a layer called once a batch: as many calls as batches
         for name in reference.order:  # the order the layers run in
             layer = layers[name]
             # a layer run once per batch is measured by passes that end at it (a shared one, run
-            # twice, by whole passes)
-            quantized = _means(model, {name: layer}, data, f"BiasCorrection: {name}", stop=reference.calls[name] == once)
+            # more often, by whole passes)
+            once = reference.calls[name] == reference.batches
+            quantized = _means(model, {name: layer}, data, f"BiasCorrection: {name}", stop=once)
             _shift(layer, reference.mean(name) - quantized.mean(name))
     return model
 

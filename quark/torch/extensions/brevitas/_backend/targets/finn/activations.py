@@ -41,12 +41,12 @@ ELEMENTWISE = frozenset(
 )  # fmt: skip
 #: operators that keep an input's levels a finite set (a scale or an offset by a constant)
 _AFFINE = frozenset({"Mul", "Add", "Sub", "Div"})
-#: what FINN's own conversion takes between quantizers (its Relu handler; a clip the package absorbs)
-_FINNS_OWN = _AFFINE | {"Relu", "Clip"}
 #: activations no FINN pass or layer computes: one left after this pass is refused before streamlining
-NEVER_HARDWARE = ELEMENTWISE - _FINNS_OWN - {"Max", "Min", "Neg", "Abs"}
-#: the widest input, in levels, mapped (FINN's thresholds take up to 8-bit inputs)
-MAX_LEVELS = 256
+NEVER_HARDWARE = ELEMENTWISE - _AFFINE - {"Relu", "Clip", "Max", "Min", "Neg", "Abs"}
+#: the widest input and output, in bits (FINN's thresholds take up to 8-bit quantizers by default)
+MAX_BITS = 8
+#: MultiThreshold's data layout for an NC... tensor of each rank (qonnx guesses NWC for rank 3)
+LAYOUTS = {2: "NC", 3: "NCW", 4: "NCHW"}
 
 
 @dataclass(frozen=True)
@@ -60,9 +60,15 @@ class _Region:
 
 
 class ActivationsAsThresholds(Transformation):
-    """Every elementwise computation between a quantized tensor of at most :data:`MAX_LEVELS` levels
-    and a Quant or MultiThreshold node, other than what FINN converts itself (affine maps, Relu,
-    Clip), as one ``MultiThreshold`` (a map that does not decrease) or the difference of two."""
+    """Every elementwise computation between a quantized tensor of at most 2^``max_bits`` levels and
+    a Quant node of at most ``max_bits`` bits and zero point 0 (FINN's own conditions for
+    thresholds) or a MultiThreshold node, other than what FINN converts itself (scales and offsets by
+    constants, Relu, Clip), as one ``MultiThreshold`` (a map that does not decrease) or the difference
+    of two. Constants in it must be scalars or per channel (axis 1)."""
+
+    def __init__(self, max_bits: int = MAX_BITS):
+        super().__init__()
+        self.max_bits = max_bits
 
     def apply(self, model):
         from qonnx.transformation.infer_datatypes import InferDataTypes
@@ -70,11 +76,11 @@ class ActivationsAsThresholds(Transformation):
 
         replaced = 0
         for end in [n for n in model.graph.node if n.op_type in ("Quant", "MultiThreshold")]:
-            region = _region(model, end)
+            region = _region(model, end, self.max_bits)
             if region is None:
                 continue
             levels = _levels(model, region.source)
-            if levels is None or len(levels) > MAX_LEVELS:
+            if levels is None or len(levels) > 2**self.max_bits:
                 continue
             counted = _counts(model, region, levels)
             if counted is not None:
@@ -88,10 +94,11 @@ class ActivationsAsThresholds(Transformation):
 # -- which nodes -----------------------------------------------------------------------------------
 
 
-def _region(model, end) -> _Region | None:
-    """The activation ending at ``end``'s data input, or None (no such region, or one FINN converts)."""
-    if end.op_type == "Quant" and model.get_initializer(end.input[0]) is not None:
-        return None  # a weight quantizer
+def _region(model, end, max_bits: int) -> _Region | None:
+    """The activation ending at ``end``'s data input, or None (no such region, one FINN converts, or
+    one this pass cannot tabulate)."""
+    if end.op_type == "Quant" and not _thresholdable(model, end, max_bits):
+        return None
     nodes, lines, pending, seen = [], [], [end.input[0]], set()
     while pending:
         tensor = pending.pop()
@@ -110,19 +117,46 @@ def _region(model, end) -> _Region | None:
     # the source: the nearest quantized tensor every levelled input derives from (GELU divides the
     # quantized input by sqrt(2) for erf and multiplies it as it is: both from the quantizer's output)
     common = [t for t in lines[0] if all(t in line for line in lines)] if lines else []
-    if not common or {n.op_type for n in nodes} <= _FINNS_OWN:
+    if not common or all(_finns_own(model, n) for n in nodes):
         return None
     for line in lines:
         nodes += [model.find_producer(t) for t in line[: line.index(common[0])]]
     nodes = list({id(n): n for n in nodes}.values())
     inside = {id(n) for n in nodes} | {id(end)}
+    shape = model.get_tensor_shape(common[0])
+    if shape is None or len(shape) not in LAYOUTS:
+        return None
     for node in nodes:  # the intermediate values feed only the activation
         if any(id(c) not in inside for t in node.output for c in model.find_consumers(t) or []):
             return None
-        if model.get_tensor_shape(node.output[0]) != model.get_tensor_shape(end.input[0]):
-            return None  # a constant that broadcasts the values to another shape
+        constants = [model.get_initializer(t) for t in node.input if t and model.get_initializer(t) is not None]
+        if any(_per_channel(c, shape[1]) is None for c in constants):
+            return None  # a constant varying along another axis than the channels
     order = {id(n): i for i, n in enumerate(model.graph.node)}
     return _Region(common[0], tuple(sorted(nodes, key=lambda n: order[id(n)])), end)
+
+
+def _thresholdable(model, quant, max_bits: int) -> bool:
+    """Whether a Quant node quantizes a computed tensor as FINN's thresholds can: at most ``max_bits``
+    bits, zero point 0, scalars or per-channel constants."""
+    if model.get_initializer(quant.input[0]) is not None:
+        return False  # a weight quantizer
+    scale, zero, bits = (model.get_initializer(t) for t in quant.input[1:4])
+    return (
+        scale is not None
+        and zero is not None
+        and bits is not None
+        and np.asarray(bits).size == 1
+        and float(np.asarray(bits).reshape(())) <= max_bits
+        and not np.any(zero)
+    )
+
+
+def _finns_own(model, node) -> bool:
+    """Whether FINN's conversion and streamlining take ``node`` themselves: Relu, Clip, a scale or an
+    offset by a constant."""
+    constant = any(model.get_initializer(t) is not None for t in node.input)
+    return node.op_type in ("Relu", "Clip") or (node.op_type in _AFFINE and constant)
 
 
 def _lineage(model, tensor: str) -> list[str]:
@@ -214,7 +248,7 @@ class _Tail:
 def _counts(model, region: _Region, levels: np.ndarray) -> tuple[np.ndarray, _Tail] | None:
     """The count of thresholds each input level passes (levels, channels), from the region and its
     quantizer executed on every level, and how the count becomes the quantizer's output; None for a
-    Quant node whose zero point differs between channels."""
+    Quant node whose scale varies along another axis than the channels."""
     from qonnx.core.modelwrapper import ModelWrapper
     from qonnx.custom_op.registry import getCustomOp
     from qonnx.transformation.infer_shapes import InferShapes
@@ -238,22 +272,22 @@ def _counts(model, region: _Region, levels: np.ndarray) -> tuple[np.ndarray, _Ta
     if end.op_type == "MultiThreshold":
         op = getCustomOp(end)
         scale, bias = op.get_nodeattr("out_scale"), op.get_nodeattr("out_bias")
-        tail = _Tail(op.get_nodeattr("out_dtype"), scale, bias, None, op.get_nodeattr("data_layout"))
+        tail = _Tail(op.get_nodeattr("out_dtype"), scale, bias, None, op.get_nodeattr("data_layout") or LAYOUTS[len(shape)])
         return np.rint((out - np.float32(bias)) / np.float32(scale)).astype(np.int64), tail
-    scale, zero, bits = (model.get_initializer(t) for t in end.input[1:4])
-    zero_row = _per_channel(zero, shape[1])
-    if zero_row is None or np.any(zero_row != zero_row.flat[0]):
+    scale, bits = model.get_initializer(end.input[1]), model.get_initializer(end.input[3])
+    scale_row = _per_channel(scale, shape[1])
+    if scale_row is None:
         return None
     bits = int(np.asarray(bits).reshape(()))
     low, _ = _integer_range(end, bits)
-    integers = np.rint(out / _per_channel(scale, shape[1]) + zero_row).astype(np.int64)
+    integers = np.rint(out / scale_row).astype(np.int64)  # zero point 0 (_thresholdable)
     signed = {a.name: helper.get_attribute_value(a) for a in end.attribute}.get("signed", 1)
     tail = _Tail(
         f"{'INT' if signed else 'UINT'}{bits}",
         1.0,
-        float(low - zero_row.flat[0]),
+        float(low),
         None if np.all(np.asarray(scale) == 1) else np.asarray(scale, dtype=np.float32),
-        "NCHW" if len(shape) == 4 else "",
+        LAYOUTS[len(shape)],
     )
     return integers - low, tail
 
@@ -307,10 +341,17 @@ def _replace(model, region: _Region, steps: _Steps, tail: _Tail) -> None:
     index = min(list(graph.node).index(n) for n in (*region.nodes, region.end))
     output = region.end.output[0]
     name = region.end.name or output
+    shape = model.get_tensor_shape(output)
     new = []
 
+    def tensor() -> str:
+        """A new intermediate tensor, its shape known at once (a next activation reads it)."""
+        made = model.make_new_valueinfo_name()
+        model.set_tensor_shape(made, shape)
+        return made
+
     def threshold(thresholds: np.ndarray, out: str, dtype: str, scale: float = 1.0, bias: float = 0.0) -> str:
-        values = model.make_new_valueinfo_name()
+        values = model.make_new_valueinfo_name()  # a constant
         model.set_initializer(values, thresholds)
         attributes = {"out_dtype": dtype, "out_scale": float(scale), "out_bias": float(bias), "data_layout": tail.data_layout}
         new.append(
@@ -327,20 +368,18 @@ def _replace(model, region: _Region, steps: _Steps, tail: _Tail) -> None:
         new.append(helper.make_node(op, [a, b], [out], f"{name}_{len(new)}"))
         return out
 
-    scales = [np.asarray(m, dtype=np.float32) for m in (tail.out_scale, tail.mul) if m is not None and np.any(m != 1)]
-    if steps.falls is None:
+    if steps.falls is None:  # one threshold layer with the quantizer's own attributes
         scales = [tail.mul] if tail.mul is not None else []
-        out = output if not scales else model.make_new_valueinfo_name()
-        counted = threshold(steps.rises, out, tail.out_dtype, tail.out_scale, tail.out_bias)
-    else:  # the rises carry the offset; the count is their difference with the falls
+        counted = threshold(steps.rises, output if not scales else tensor(), tail.out_dtype, tail.out_scale, tail.out_bias)
+    else:  # the rises carry the offset; the count is their difference with the falls, then scaled
+        scales = [np.asarray(tail.out_scale, dtype=np.float32)] if tail.out_scale != 1 else []
+        scales += [tail.mul] if tail.mul is not None else []
         offset = tail.out_bias / tail.out_scale
-        rises = threshold(
-            steps.rises, model.make_new_valueinfo_name(), _integer_dtype(offset, offset + steps.rises.shape[1]), bias=offset
-        )
-        falls = threshold(steps.falls, model.make_new_valueinfo_name(), _integer_dtype(0, steps.falls.shape[1]))
-        counted = binary("Sub", rises, falls, output if not scales else model.make_new_valueinfo_name())
+        rises = threshold(steps.rises, tensor(), _integer_dtype(offset, offset + steps.rises.shape[1]), bias=offset)
+        falls = threshold(steps.falls, tensor(), _integer_dtype(0, steps.falls.shape[1]))
+        counted = binary("Sub", rises, falls, output if not scales else tensor())
     for position, scale in enumerate(scales):
-        counted = binary("Mul", counted, scale, output if position == len(scales) - 1 else model.make_new_valueinfo_name())
+        counted = binary("Mul", counted, scale, output if position == len(scales) - 1 else tensor())
     for node in (*region.nodes, region.end):
         graph.node.remove(node)
     for offset, node in enumerate(new):

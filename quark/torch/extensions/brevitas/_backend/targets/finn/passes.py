@@ -591,24 +591,34 @@ WHOLE_FRAME = ("GlobalAccPool",)
 
 
 class SkipBranchFifoDepths(Transformation):
-    """The input FIFO a join needs on the branch beside a whole-frame reduction: squeeze-excite's
+    """The input FIFO a join needs on a branch beside a whole-frame reduction: squeeze-excite's
     multiply (the map times a gate computed from its global average) receives the first gate value
     only after the pool read the whole map, which the map's own branch must hold meanwhile: a FIFO of
-    the map's words per frame (its folded shape) on that input, or the dataflow stalls for good. FINN
-    sizes FIFOs only by RTL simulation (``step_set_fifo_depths``); set here as ``inFIFODepths``, the
-    depth FINN's ``InsertFIFO`` builds (and the estimate prices) and ``folding_config.json`` carries."""
+    that input's words per frame (its folded shape), or the dataflow stalls for good. The same holds
+    one level up: the residual addition around a block with squeeze-excite inside. A branch is the
+    layers between the join and the nearest layer all its inputs come from. FINN sizes FIFOs only by
+    RTL simulation (``step_set_fifo_depths``); set here as ``inFIFODepths``, the depth FINN's
+    ``InsertFIFO`` builds (and the estimate prices) and ``folding_config.json`` carries."""
 
     def apply(self, model):
         from qonnx.custom_op.registry import getCustomOp
 
+        order = {n.name: i for i, n in enumerate(model.graph.node)}
         for node in model.graph.node:
             inputs = [t for t in node.input if model.get_initializer(t) is None]
             if not node.domain.startswith("finn.custom_op.fpgadataflow") or len(inputs) < 2:
                 continue
-            branches = [_branch(model, t) for t in inputs]
-            forks = {fork for fork, _ in branches}
-            reduces = [any(n.op_type.startswith(WHOLE_FRAME) for n in nodes) for _, nodes in branches]
-            if len(forks) != 1 or None in forks or all(reduces) or not any(reduces):
+            ancestries = [_ancestors(model, t) for t in inputs]
+            common = set.intersection(*(set(a) for a in ancestries))
+            if not common:
+                continue
+            fork = max(common, key=order.__getitem__)  # the nearest: the last in graph order
+            fork_inputs = [t for t in ancestries[0][fork].input if model.get_initializer(t) is None]
+            shared = {fork}.union(*(_ancestors(model, t) for t in fork_inputs))
+            reduces = [
+                any(ancestry[n].op_type.startswith(WHOLE_FRAME) for n in ancestry if n not in shared) for ancestry in ancestries
+            ]
+            if all(reduces) or not any(reduces):
                 continue
             op = getCustomOp(node)
             depths = [*op.get_nodeattr("inFIFODepths"), *[2] * len(inputs)][: len(inputs)]
@@ -619,19 +629,14 @@ class SkipBranchFifoDepths(Transformation):
         return model, False
 
 
-def _branch(model, tensor: str):
-    """(the fork a join's input comes from, the layers between them): walking up through layers of
-    one input to the node feeding more than one; (None, layers) where the walk reaches the graph's
-    input or a layer of several inputs first."""
-    nodes = []
-    while True:
-        producer = model.find_producer(tensor)
-        if producer is None:
-            return None, nodes
-        if len(producer.output) > 1 or len(model.find_consumers(tensor) or []) > 1:
-            return producer.name, nodes
-        dynamic = [t for t in producer.input if model.get_initializer(t) is None]
-        if len(dynamic) != 1:
-            return None, nodes
-        nodes.append(producer)
-        tensor = dynamic[0]
+def _ancestors(model, tensor: str) -> dict:
+    """Every node ``tensor`` is computed from, by name."""
+    found: dict = {}
+    pending = [tensor]
+    while pending:
+        producer = model.find_producer(pending.pop())
+        if producer is None or producer.name in found:
+            continue
+        found[producer.name] = producer
+        pending += [t for t in producer.input if model.get_initializer(t) is None]
+    return found
