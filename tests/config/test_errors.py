@@ -27,7 +27,7 @@ OUTSIDE = {
     "quark/torch/extensions/brevitas/api.py": {
         "QuantizationInterrupted": "a KeyboardInterrupt: `except Exception` must not swallow Ctrl-C",
     },
-    "quark/torch/extensions/brevitas/_backend/algorithms/blocks.py": {"_Stop": "control flow inside a forward hook"},
+    "quark/torch/extensions/brevitas/_backend/data.py": {"ForwardStopped": "control flow out of a forward hook"},
 }
 
 

@@ -25,7 +25,7 @@ pytest.importorskip(
 import _shared.finn_zoo as zoo
 
 from quark.torch.extensions.brevitas import finn_steps
-from quark.torch.extensions.brevitas._backend.targets.finn import execute
+from quark.torch.extensions.brevitas._backend.targets.finn import execute, front_end
 from quark.torch.extensions.brevitas._backend.targets.finn import parts as fpga_parts
 from quark.torch.extensions.brevitas._backend.targets.finn.build_config import FinnBuildConfig
 from quark.torch.extensions.brevitas._backend.targets.finn.dataflow import export_finn_dataflow
@@ -229,10 +229,9 @@ def test_top_k_becomes_a_label_select_layer(digits, tmp_path):
     assert _op(partition.graph.node[-1]) == "LabelSelect"
     assert labelled.verification.predictions_identical and labelled.verification.max_abs_diff == 0
     biased = zoo.calibrated("tfc", train[:2])
-    with pytest.raises(
-        FinnError, match=r"TopK_0 \(TopK, module '8'\): top-k on a float input .* drop the last"
-    ):
+    with pytest.raises(FinnError, match=r"TopK x1: top-k on a float input .* drop the last") as error:
         ModelExporter(tmp_path / "biased").export_finn_dataflow(biased, test[:4], top_k=1)
+    assert error.value.problems == [f"TopK_0 (TopK, module '8'): {front_end.UNMAPPED_FIXES['TopK']}"]
 
 
 def test_parts_come_from_finns_tables_and_match_the_datasheets():

@@ -118,6 +118,12 @@ def calibration_data(data: Any) -> CalibrationData | None:
     return data if data is None or isinstance(data, CalibrationData) else CalibrationData(data)
 
 
+class ForwardStopped(BaseException):
+    """Raised by a forward hook once it has what it needs: the rest of the model is not run. Callers
+    catch it around :func:`run_batch`; a ``BaseException``, so that an ``except Exception`` in the
+    model's own forward lets it through."""
+
+
 def run_batch(model: nn.Module, batch: Any) -> Any:
     """Call ``model`` on one batch of any accepted form (see the module docstring).
 

@@ -23,7 +23,7 @@ from brevitas.graph.calibrate import quantization_status_manager
 from torch import nn
 from tqdm.auto import tqdm
 
-from quark.torch.extensions.brevitas._backend.data import CalibrationData, run_batch
+from quark.torch.extensions.brevitas._backend.data import CalibrationData, ForwardStopped, run_batch
 
 #: captured inputs of a block, one (args, kwargs) per calibration batch
 Inputs = list[tuple[tuple[Any, ...], dict[str, Any]]]
@@ -72,10 +72,6 @@ def find_blocks(model: nn.Module, path: str | None, owner: str) -> list[Block]:
     return [Block(f"{path}.{i}", m) for i, m in enumerate(container)]
 
 
-class _Stop(Exception):
-    """Raised by the capture hook: the rest of the model is not needed."""
-
-
 @contextlib.contextmanager
 def _no_cache(model: nn.Module) -> Iterator[None]:
     """Transformers' key/value caches would grow across the repeated block calls: off meanwhile."""
@@ -97,13 +93,13 @@ def capture_inputs(model: nn.Module, block: nn.Module, data: CalibrationData, de
 
     def hook(_module, args, kwargs):
         inputs.append((args, kwargs))
-        raise _Stop
+        raise ForwardStopped
 
     handle = block.register_forward_pre_hook(hook, with_kwargs=True)
     try:
         with _no_cache(model):
             for batch in data.passes(desc):
-                with contextlib.suppress(_Stop):
+                with contextlib.suppress(ForwardStopped):
                     run_batch(model, batch)
     finally:
         handle.remove()

@@ -21,7 +21,12 @@ from brevitas.graph.calibrate import norm_correction_mode
 from brevitas.nn.quant_layer import QuantWeightBiasInputOutputLayer
 from torch import nn
 
-from quark.torch.extensions.brevitas._backend.data import CalibrationData, calibration_data, run_batch
+from quark.torch.extensions.brevitas._backend.data import (
+    CalibrationData,
+    ForwardStopped,
+    calibration_data,
+    run_batch,
+)
 from quark.torch.extensions.brevitas._backend.evaluation import in_eval, plain
 from quark.torch.extensions.brevitas._backend.switches import off
 from quark.torch.quantization.config.algorithms import (
@@ -58,17 +63,12 @@ class _ChannelMeans:
             self.counts[name] += channels.shape[0]
             self.calls[name] += 1
             if self.stop:
-                raise _Recorded
+                raise ForwardStopped
 
         return record
 
     def mean(self, name: str) -> torch.Tensor:
         return self.sums[name] / self.counts[name]
-
-
-class _Recorded(BaseException):
-    """Raised by a hook to end a forward pass whose rest no layer being measured needs (a
-    ``BaseException``, so that an ``except Exception`` in the model's forward lets it through)."""
 
 
 def _means(model: nn.Module, layers: dict[str, nn.Module], data: CalibrationData, desc: str, stop: bool = False) -> _ChannelMeans:
@@ -81,7 +81,7 @@ def _means(model: nn.Module, layers: dict[str, nn.Module], data: CalibrationData
             means.batches += 1
             try:
                 run_batch(model, batch)
-            except _Recorded:
+            except ForwardStopped:
                 pass
     finally:
         for hook in hooks:
