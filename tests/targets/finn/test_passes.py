@@ -43,6 +43,18 @@ def _timm_se(channels, squeezed):
     return SEModule(channels, rd_channels=squeezed)  # x.mean((2, 3), keepdim=True), ReLU, sigmoid gate
 
 
+def _quantized(model: nn.Module, samples: int) -> tuple[nn.Module, torch.Tensor]:
+    """``model`` (in train mode) with batch-norm statistics of random 3x8x8 images, quantized with the
+    FINN preset on two more batches; and ``samples`` images to export and verify on."""
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # batch-norm statistics of the data
+        for _ in range(4):
+            model(torch.rand(16, 3, 8, 8, generator=generator))
+    data = [torch.rand(16, 3, 8, 8, generator=generator) for _ in range(2)]
+    qmodel = ModelQuantizer(finn(unsigned=("ReLU", "Sigmoid"))).quantize_model(model.eval(), data, progress=False)
+    return qmodel, torch.rand(samples, 3, 8, 8, generator=generator)
+
+
 @pytest.mark.parametrize("spelling", [_torchvision_se, _timm_se, HandWrittenSE], ids=["torchvision", "timm", "hand"])
 def test_squeeze_excite_reaches_one_partition_with_its_skip_fifo(tmp_path, spelling):
     torch.manual_seed(0)
@@ -52,13 +64,7 @@ def test_squeeze_excite_reaches_one_partition_with_its_skip_fifo(tmp_path, spell
         nn.Conv2d(16, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4),
     ).train()  # fmt: skip
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():  # batch-norm statistics of the data
-        for _ in range(4):
-            model(torch.rand(16, 3, 8, 8, generator=generator))
-    data = [torch.rand(16, 3, 8, 8, generator=generator) for _ in range(2)]
-    qmodel = ModelQuantizer(finn(unsigned=("ReLU", "Sigmoid"))).quantize_model(model.eval(), data, progress=False)
-    x = torch.rand(32, 3, 8, 8, generator=generator)
+    qmodel, x = _quantized(model, samples=32)
 
     result = ModelExporter(tmp_path).export_finn_dataflow(qmodel, x, integer_input=True)
 
@@ -94,14 +100,7 @@ class _ResidualSE(nn.Module):
 
 def test_the_residual_skip_around_squeeze_excite_holds_a_frame_too(tmp_path):
     torch.manual_seed(0)
-    model = _ResidualSE().train()
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for _ in range(4):
-            model(torch.rand(16, 3, 8, 8, generator=generator))
-    data = [torch.rand(16, 3, 8, 8, generator=generator) for _ in range(2)]
-    qmodel = ModelQuantizer(finn(unsigned=("ReLU", "Sigmoid"))).quantize_model(model.eval(), data, progress=False)
-    x = torch.rand(16, 3, 8, 8, generator=generator)
+    qmodel, x = _quantized(_ResidualSE().train(), samples=16)
 
     result = ModelExporter(tmp_path).export_finn_dataflow(qmodel, x, integer_input=True)
 
